@@ -1,0 +1,563 @@
+//! Typed set members: parsing user input, canonical rendering (exactly as
+//! `ipset list` prints), and parsing the kernel's own listing.
+//!
+//! A raw user string never leaves this module: everything downstream (restore
+//! scripts, netlink messages) is produced from the typed [`Member`].
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use super::icmp;
+use super::types::{Family, SetType};
+
+/// Transport protocols accepted in hash:ip,port members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Proto {
+    Tcp,
+    Udp,
+    Sctp,
+    Udplite,
+    Icmp,
+    Icmpv6,
+}
+
+impl Proto {
+    /// IANA protocol number (what netlink carries).
+    pub fn number(self) -> u8 {
+        match self {
+            Proto::Tcp => 6,
+            Proto::Udp => 17,
+            Proto::Sctp => 132,
+            Proto::Udplite => 136,
+            Proto::Icmp => 1,
+            Proto::Icmpv6 => 58,
+        }
+    }
+
+    pub fn from_number(n: u8) -> Option<Proto> {
+        [
+            Proto::Tcp,
+            Proto::Udp,
+            Proto::Sctp,
+            Proto::Udplite,
+            Proto::Icmp,
+            Proto::Icmpv6,
+        ]
+        .into_iter()
+        .find(|p| p.number() == n)
+    }
+
+    /// The name `ipset list` prints.
+    pub fn ipset_name(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+            Proto::Sctp => "sctp",
+            Proto::Udplite => "udplite",
+            Proto::Icmp => "icmp",
+            Proto::Icmpv6 => "ipv6-icmp",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Proto> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "tcp" => Proto::Tcp,
+            "udp" => Proto::Udp,
+            "sctp" => Proto::Sctp,
+            "udplite" => Proto::Udplite,
+            "icmp" => Proto::Icmp,
+            "icmpv6" | "ipv6-icmp" => Proto::Icmpv6,
+            _ => return None,
+        })
+    }
+
+    pub fn is_icmp(self) -> bool {
+        matches!(self, Proto::Icmp | Proto::Icmpv6)
+    }
+}
+
+/// One typed set member. Members of one kernel set all share its [`SetType`]
+/// and family.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Member {
+    /// hash:ip
+    Ip(IpAddr),
+    /// hash:net; host bits are always cleared.
+    Net {
+        addr: IpAddr,
+        prefix: u8,
+        nomatch: bool,
+    },
+    /// hash:ip,port; for ICMP the "port" is `type << 8 | code`, as in the kernel.
+    IpPort {
+        addr: IpAddr,
+        proto: Proto,
+        port: u16,
+    },
+    /// hash:mac
+    Mac([u8; 6]),
+    /// list:set: the kernel name of a listed set.
+    Set(Box<str>),
+}
+
+/// Why a member was rejected. The messages are shown to users next to the
+/// policy and member, so they say what to do.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MemberError {
+    #[error("empty member")]
+    Empty,
+    #[error("contains whitespace or control characters")]
+    ForbiddenCharacters,
+    #[error(
+        "looks like a host name; only literal addresses are accepted (host names would need DNS)"
+    )]
+    HostName,
+    #[error("not a valid IP address")]
+    BadAddress,
+    #[error("not a valid CIDR: {0}")]
+    BadCidr(&'static str),
+    #[error(
+        "a CIDR wider than one address is not allowed in hash:ip (the kernel would expand it); use hash:net"
+    )]
+    WideCidrInHashIp,
+    #[error("port ranges are not supported; list each port")]
+    PortRange,
+    #[error("not a valid port (expected 0-65535)")]
+    BadPort,
+    #[error("protocol {0:?} is not supported (use tcp, udp, sctp, udplite, icmp or icmpv6)")]
+    UnsupportedProtocol(String),
+    #[error("expected ADDRESS,PROTO:PORT (for example 10.0.0.1,tcp:80)")]
+    BadIpPortSyntax,
+    #[error("not a valid ICMP type/code (use TYPE/CODE or a name such as echo-request)")]
+    BadIcmp,
+    #[error("{0} is only valid with {1} addresses")]
+    ProtoFamilyMismatch(&'static str, Family),
+    #[error("not a valid MAC address (expected six hex bytes such as aa:bb:cc:dd:ee:ff)")]
+    BadMac,
+    #[error("'nomatch' is only valid for hash:net members")]
+    NomatchNotAllowed,
+    #[error("list:set members must be names of other IPSetPolicies")]
+    BadSetName,
+}
+
+/// The result of parsing one user member: usually one member, two for `/0`
+/// (the kernel rejects `/0`, so it is stored as two `/1` halves).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parsed {
+    pub family: Option<Family>,
+    pub members: Vec<Member>,
+}
+
+fn family_of(addr: &IpAddr) -> Family {
+    match addr {
+        IpAddr::V4(_) => Family::V4,
+        IpAddr::V6(_) => Family::V6,
+    }
+}
+
+impl Member {
+    /// The family of this member's address, `None` for MAC and set members.
+    pub fn family(&self) -> Option<Family> {
+        match self {
+            Member::Ip(a) | Member::Net { addr: a, .. } | Member::IpPort { addr: a, .. } => {
+                Some(family_of(a))
+            }
+            Member::Mac(_) | Member::Set(_) => None,
+        }
+    }
+
+    /// Parse a user-supplied member of a hash type. The family is inferred from
+    /// the value; the caller checks it against the policy. list:set members are
+    /// policy names and are resolved by the policy compiler, not here.
+    pub fn parse_user(set_type: SetType, input: &str) -> Result<Parsed, MemberError> {
+        if input.is_empty() {
+            return Err(MemberError::Empty);
+        }
+        // Whitespace is only legal as the single space before `nomatch`.
+        let (body, nomatch) = match input.strip_suffix(" nomatch") {
+            Some(b) => (b, true),
+            None => (input, false),
+        };
+        if body.is_empty() {
+            return Err(MemberError::Empty);
+        }
+        if body.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(MemberError::ForbiddenCharacters);
+        }
+        if nomatch && set_type != SetType::HashNet {
+            return Err(MemberError::NomatchNotAllowed);
+        }
+        let one = |m: Member| Parsed {
+            family: m.family(),
+            members: vec![m],
+        };
+        match set_type {
+            SetType::HashIp => parse_host(body).map(|a| one(Member::Ip(a))),
+            SetType::HashNet => parse_net(body, nomatch),
+            SetType::HashIpPort => parse_ip_port(body).map(one),
+            SetType::HashMac => parse_mac(body).map(|m| one(Member::Mac(m))),
+            SetType::ListSet => Err(MemberError::BadSetName),
+        }
+    }
+
+    /// Parse one member line of `ipset list`/`save` output for a set of the
+    /// given type. Stricter than [`Member::parse_user`] in nothing but
+    /// tolerant of the kernel's own spellings (`ipv6-icmp`, names).
+    pub fn parse_kernel(set_type: SetType, line: &str) -> Result<Member, MemberError> {
+        if set_type == SetType::ListSet {
+            if line.is_empty() || line.len() > 31 || line.chars().any(|c| c.is_whitespace()) {
+                return Err(MemberError::BadSetName);
+            }
+            return Ok(Member::Set(line.into()));
+        }
+        let parsed = Member::parse_user(set_type, line)?;
+        // /0 never comes from the kernel, so there is exactly one member.
+        parsed.members.into_iter().next().ok_or(MemberError::Empty)
+    }
+}
+
+/// A literal address, optionally with a host-length prefix (`/32`, `/128`).
+fn parse_host(s: &str) -> Result<IpAddr, MemberError> {
+    match s.split_once('/') {
+        None => parse_addr(s),
+        Some((a, p)) => {
+            let addr = parse_addr(a)?;
+            let prefix = parse_prefix(p, family_of(&addr))?;
+            if prefix != family_of(&addr).max_prefix() {
+                return Err(MemberError::WideCidrInHashIp);
+            }
+            Ok(addr)
+        }
+    }
+}
+
+fn parse_addr(s: &str) -> Result<IpAddr, MemberError> {
+    if let Ok(a) = s.parse::<IpAddr>() {
+        return Ok(a);
+    }
+    // Tell host names apart from typos so the message is useful.
+    let hostname_like = s.chars().any(|c| c.is_ascii_alphabetic())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        && !s.chars().all(|c| c.is_ascii_hexdigit() || c == '.');
+    if hostname_like {
+        Err(MemberError::HostName)
+    } else {
+        Err(MemberError::BadAddress)
+    }
+}
+
+fn parse_prefix(p: &str, family: Family) -> Result<u8, MemberError> {
+    if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || p.len() > 3 {
+        return Err(MemberError::BadCidr("prefix length must be a number"));
+    }
+    let n: u8 = p
+        .parse()
+        .map_err(|_| MemberError::BadCidr("prefix length must be a number"))?;
+    if n > family.max_prefix() {
+        return Err(MemberError::BadCidr(
+            "prefix length too long for the family",
+        ));
+    }
+    Ok(n)
+}
+
+/// Clear host bits below `prefix`.
+pub fn mask(addr: IpAddr, prefix: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(a) => {
+            let bits = u32::from(a);
+            let m = if prefix == 0 {
+                0
+            } else {
+                u32::MAX << (32 - prefix as u32)
+            };
+            IpAddr::V4(Ipv4Addr::from(bits & m))
+        }
+        IpAddr::V6(a) => {
+            let bits = u128::from(a);
+            let m = if prefix == 0 {
+                0
+            } else {
+                u128::MAX << (128 - prefix as u32)
+            };
+            IpAddr::V6(Ipv6Addr::from(bits & m))
+        }
+    }
+}
+
+fn parse_net(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
+    let (addr, prefix) = match s.split_once('/') {
+        None => {
+            let a = parse_addr(s)?;
+            (a, family_of(&a).max_prefix())
+        }
+        Some((a, p)) => {
+            let a = parse_addr(a)?;
+            (a, parse_prefix(p, family_of(&a))?)
+        }
+    };
+    let family = family_of(&addr);
+    let members = if prefix == 0 {
+        // The kernel rejects /0; two /1 halves cover the same space.
+        let upper = match addr {
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(128, 0, 0, 0)),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(1u128 << 127)),
+        };
+        vec![
+            Member::Net {
+                addr: mask(addr, 0),
+                prefix: 1,
+                nomatch,
+            },
+            Member::Net {
+                addr: upper,
+                prefix: 1,
+                nomatch,
+            },
+        ]
+    } else {
+        vec![Member::Net {
+            addr: mask(addr, prefix),
+            prefix,
+            nomatch,
+        }]
+    };
+    Ok(Parsed {
+        family: Some(family),
+        members,
+    })
+}
+
+fn parse_ip_port(s: &str) -> Result<Member, MemberError> {
+    let (addr_s, rest) = s.split_once(',').ok_or(MemberError::BadIpPortSyntax)?;
+    let addr = parse_host(addr_s)?;
+    let family = family_of(&addr);
+    let (proto, port_s) = match rest.split_once(':') {
+        Some((p, port)) => (
+            Proto::parse(p).ok_or_else(|| MemberError::UnsupportedProtocol(p.to_string()))?,
+            port,
+        ),
+        None => (Proto::Tcp, rest),
+    };
+    let port = if proto.is_icmp() {
+        let (expected, table) = match proto {
+            Proto::Icmp => (Family::V4, icmp::ICMP_NAMES),
+            _ => (Family::V6, icmp::ICMPV6_NAMES),
+        };
+        if family != expected {
+            return Err(MemberError::ProtoFamilyMismatch(
+                proto.ipset_name(),
+                expected,
+            ));
+        }
+        let (t, c) = match port_s.split_once('/') {
+            Some((t, c)) => (
+                t.parse::<u8>().map_err(|_| MemberError::BadIcmp)?,
+                c.parse::<u8>().map_err(|_| MemberError::BadIcmp)?,
+            ),
+            None => icmp::lookup(table, port_s).ok_or(MemberError::BadIcmp)?,
+        };
+        (t as u16) << 8 | c as u16
+    } else {
+        if port_s.contains('-') && port_s.len() > 1 {
+            return Err(MemberError::PortRange);
+        }
+        if port_s.is_empty() || !port_s.bytes().all(|b| b.is_ascii_digit()) || port_s.len() > 5 {
+            return Err(MemberError::BadPort);
+        }
+        port_s.parse::<u16>().map_err(|_| MemberError::BadPort)?
+    };
+    Ok(Member::IpPort { addr, proto, port })
+}
+
+fn parse_mac(s: &str) -> Result<[u8; 6], MemberError> {
+    let sep = if s.contains(':') { ':' } else { '-' };
+    let mut out = [0u8; 6];
+    let mut parts = s.split(sep);
+    for byte in out.iter_mut() {
+        let p = parts.next().ok_or(MemberError::BadMac)?;
+        if p.len() != 2 {
+            return Err(MemberError::BadMac);
+        }
+        *byte = u8::from_str_radix(p, 16).map_err(|_| MemberError::BadMac)?;
+    }
+    if parts.next().is_some() {
+        return Err(MemberError::BadMac);
+    }
+    Ok(out)
+}
+
+/// Canonical rendering, byte for byte what `ipset list` prints.
+impl fmt::Display for Member {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Member::Ip(a) => write!(f, "{a}"),
+            Member::Net {
+                addr,
+                prefix,
+                nomatch,
+            } => {
+                write!(f, "{addr}")?;
+                if *prefix != family_of(addr).max_prefix() {
+                    write!(f, "/{prefix}")?;
+                }
+                if *nomatch {
+                    f.write_str(" nomatch")?;
+                }
+                Ok(())
+            }
+            Member::IpPort { addr, proto, port } => {
+                write!(f, "{addr},{}:", proto.ipset_name())?;
+                if proto.is_icmp() {
+                    let (t, c) = ((*port >> 8) as u8, (*port & 0xff) as u8);
+                    let table = if *proto == Proto::Icmp {
+                        icmp::ICMP_NAMES
+                    } else {
+                        icmp::ICMPV6_NAMES
+                    };
+                    match icmp::name_of(table, t, c) {
+                        Some(name) => f.write_str(name),
+                        None => write!(f, "{t}/{c}"),
+                    }
+                } else {
+                    write!(f, "{port}")
+                }
+            }
+            Member::Mac(m) => write!(
+                f,
+                "{:02X}:{:02X}:{:02X}:{:02X}:{:02X}:{:02X}",
+                m[0], m[1], m[2], m[3], m[4], m[5]
+            ),
+            Member::Set(name) => f.write_str(name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(t: SetType, s: &str) -> Result<Vec<String>, MemberError> {
+        Member::parse_user(t, s).map(|p| p.members.iter().map(|m| m.to_string()).collect())
+    }
+
+    #[test]
+    fn hash_ip_accepts_host_prefix_only() {
+        assert_eq!(canon(SetType::HashIp, "10.0.0.1/32").unwrap(), ["10.0.0.1"]);
+        assert_eq!(
+            canon(SetType::HashIp, "2001:DB8:0:0::1/128").unwrap(),
+            ["2001:db8::1"]
+        );
+        assert_eq!(
+            canon(SetType::HashIp, "10.0.0.0/24"),
+            Err(MemberError::WideCidrInHashIp)
+        );
+    }
+
+    #[test]
+    fn hash_net_clears_host_bits_and_splits_slash_zero() {
+        assert_eq!(
+            canon(SetType::HashNet, "10.1.2.3/8").unwrap(),
+            ["10.0.0.0/8"]
+        );
+        assert_eq!(canon(SetType::HashNet, "10.1.2.3").unwrap(), ["10.1.2.3"]);
+        assert_eq!(
+            canon(SetType::HashNet, "10.1.2.3/32").unwrap(),
+            ["10.1.2.3"]
+        );
+        assert_eq!(
+            canon(SetType::HashNet, "10.2.0.0/16 nomatch").unwrap(),
+            ["10.2.0.0/16 nomatch"]
+        );
+        assert_eq!(
+            canon(SetType::HashNet, "0.0.0.0/0").unwrap(),
+            ["0.0.0.0/1", "128.0.0.0/1"]
+        );
+        assert_eq!(
+            canon(SetType::HashNet, "::/0").unwrap(),
+            ["::/1", "8000::/1"]
+        );
+        assert!(matches!(
+            canon(SetType::HashNet, "10.0.0.0/33"),
+            Err(MemberError::BadCidr(_))
+        ));
+    }
+
+    #[test]
+    fn ip_port_forms() {
+        assert_eq!(
+            canon(SetType::HashIpPort, "10.0.0.1,80").unwrap(),
+            ["10.0.0.1,tcp:80"]
+        );
+        assert_eq!(
+            canon(SetType::HashIpPort, "10.0.0.1,UDP:53").unwrap(),
+            ["10.0.0.1,udp:53"]
+        );
+        assert_eq!(
+            canon(SetType::HashIpPort, "10.0.0.1,icmp:8/0").unwrap(),
+            ["10.0.0.1,icmp:echo-request"]
+        );
+        assert_eq!(
+            canon(SetType::HashIpPort, "10.0.0.1,icmp:3/8").unwrap(),
+            ["10.0.0.1,icmp:3/8"]
+        );
+        assert_eq!(
+            canon(SetType::HashIpPort, "::1,icmpv6:ping").unwrap(),
+            ["::1,ipv6-icmp:echo-request"]
+        );
+        assert_eq!(
+            canon(SetType::HashIpPort, "10.0.0.1,tcp:80-90"),
+            Err(MemberError::PortRange)
+        );
+        assert_eq!(
+            canon(SetType::HashIpPort, "10.0.0.1,tcp:70000"),
+            Err(MemberError::BadPort)
+        );
+        assert!(matches!(
+            canon(SetType::HashIpPort, "10.0.0.1,gre:0"),
+            Err(MemberError::UnsupportedProtocol(_))
+        ));
+        assert!(matches!(
+            canon(SetType::HashIpPort, "::1,icmp:8/0"),
+            Err(MemberError::ProtoFamilyMismatch(..))
+        ));
+    }
+
+    #[test]
+    fn mac_forms() {
+        assert_eq!(
+            canon(SetType::HashMac, "aa-bb-cc-dd-ee-0f").unwrap(),
+            ["AA:BB:CC:DD:EE:0F"]
+        );
+        assert_eq!(
+            canon(SetType::HashMac, "aa:bb:cc"),
+            Err(MemberError::BadMac)
+        );
+    }
+
+    #[test]
+    fn injection_and_hostnames_are_rejected() {
+        assert_eq!(
+            canon(SetType::HashIp, "1.2.3.4\ndestroy KUBE-X"),
+            Err(MemberError::ForbiddenCharacters)
+        );
+        assert_eq!(
+            canon(SetType::HashIp, "example.com"),
+            Err(MemberError::HostName)
+        );
+        assert_eq!(
+            canon(SetType::HashIp, "localhost"),
+            Err(MemberError::HostName)
+        );
+        assert_eq!(
+            canon(SetType::HashIp, "1.2.3"),
+            Err(MemberError::BadAddress)
+        );
+        assert_eq!(canon(SetType::HashIp, ""), Err(MemberError::Empty));
+        assert_eq!(
+            canon(SetType::HashIp, "1.2.3.4 nomatch"),
+            Err(MemberError::NomatchNotAllowed)
+        );
+    }
+}

@@ -1,0 +1,167 @@
+//! Kernel set names and ownership (DESIGN.md §2).
+//!
+//! Main sets are `<prefix>4-<policy>`, `<prefix>6-<policy>` or
+//! `<prefix>x-<policy>`; temp sets are `<prefix>t-<suffix>`. Names longer than
+//! the kernel's 31 bytes keep a readable head and end in `-` plus 6 hex
+//! characters of a hash of the full policy name. Anything else is foreign.
+
+use sha2::{Digest, Sha256};
+
+use super::types::Family;
+
+/// The kernel's limit on set names (IPSET_MAXNAMELEN - 1).
+pub const MAX_SET_NAME_LEN: usize = 31;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid set prefix {0:?}: it must be 1 to 8 ASCII letters or digits")]
+pub struct BadPrefix(pub String);
+
+/// The naming scheme of one manager; decides which kernel sets it owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Naming {
+    prefix: String,
+}
+
+impl Default for Naming {
+    fn default() -> Self {
+        Naming {
+            prefix: "ipm".into(),
+        }
+    }
+}
+
+impl Naming {
+    pub fn new(prefix: &str) -> Result<Naming, BadPrefix> {
+        let ok =
+            (1..=8).contains(&prefix.len()) && prefix.bytes().all(|b| b.is_ascii_alphanumeric());
+        if ok {
+            Ok(Naming {
+                prefix: prefix.to_string(),
+            })
+        } else {
+            Err(BadPrefix(prefix.to_string()))
+        }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The kernel name of a policy's set for `family` (`None`: family-less, hash:mac).
+    pub fn main_set_name(&self, policy: &str, family: Option<Family>) -> String {
+        let letter = match family {
+            Some(Family::V4) => '4',
+            Some(Family::V6) => '6',
+            None => 'x',
+        };
+        let full = format!("{}{}-{}", self.prefix, letter, policy);
+        if full.len() <= MAX_SET_NAME_LEN {
+            return full;
+        }
+        let digest = Sha256::digest(policy.as_bytes());
+        let suffix = hex::encode(&digest[..3]);
+        // Policy names are ASCII (Kubernetes names), so byte slicing is safe;
+        // still cut on a char boundary to never panic on odd input.
+        let mut head_len = MAX_SET_NAME_LEN - 1 - suffix.len();
+        while !full.is_char_boundary(head_len) {
+            head_len -= 1;
+        }
+        // A head ending in a separator would give "--"; trim it for readability.
+        let head = full[..head_len].trim_end_matches(['-', '.']);
+        format!("{head}-{suffix}")
+    }
+
+    /// A temp set name for atomic rewrites; `n` makes it unique.
+    pub fn temp_set_name(&self, n: u64) -> String {
+        format!("{}t-{:x}", self.prefix, n)
+    }
+
+    /// Whether this manager owns a kernel set of this name.
+    pub fn owns(&self, name: &str) -> bool {
+        name.len() <= MAX_SET_NAME_LEN
+            && name
+                .strip_prefix(self.prefix.as_str())
+                .and_then(|rest| rest.get(..2))
+                .is_some_and(|tag| matches!(tag, "4-" | "6-" | "x-" | "t-"))
+            && name.len() > self.prefix.len() + 2
+    }
+
+    pub fn is_temp(&self, name: &str) -> bool {
+        self.owns(name) && name[self.prefix.len()..].starts_with("t-")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_names_are_readable() {
+        let n = Naming::default();
+        assert_eq!(
+            n.main_set_name("blocklist", Some(Family::V4)),
+            "ipm4-blocklist"
+        );
+        assert_eq!(
+            n.main_set_name("blocklist", Some(Family::V6)),
+            "ipm6-blocklist"
+        );
+        assert_eq!(n.main_set_name("macs", None), "ipmx-macs");
+    }
+
+    #[test]
+    fn long_names_are_truncated_with_a_stable_hash() {
+        let n = Naming::default();
+        let a = n.main_set_name(
+            "a-very-long-policy-name-for-the-edge-nodes",
+            Some(Family::V4),
+        );
+        let b = n.main_set_name(
+            "a-very-long-policy-name-for-the-edge-nodes-2",
+            Some(Family::V4),
+        );
+        assert!(a.len() <= MAX_SET_NAME_LEN);
+        assert!(a.starts_with("ipm4-a-very-long-policy-"), "{a}");
+        assert!(!a.contains("--"), "{a}");
+        assert_eq!(a.rsplit('-').next().unwrap().len(), 6);
+        assert_ne!(a, b);
+        assert_eq!(
+            a,
+            n.main_set_name(
+                "a-very-long-policy-name-for-the-edge-nodes",
+                Some(Family::V4)
+            )
+        );
+        assert!(n.owns(&a));
+    }
+
+    #[test]
+    fn ownership_is_exact() {
+        let n = Naming::default();
+        for owned in ["ipm4-x", "ipm6-x", "ipmx-x", "ipmt-1f"] {
+            assert!(n.owns(owned), "{owned}");
+        }
+        for foreign in [
+            "KUBE-SRC-ABC",
+            "cali40all-hosts",
+            "ipm",
+            "ipm4-",
+            "ipmz-x",
+            "ipm4x",
+            "myipm4-x",
+            "IPM4-x",
+        ] {
+            assert!(!n.owns(foreign), "{foreign}");
+        }
+        assert!(n.is_temp("ipmt-1f"));
+        assert!(!n.is_temp("ipm4-t"));
+    }
+
+    #[test]
+    fn prefix_rules() {
+        assert!(Naming::new("ipm2").is_ok());
+        assert!(Naming::new("").is_err());
+        assert!(Naming::new("toolongpfx").is_err());
+        assert!(Naming::new("a-b").is_err());
+    }
+}

@@ -1,0 +1,178 @@
+//! Set types, address families and the header a kernel set is created with.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Default `maxelem` of a kernel set (the kernel's own default).
+pub const DEFAULT_MAX_ELEM: u32 = 65536;
+
+/// The ipset types this project manages.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
+pub enum SetType {
+    #[serde(rename = "hash:ip")]
+    HashIp,
+    #[serde(rename = "hash:net")]
+    HashNet,
+    #[serde(rename = "hash:ip,port")]
+    HashIpPort,
+    #[serde(rename = "hash:mac")]
+    HashMac,
+    #[serde(rename = "list:set")]
+    ListSet,
+}
+
+impl SetType {
+    pub const ALL: [SetType; 5] = [
+        SetType::HashIp,
+        SetType::HashNet,
+        SetType::HashIpPort,
+        SetType::HashMac,
+        SetType::ListSet,
+    ];
+
+    /// The name the kernel and the `ipset` tool use for this type.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SetType::HashIp => "hash:ip",
+            SetType::HashNet => "hash:net",
+            SetType::HashIpPort => "hash:ip,port",
+            SetType::HashMac => "hash:mac",
+            SetType::ListSet => "list:set",
+        }
+    }
+
+    /// Whether kernel sets of this type carry an address family in their header.
+    /// hash:mac and list:set are family-less in the kernel.
+    pub fn has_family(self) -> bool {
+        matches!(
+            self,
+            SetType::HashIp | SetType::HashNet | SetType::HashIpPort
+        )
+    }
+
+    pub fn is_hash(self) -> bool {
+        !matches!(self, SetType::ListSet)
+    }
+}
+
+impl fmt::Display for SetType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown set type {0:?} (expected one of hash:ip, hash:net, hash:ip,port, hash:mac, list:set)"
+)]
+pub struct UnknownSetType(pub String);
+
+impl FromStr for SetType {
+    type Err = UnknownSetType;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        SetType::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| UnknownSetType(s.to_string()))
+    }
+}
+
+/// The address family of one kernel set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    /// The word `ipset` uses in headers (`family inet`).
+    pub fn ipset_name(self) -> &'static str {
+        match self {
+            Family::V4 => "inet",
+            Family::V6 => "inet6",
+        }
+    }
+
+    pub fn from_ipset_name(s: &str) -> Option<Family> {
+        match s {
+            "inet" => Some(Family::V4),
+            "inet6" => Some(Family::V6),
+            _ => None,
+        }
+    }
+
+    /// Host prefix length: 32 or 128.
+    pub fn max_prefix(self) -> u8 {
+        match self {
+            Family::V4 => 32,
+            Family::V6 => 128,
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        })
+    }
+}
+
+/// What a set's members are: the set type plus, for typed-address sets, the family.
+/// It decides how members parse, render and are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SetKind {
+    pub set_type: SetType,
+    /// `None` for hash:mac. list:set carries the family of the sets it lists
+    /// (the kernel does not care, but our naming does).
+    pub family: Option<Family>,
+}
+
+impl SetKind {
+    pub fn new(set_type: SetType, family: Option<Family>) -> SetKind {
+        let family = if set_type == SetType::HashMac {
+            None
+        } else {
+            family
+        };
+        SetKind { set_type, family }
+    }
+}
+
+/// The header a kernel set is created with; compared on resync.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SetHeader {
+    pub kind: SetKind,
+    pub max_elem: u32,
+    /// Only a creation hint: the kernel rounds it and grows tables, so it is
+    /// never compared on resync.
+    pub hash_size: Option<u32>,
+}
+
+impl SetHeader {
+    /// Whether a kernel set with header `kernel` can stay in place for `self`.
+    /// Only what changes behaviour counts: type, family and maxelem
+    /// (list:set's `size` is likewise compared through `max_elem`).
+    pub fn compatible_with(&self, kernel: &SetHeader) -> bool {
+        let family_matches =
+            !self.kind.set_type.has_family() || self.kind.family == kernel.kind.family;
+        self.kind.set_type == kernel.kind.set_type
+            && family_matches
+            && self.max_elem == kernel.max_elem
+    }
+}

@@ -1,0 +1,5 @@
+//! ipsetmgr: keeps Linux kernel ipsets equal to declared `IPSetPolicy` resources.
+
+pub mod dataplane;
+pub mod ipset;
+pub mod policy;

@@ -1,0 +1,481 @@
+//! Turning policies into the desired kernel sets of one node, with every
+//! rejection rule of DESIGN.md §3. A policy with any bad input yields no sets
+//! at all (never a partial apply); its existing kernel sets are held as they are.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use super::selector::{self, SelectorError};
+use super::spec::{FamilySpec, IPSetPolicy};
+use crate::ipset::{
+    DEFAULT_MAX_ELEM, Family, Member, MemberError, MemberSet, Naming, SetHeader, SetKind, SetType,
+};
+
+/// Default size of a list:set (the kernel's default).
+pub const DEFAULT_LIST_SIZE: u32 = 8;
+/// At most this many member errors are reported per policy.
+const MAX_MEMBER_ERRORS: usize = 10;
+
+/// One kernel set this node should hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DesiredSet {
+    pub name: String,
+    pub policy: String,
+    pub header: SetHeader,
+    pub members: MemberSet,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyErrorKind {
+    #[error("invalid policy name: {0}")]
+    BadName(&'static str),
+    #[error("{0}")]
+    Member(#[from] MemberError),
+    #[error("is an {found} member but the policy family is {expected}")]
+    WrongFamily { found: Family, expected: Family },
+    #[error("{count} members exceed maxElem {max}")]
+    TooManyMembers { count: usize, max: u32 },
+    #[error("list:set refers to policy {0:?}, which does not exist on this node")]
+    ListSetMissing(String),
+    #[error("list:set cannot contain itself")]
+    ListSetSelf,
+    #[error("list:set cannot contain another list:set ({0:?}): the kernel forbids nesting")]
+    ListSetNested(String),
+    #[error("list:set refers to policy {0:?}, which has no {1} set")]
+    ListSetFamily(String, Family),
+    #[error("{0}")]
+    Selector(#[from] SelectorError),
+    #[error("is defined more than once")]
+    Duplicate,
+    #[error("and {0} more bad members")]
+    More(usize),
+}
+
+/// A rejection, naming the policy, the member (when there is one) and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyError {
+    pub policy: String,
+    pub member: Option<String>,
+    pub kind: PolicyErrorKind,
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.member {
+            // escape_debug shows control characters (an injected newline) as text.
+            Some(m) => write!(
+                f,
+                "policy {:?}: member \"{}\" rejected: {}",
+                self.policy,
+                m.escape_debug(),
+                self.kind
+            ),
+            None => write!(f, "policy {:?}: {}", self.policy, self.kind),
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+/// What one node should hold, and what went wrong.
+#[derive(Debug, Default)]
+pub struct Compiled {
+    pub sets: Vec<DesiredSet>,
+    /// Policies with errors; their kernel sets are held untouched.
+    pub errors: Vec<PolicyError>,
+    /// Kernel names of failed policies' sets: never modified nor deleted.
+    pub held: Vec<String>,
+    /// Policies whose nodeSelector does not select this node.
+    pub not_selected: Vec<String>,
+}
+
+impl Compiled {
+    /// Policy name → its errors, for reports.
+    pub fn errors_by_policy(&self) -> BTreeMap<&str, Vec<&PolicyError>> {
+        let mut m: BTreeMap<&str, Vec<&PolicyError>> = BTreeMap::new();
+        for e in &self.errors {
+            m.entry(e.policy.as_str()).or_default().push(e);
+        }
+        m
+    }
+}
+
+fn check_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() || name.len() > 253 {
+        return Err("must be 1 to 253 characters");
+    }
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    let ends_ok = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    if !ok_chars || !ends_ok(name.as_bytes()[0]) || !ends_ok(name.as_bytes()[name.len() - 1]) {
+        return Err("must be a lowercase DNS subdomain (a-z, 0-9, '-', '.')");
+    }
+    Ok(())
+}
+
+fn families(spec_family: FamilySpec, set_type: SetType) -> Vec<Option<Family>> {
+    if set_type == SetType::HashMac {
+        return vec![None];
+    }
+    match spec_family {
+        FamilySpec::IPv4 => vec![Some(Family::V4)],
+        FamilySpec::IPv6 => vec![Some(Family::V6)],
+        FamilySpec::Dual => vec![Some(Family::V4), Some(Family::V6)],
+    }
+}
+
+fn max_elem(policy: &IPSetPolicy) -> u32 {
+    match policy.spec.set_type {
+        SetType::ListSet => policy.spec.max_elem.unwrap_or(DEFAULT_LIST_SIZE),
+        _ => policy.spec.max_elem.unwrap_or(DEFAULT_MAX_ELEM),
+    }
+}
+
+/// Compile `policies` for one node. `node_labels`: `None` ignores node
+/// selectors (file mode without labels), `Some` evaluates them.
+pub fn compile(
+    policies: &[IPSetPolicy],
+    naming: &Naming,
+    node_labels: Option<&BTreeMap<String, String>>,
+) -> Compiled {
+    let mut out = Compiled::default();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for p in policies {
+        *seen
+            .entry(p.metadata.name.as_deref().unwrap_or(""))
+            .or_default() += 1;
+    }
+
+    // Selection first: list:set references resolve against selected policies.
+    let mut selected: HashMap<&str, &IPSetPolicy> = HashMap::new();
+    let mut candidates = Vec::new();
+    for p in policies {
+        let name = p.metadata.name.as_deref().unwrap_or("");
+        let fail = |kind| PolicyError {
+            policy: name.to_string(),
+            member: None,
+            kind,
+        };
+        if let Err(why) = check_name(name) {
+            out.errors.push(fail(PolicyErrorKind::BadName(why)));
+            continue;
+        }
+        if seen[name] > 1 {
+            if !out.errors.iter().any(|e| e.policy == name) {
+                out.errors.push(fail(PolicyErrorKind::Duplicate));
+                hold(&mut out.held, naming, p);
+            }
+            continue;
+        }
+        if let Some(labels) = node_labels {
+            match selector::matches(p.spec.node_selector.as_ref(), labels) {
+                Ok(true) => {}
+                Ok(false) => {
+                    out.not_selected.push(name.to_string());
+                    continue;
+                }
+                Err(e) => {
+                    out.errors.push(fail(e.into()));
+                    hold(&mut out.held, naming, p);
+                    continue;
+                }
+            }
+        }
+        selected.insert(name, p);
+        candidates.push((name, p));
+    }
+
+    for (name, p) in candidates {
+        match compile_one(name, p, naming, &selected) {
+            Ok(sets) => out.sets.extend(sets),
+            Err(errs) => {
+                out.errors.extend(errs);
+                hold(&mut out.held, naming, p);
+            }
+        }
+    }
+    out
+}
+
+fn hold(held: &mut Vec<String>, naming: &Naming, p: &IPSetPolicy) {
+    let name = p.metadata.name.as_deref().unwrap_or("");
+    for fam in [Some(Family::V4), Some(Family::V6), None] {
+        held.push(naming.main_set_name(name, fam));
+    }
+}
+
+fn compile_one(
+    name: &str,
+    p: &IPSetPolicy,
+    naming: &Naming,
+    selected: &HashMap<&str, &IPSetPolicy>,
+) -> Result<Vec<DesiredSet>, Vec<PolicyError>> {
+    let set_type = p.spec.set_type;
+    let fams = families(p.spec.family, set_type);
+    let mut errors = Vec::new();
+    let mut bad_members = 0usize;
+    let mut reject = |member: &str, kind: PolicyErrorKind, errors: &mut Vec<PolicyError>| {
+        bad_members += 1;
+        if errors.len() < MAX_MEMBER_ERRORS {
+            errors.push(PolicyError {
+                policy: name.to_string(),
+                member: Some(member.to_string()),
+                kind,
+            });
+        }
+    };
+
+    let mut sets: Vec<MemberSet> = fams
+        .iter()
+        .map(|f| {
+            MemberSet::with_capacity(
+                SetKind::new(set_type, *f),
+                p.spec.members.len() / fams.len(),
+            )
+        })
+        .collect();
+    let slot = |f: Option<Family>| fams.iter().position(|x| *x == f);
+
+    for raw in &p.spec.members {
+        if set_type == SetType::ListSet {
+            match list_member(name, raw, naming, selected, &fams) {
+                Ok(per_family) => {
+                    for (i, m) in per_family.into_iter().enumerate() {
+                        sets[i].insert(m);
+                    }
+                }
+                Err(kind) => reject(raw, kind, &mut errors),
+            }
+            continue;
+        }
+        match Member::parse_user(set_type, raw) {
+            Ok(parsed) => match slot(parsed.family) {
+                Some(i) => {
+                    for m in parsed.members {
+                        sets[i].insert(m);
+                    }
+                }
+                None => {
+                    let expected = fams[0].unwrap_or(Family::V4);
+                    let found = parsed.family.unwrap_or(Family::V4);
+                    reject(
+                        raw,
+                        PolicyErrorKind::WrongFamily { found, expected },
+                        &mut errors,
+                    );
+                }
+            },
+            Err(e) => reject(raw, e.into(), &mut errors),
+        }
+    }
+    if bad_members > errors.len() {
+        errors.push(PolicyError {
+            policy: name.to_string(),
+            member: None,
+            kind: PolicyErrorKind::More(bad_members - errors.len()),
+        });
+    }
+    let max = max_elem(p);
+    for s in &sets {
+        if s.len() > max as usize {
+            errors.push(PolicyError {
+                policy: name.to_string(),
+                member: None,
+                kind: PolicyErrorKind::TooManyMembers {
+                    count: s.len(),
+                    max,
+                },
+            });
+            break;
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(fams
+        .iter()
+        .zip(sets)
+        .map(|(f, members)| DesiredSet {
+            name: naming.main_set_name(name, *f),
+            policy: name.to_string(),
+            header: SetHeader {
+                kind: SetKind::new(set_type, *f),
+                max_elem: max,
+                hash_size: p.spec.hash_size.filter(|_| set_type.is_hash()),
+            },
+            members,
+        })
+        .collect())
+}
+
+/// Resolve a list:set member (a policy name) to the listed kernel set, one
+/// per family of the list.
+fn list_member(
+    own: &str,
+    raw: &str,
+    naming: &Naming,
+    selected: &HashMap<&str, &IPSetPolicy>,
+    fams: &[Option<Family>],
+) -> Result<Vec<Member>, PolicyErrorKind> {
+    if raw.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(MemberError::ForbiddenCharacters.into());
+    }
+    if check_name(raw).is_err() {
+        return Err(MemberError::BadSetName.into());
+    }
+    if raw == own {
+        return Err(PolicyErrorKind::ListSetSelf);
+    }
+    let target = selected
+        .get(raw)
+        .ok_or_else(|| PolicyErrorKind::ListSetMissing(raw.to_string()))?;
+    if target.spec.set_type == SetType::ListSet {
+        return Err(PolicyErrorKind::ListSetNested(raw.to_string()));
+    }
+    let target_fams = families(target.spec.family, target.spec.set_type);
+    fams.iter()
+        .map(|f| {
+            let f = if target.spec.set_type == SetType::HashMac {
+                None
+            } else {
+                *f
+            };
+            if target_fams.contains(&f) {
+                Ok(Member::Set(naming.main_set_name(raw, f).into()))
+            } else {
+                Err(PolicyErrorKind::ListSetFamily(
+                    raw.to_string(),
+                    f.unwrap_or(Family::V4),
+                ))
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::IPSetPolicySpec;
+
+    fn policy(name: &str, t: SetType, fam: FamilySpec, members: &[&str]) -> IPSetPolicy {
+        IPSetPolicy::new(
+            name,
+            IPSetPolicySpec {
+                set_type: t,
+                family: fam,
+                members: members.iter().map(|s| s.to_string()).collect(),
+                node_selector: None,
+                max_elem: None,
+                hash_size: None,
+            },
+        )
+    }
+
+    #[test]
+    fn dual_splits_and_dedupes() {
+        let p = policy(
+            "mix",
+            SetType::HashNet,
+            FamilySpec::Dual,
+            &["10.0.0.1/8", "10.9.9.9/8", "2001:db8::/32", "0.0.0.0/0"],
+        );
+        let c = compile(&[p], &Naming::default(), None);
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        assert_eq!(c.sets.len(), 2);
+        assert_eq!(c.sets[0].name, "ipm4-mix");
+        assert_eq!(
+            c.sets[0].members.sorted_strings(),
+            ["0.0.0.0/1", "10.0.0.0/8", "128.0.0.0/1"]
+        );
+        assert_eq!(c.sets[1].members.sorted_strings(), ["2001:db8::/32"]);
+    }
+
+    #[test]
+    fn a_bad_member_fails_the_whole_policy_only() {
+        let bad = policy(
+            "bad",
+            SetType::HashIp,
+            FamilySpec::IPv4,
+            &["10.0.0.1", "1.2.3.4\ndestroy KUBE-X", "::1", "example.com"],
+        );
+        let good = policy("good", SetType::HashIp, FamilySpec::IPv4, &["10.0.0.2"]);
+        let c = compile(&[bad, good], &Naming::default(), None);
+        assert_eq!(c.sets.len(), 1);
+        assert_eq!(c.sets[0].policy, "good");
+        let msgs: Vec<String> = c.errors.iter().map(|e| e.to_string()).collect();
+        assert_eq!(msgs.len(), 3, "{msgs:?}");
+        assert!(
+            msgs[0].contains(r#"member "1.2.3.4\ndestroy KUBE-X" rejected: contains whitespace"#),
+            "{}",
+            msgs[0]
+        );
+        assert!(
+            msgs[1].contains("IPv6 member but the policy family is IPv4"),
+            "{}",
+            msgs[1]
+        );
+        assert!(msgs[2].contains("host name"), "{}", msgs[2]);
+        assert!(c.held.contains(&"ipm4-bad".to_string()));
+    }
+
+    #[test]
+    fn max_elem_is_enforced_after_dedup() {
+        let mut p = policy(
+            "small",
+            SetType::HashIp,
+            FamilySpec::IPv4,
+            &["10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.3"],
+        );
+        p.spec.max_elem = Some(2);
+        let c = compile(&[p], &Naming::default(), None);
+        assert_eq!(
+            c.errors[0].kind,
+            PolicyErrorKind::TooManyMembers { count: 3, max: 2 }
+        );
+    }
+
+    #[test]
+    fn list_set_references() {
+        let a = policy("a", SetType::HashIp, FamilySpec::IPv4, &[]);
+        let l = policy("l", SetType::ListSet, FamilySpec::IPv4, &["a"]);
+        let nested = policy("n", SetType::ListSet, FamilySpec::IPv4, &["l"]);
+        let selfref = policy("s", SetType::ListSet, FamilySpec::IPv4, &["s"]);
+        let missing = policy("m", SetType::ListSet, FamilySpec::IPv4, &["nope"]);
+        let v6 = policy("v6", SetType::ListSet, FamilySpec::IPv6, &["a"]);
+        let c = compile(
+            &[a, l, nested, selfref, missing, v6],
+            &Naming::default(),
+            None,
+        );
+        let l_set = c.sets.iter().find(|s| s.policy == "l").unwrap();
+        assert_eq!(l_set.members.sorted_strings(), ["ipm4-a"]);
+        let kinds: Vec<_> = c
+            .errors
+            .iter()
+            .map(|e| (e.policy.as_str(), e.kind.clone()))
+            .collect();
+        assert!(kinds.contains(&("n", PolicyErrorKind::ListSetNested("l".into()))));
+        assert!(kinds.contains(&("s", PolicyErrorKind::ListSetSelf)));
+        assert!(kinds.contains(&("m", PolicyErrorKind::ListSetMissing("nope".into()))));
+        assert!(kinds.contains(&("v6", PolicyErrorKind::ListSetFamily("a".into(), Family::V6))));
+    }
+
+    #[test]
+    fn selectors_and_names() {
+        let mut edge = policy("edge", SetType::HashIp, FamilySpec::IPv4, &[]);
+        edge.spec.node_selector = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some([("role".to_string(), "edge".to_string())].into()),
+                match_expressions: None,
+            },
+        );
+        let upper = policy("Upper", SetType::HashIp, FamilySpec::IPv4, &[]);
+        let labels = BTreeMap::new();
+        let c = compile(&[edge.clone(), upper], &Naming::default(), Some(&labels));
+        assert_eq!(c.not_selected, ["edge"]);
+        assert!(matches!(c.errors[0].kind, PolicyErrorKind::BadName(_)));
+        let c = compile(&[edge], &Naming::default(), None);
+        assert_eq!(c.sets.len(), 1);
+    }
+}

@@ -1,0 +1,120 @@
+//! The `IPSetPolicy` resource: one Rust type for the CRD and for policy files.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::ipset::SetType;
+
+/// Which address families a policy's sets are created for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum FamilySpec {
+    #[default]
+    IPv4,
+    IPv6,
+    /// One set per family; members are split by their family.
+    Dual,
+}
+
+/// Desired content of one ipset (or one per family) on every selected node.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "ipsetmgr.io",
+    version = "v1alpha1",
+    kind = "IPSetPolicy",
+    plural = "ipsetpolicies",
+    shortname = "ipsp",
+    status = "IPSetPolicyStatus",
+    printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.type"}"#,
+    printcolumn = r#"{"name":"Family","type":"string","jsonPath":".spec.family"}"#,
+    printcolumn = r#"{"name":"Synced","type":"string","description":"Selected nodes whose kernel holds the policy, of all selected","jsonPath":".status.summary.syncedText"}"#,
+    printcolumn = r#"{"name":"Problems","type":"integer","description":"Discrepancies repaired by the last resync, summed over nodes","jsonPath":".status.summary.problems"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct IPSetPolicySpec {
+    /// The kernel set type: hash:ip, hash:net, hash:ip,port, hash:mac or list:set.
+    #[serde(rename = "type")]
+    pub set_type: SetType,
+    /// Address family of the sets: IPv4 (default), IPv6, or Dual (one set per
+    /// family, members split by family). Ignored by hash:mac.
+    #[serde(default)]
+    pub family: FamilySpec,
+    /// Set members in ipset syntax: addresses (hash:ip), CIDRs (hash:net, with an
+    /// optional " nomatch"), "ADDRESS,PROTO:PORT" (hash:ip,port), MAC addresses
+    /// (hash:mac) or names of other IPSetPolicies (list:set). Host names are
+    /// rejected.
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// Nodes that get this policy's sets; absent means every node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+    /// Maximum number of members of each kernel set (default 65536). More members
+    /// than this are an error, not a crash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_elem: Option<u32>,
+    /// Initial hash table size of each kernel set (hash types only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 64))]
+    pub hash_size: Option<u32>,
+}
+
+/// Observed state, written by the agents.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IPSetPolicyStatus {
+    /// One entry per selected node, each written by that node's agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeStatus>,
+    /// Totals over `nodes`, written by one elected agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<StatusSummary>,
+}
+
+/// The state of a policy's sets on one node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    /// The node this entry describes.
+    pub node_name: String,
+    /// The policy generation the node last applied.
+    #[serde(default)]
+    pub observed_generation: i64,
+    /// Whether the node's kernel holds exactly the desired sets.
+    #[serde(default)]
+    pub synced: bool,
+    /// Kernel set names on this node (usable in iptables rules).
+    #[serde(default)]
+    pub set_names: Vec<String>,
+    /// Members across this policy's sets on the node.
+    #[serde(default)]
+    pub members: i64,
+    /// Discrepancies found and repaired by the last resync.
+    #[serde(default)]
+    pub problems: i64,
+    /// When the node last confirmed the kernel state (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<String>,
+    /// Human-readable reason when not synced.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+/// Totals over the per-node entries.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusSummary {
+    /// Nodes selected by the policy.
+    pub nodes: i64,
+    /// Selected nodes reporting synced for the current generation.
+    pub synced: i64,
+    /// "synced/nodes", for `kubectl get`.
+    #[serde(default)]
+    pub synced_text: String,
+    /// Problems summed over nodes.
+    pub problems: i64,
+    /// The generation the summary describes.
+    pub observed_generation: i64,
+}
