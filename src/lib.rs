@@ -2,4 +2,5 @@
 
 pub mod dataplane;
 pub mod ipset;
+pub mod manager;
 pub mod policy;

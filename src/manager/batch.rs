@@ -1,0 +1,120 @@
+//! Building the one batch of operations that brings every dirty set in line.
+
+use std::ops::Range;
+
+use crate::dataplane::Op;
+use crate::ipset::SetType;
+
+use super::state::{Belief, SetState};
+
+/// How one set will be written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Deltas against known kernel content.
+    Delta,
+    /// New set: create and fill.
+    Create,
+    /// Fill a temp set and swap it in (atomic for rules matching on it).
+    TempSwap,
+    /// The kernel set has another type/family and nothing references it:
+    /// destroy and recreate.
+    Recreate,
+}
+
+/// Choose how to write `s`. `Err` explains why it cannot be written safely.
+pub fn plan_for(s: &SetState) -> Result<Plan, String> {
+    if !s.replace {
+        return Ok(Plan::Delta);
+    }
+    match &s.kernel {
+        Belief::Unknown | Belief::Absent => Ok(Plan::Create),
+        Belief::Present { kind, .. } if *kind == Some(s.header.kind) => Ok(Plan::TempSwap),
+        Belief::Present { references: 0, .. } => Ok(Plan::Recreate),
+        Belief::Present { kind, references } => Err(format!(
+            "the kernel set has type {} but the policy wants {}; it is referenced {} time(s) \
+             (iptables rule or list:set), so it is not replaced: remove the references or \
+             recreate the policy under another name",
+            kind.map_or("(unmanaged)".to_string(), |k| describe_kind(
+                k.set_type, k.family
+            )),
+            describe_kind(s.header.kind.set_type, s.header.kind.family),
+            references
+        )),
+    }
+}
+
+fn describe_kind(t: SetType, f: Option<crate::ipset::Family>) -> String {
+    match f {
+        Some(f) if t.has_family() => format!("{t} {}", f.ipset_name()),
+        _ => t.to_string(),
+    }
+}
+
+/// The operations for one set, appended to `ops`. `temp` is the temp set
+/// name to use for [`Plan::TempSwap`].
+pub fn push_ops<'a>(
+    ops: &mut Vec<Op<'a>>,
+    name: &'a str,
+    s: &'a SetState,
+    plan: Plan,
+    temp: &'a str,
+) {
+    match plan {
+        Plan::Delta => {
+            if !s.pending_dels.is_empty() {
+                ops.push(Op::Del {
+                    set: name,
+                    members: &s.pending_dels,
+                });
+            }
+            if !s.pending_adds.is_empty() {
+                ops.push(Op::Add {
+                    set: name,
+                    members: &s.pending_adds,
+                });
+            }
+        }
+        Plan::Create | Plan::Recreate => {
+            if plan == Plan::Recreate {
+                ops.push(Op::Destroy { set: name });
+            }
+            ops.push(Op::Create {
+                set: name,
+                header: &s.header,
+            });
+            if !s.members.is_empty() {
+                ops.push(Op::Add {
+                    set: name,
+                    members: &s.members,
+                });
+            }
+        }
+        Plan::TempSwap => {
+            ops.push(Op::Create {
+                set: temp,
+                header: &s.header,
+            });
+            if !s.members.is_empty() {
+                ops.push(Op::Add {
+                    set: temp,
+                    members: &s.members,
+                });
+            }
+            ops.push(Op::Swap { a: name, b: temp });
+            ops.push(Op::Destroy { set: temp });
+        }
+    }
+}
+
+/// Which set a range of operations belongs to.
+#[derive(Clone, Debug)]
+pub struct OpSpan {
+    pub set: String,
+    pub ops: Range<usize>,
+    pub temp: Option<String>,
+}
+
+/// The set owning operation `index`.
+pub fn span_of(spans: &[OpSpan], index: usize) -> Option<&OpSpan> {
+    spans.iter().find(|s| s.ops.contains(&index))
+}

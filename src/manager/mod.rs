@@ -1,0 +1,562 @@
+//! The host-side manager (DESIGN.md §4): owns a prefix-named family of
+//! kernel sets, applies changes in one batch with backoff, resyncs against
+//! the kernel to repair drift, deletes what nobody wants, isolates sets that
+//! keep failing, and reports per set.
+
+mod batch;
+pub mod report;
+mod resync;
+mod state;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::time::{Duration, Instant};
+
+use crate::dataplane::{BatchError, Dataplane, DataplaneError, Op};
+use crate::ipset::{Naming, SetType};
+use crate::policy::DesiredSet;
+
+pub use batch::Plan;
+pub use report::{ApplyOutcome, DeletionReport, SetReport};
+use state::{Failure, SetState};
+
+/// Tunables; the defaults are the design's.
+#[derive(Clone, Debug)]
+pub struct ManagerConfig {
+    pub naming: Naming,
+    /// Attempts per `apply_updates` (the seed's 10).
+    pub max_attempts: u32,
+    /// First retry delay, doubled after each failed attempt.
+    pub initial_backoff: Duration,
+    /// First retry delay of an isolated set, doubled per failure.
+    pub set_retry_base: Duration,
+    pub set_retry_max: Duration,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        ManagerConfig {
+            naming: Naming::default(),
+            max_attempts: 10,
+            initial_backoff: Duration::from_millis(1),
+            set_retry_base: Duration::from_secs(1),
+            set_retry_max: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Which sets the next resync must read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ResyncNeed {
+    None,
+    /// Re-read these sets (touched by a failed batch); not drift.
+    Sets(BTreeSet<String>),
+    /// List and read every owned set; discrepancies count as problems.
+    Full,
+}
+
+/// A set-level failure counter: errors that are not clearly set-specific
+/// isolate a set only when they repeat.
+const ISOLATE_AFTER_REPEATS: u32 = 3;
+
+pub struct Manager<D: Dataplane> {
+    dp: D,
+    config: ManagerConfig,
+    /// Desired sets by kernel name.
+    sets: BTreeMap<String, SetState>,
+    /// Names of failed policies' sets: never modified nor deleted.
+    held: HashSet<String>,
+    /// Owned set names seen in the kernel (last listing, plus our own creates).
+    existing: BTreeSet<String>,
+    pending_deletions: BTreeSet<String>,
+    pending_temp_deletions: BTreeSet<String>,
+    /// Sets that could not be deleted, with the reason (retried at resync).
+    deletion_errors: BTreeMap<String, String>,
+    resync: ResyncNeed,
+    /// Unsupported set types learned from the backend or a failed batch.
+    unsupported: HashSet<SetType>,
+    temp_counter: u64,
+    sleep: Box<dyn FnMut(Duration) + Send>,
+}
+
+impl<D: Dataplane> Manager<D> {
+    pub fn new(dp: D, config: ManagerConfig) -> Manager<D> {
+        // Temp names only need to be unique among this manager's live temp
+        // sets; seeding from the clock keeps restarts from colliding with
+        // leftovers before the first resync cleans them.
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64 & 0xffff_ffff);
+        Manager {
+            dp,
+            config,
+            sets: BTreeMap::new(),
+            held: HashSet::new(),
+            existing: BTreeSet::new(),
+            pending_deletions: BTreeSet::new(),
+            pending_temp_deletions: BTreeSet::new(),
+            deletion_errors: BTreeMap::new(),
+            resync: ResyncNeed::Full,
+            unsupported: HashSet::new(),
+            temp_counter: seed,
+            sleep: Box::new(std::thread::sleep),
+        }
+    }
+
+    /// Replace the sleep used for backoff (tests count instead of sleeping).
+    pub fn with_sleep(mut self, sleep: impl FnMut(Duration) + Send + 'static) -> Self {
+        self.sleep = Box::new(sleep);
+        self
+    }
+
+    pub fn naming(&self) -> &Naming {
+        &self.config.naming
+    }
+
+    pub fn dataplane(&self) -> &D {
+        &self.dp
+    }
+
+    pub fn dataplane_mut(&mut self) -> &mut D {
+        &mut self.dp
+    }
+
+    /// Declare the complete desired state. `held` names sets of failed
+    /// policies, which are left exactly as they are in the kernel.
+    pub fn set_desired(
+        &mut self,
+        desired: Vec<DesiredSet>,
+        held: impl IntoIterator<Item = String>,
+    ) {
+        self.held = held.into_iter().collect();
+        let mut wanted = BTreeSet::new();
+        for d in desired {
+            wanted.insert(d.name.clone());
+            self.pending_deletions.remove(&d.name);
+            match self.sets.get_mut(&d.name) {
+                Some(s) => {
+                    s.update(d.policy, d.header, d.members);
+                }
+                None => {
+                    let mut s = SetState::new(d.policy, d.header, d.members);
+                    if self.resync == ResyncNeed::Full {
+                        // The coming full resync reads it.
+                    } else if !self.existing.contains(&d.name) {
+                        s.kernel = state::Belief::Absent;
+                    } else {
+                        self.queue_set_read(&d.name);
+                    }
+                    self.sets.insert(d.name, s);
+                }
+            }
+        }
+        let gone: Vec<String> = self
+            .sets
+            .keys()
+            .filter(|n| !wanted.contains(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.sets.remove(&name);
+            if !self.held.contains(&name) && self.existing.contains(&name) {
+                self.pending_deletions.insert(name);
+            }
+        }
+        self.pending_deletions.retain(|n| !self.held.contains(n));
+    }
+
+    fn queue_set_read(&mut self, name: &str) {
+        match &mut self.resync {
+            ResyncNeed::Full => {}
+            ResyncNeed::Sets(s) => {
+                s.insert(name.to_string());
+            }
+            ResyncNeed::None => self.resync = ResyncNeed::Sets([name.to_string()].into()),
+        }
+    }
+
+    /// Ask for a full resync before the next update (periodic, or on demand).
+    pub fn queue_resync(&mut self) {
+        self.resync = ResyncNeed::Full;
+    }
+
+    /// Whether an isolated set's retry time has come.
+    pub fn retry_due(&self) -> bool {
+        let now = Instant::now();
+        self.sets
+            .values()
+            .any(|s| s.failure.as_ref().is_some_and(|f| f.retry_at <= now))
+    }
+
+    /// The earliest retry time of an isolated set.
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.sets
+            .values()
+            .filter_map(|s| s.failure.as_ref().map(|f| f.retry_at))
+            .min()
+    }
+
+    /// Bring the kernel in line: resync when required, remove leftover temp
+    /// sets, send every dirty set in one batch, retrying with exponential
+    /// backoff; then delete sets nobody wants.
+    pub fn apply_updates(&mut self) -> ApplyOutcome {
+        let started = Instant::now();
+        let mut outcome = ApplyOutcome::default();
+        let mut delay = self.config.initial_backoff;
+        let mut repeats: BTreeMap<String, u32> = BTreeMap::new();
+        for attempt in 1..=self.config.max_attempts {
+            outcome.attempts = attempt;
+            if let Err(e) = self.resync_if_needed() {
+                outcome.error = Some(format!("resync failed: {e}"));
+                (self.sleep)(delay);
+                delay *= 2;
+                continue;
+            }
+            outcome.temp_deleted.extend(self.delete_temp_sets());
+            match self.try_updates() {
+                Ok(()) => {
+                    outcome.applied = true;
+                    outcome.error = None;
+                    break;
+                }
+                Err(e) => {
+                    outcome.error = Some(e.to_string());
+                    self.handle_batch_failure(e, &mut repeats);
+                    (self.sleep)(delay);
+                    delay *= 2;
+                }
+            }
+        }
+        outcome.deleted = self.apply_deletions();
+        outcome.duration = started.elapsed();
+        outcome
+    }
+
+    fn resync_if_needed(&mut self) -> Result<(), DataplaneError> {
+        match std::mem::replace(&mut self.resync, ResyncNeed::None) {
+            ResyncNeed::None => Ok(()),
+            ResyncNeed::Full => self
+                .full_resync()
+                .inspect_err(|_| self.resync = ResyncNeed::Full),
+            ResyncNeed::Sets(names) => {
+                let result = self.read_sets(&names, false);
+                if result.is_err() {
+                    self.resync = ResyncNeed::Sets(names);
+                }
+                result
+            }
+        }
+    }
+
+    /// Isolate the set that made the batch fail when the error is about it;
+    /// re-read every set the batch touched.
+    fn handle_batch_failure(&mut self, e: UpdateError, repeats: &mut BTreeMap<String, u32>) {
+        let UpdateError {
+            error,
+            failed_set,
+            touched,
+            temps,
+        } = e;
+        self.pending_temp_deletions.extend(temps);
+        for name in touched {
+            self.queue_set_read(&name);
+        }
+        let Some(set) = failed_set else {
+            return;
+        };
+        let count = repeats.entry(set.clone()).or_default();
+        *count += 1;
+        let about_this_set = error.error.is_set_specific()
+            || matches!(
+                (&error.error, &error.member),
+                (
+                    DataplaneError::SetMissing(_),
+                    Some(crate::ipset::Member::Set(_))
+                )
+            );
+        if let DataplaneError::TypeNotSupported(_) = error.error
+            && let Some(s) = self.sets.get(&set)
+        {
+            self.unsupported.insert(s.header.kind.set_type);
+        }
+        if about_this_set || *count >= ISOLATE_AFTER_REPEATS {
+            let detail = match &error.member {
+                Some(m) => DataplaneError::Other(format!("{} (element {m})", error.error)),
+                None => error.error.clone(),
+            };
+            self.isolate(&set, detail);
+        }
+    }
+
+    fn isolate(&mut self, name: &str, error: DataplaneError) {
+        let Some(s) = self.sets.get_mut(name) else {
+            return;
+        };
+        let attempts = s.failure.as_ref().map_or(0, |f| f.attempts) + 1;
+        let backoff = self
+            .config
+            .set_retry_base
+            .saturating_mul(1u32 << (attempts - 1).min(16))
+            .min(self.config.set_retry_max);
+        tracing::warn!(set = name, policy = %s.policy, %error, retry_in = ?backoff, "set isolated");
+        s.failure = Some(Failure {
+            error,
+            attempts,
+            retry_at: Instant::now() + backoff,
+        });
+    }
+
+    /// Send every dirty, non-waiting set in one batch.
+    fn try_updates(&mut self) -> Result<(), UpdateError> {
+        let now = Instant::now();
+        // Referenced sets first so list:sets can add them; known-unsupported
+        // types are isolated without a round trip.
+        let mut order: Vec<String> = Vec::new();
+        let mut blocked: Vec<(String, DataplaneError)> = Vec::new();
+        for list_pass in [false, true] {
+            for (name, s) in &self.sets {
+                let is_list = s.header.kind.set_type == SetType::ListSet;
+                if is_list != list_pass || !s.dirty || s.waiting(now) {
+                    continue;
+                }
+                let t = s.header.kind.set_type;
+                let unsupported =
+                    self.unsupported.contains(&t) || self.dp.supports(t) == Some(false);
+                if unsupported {
+                    blocked.push((
+                        name.clone(),
+                        DataplaneError::TypeNotSupported(t.to_string()),
+                    ));
+                } else {
+                    order.push(name.clone());
+                }
+            }
+        }
+        for (name, e) in blocked {
+            if let Some(s) = self.sets.get(&name) {
+                self.unsupported.insert(s.header.kind.set_type);
+            }
+            self.isolate(&name, e);
+        }
+        let mut plans = Vec::with_capacity(order.len());
+        for name in order {
+            match batch::plan_for(&self.sets[&name]) {
+                Ok(plan) => plans.push((name, plan)),
+                Err(why) => self.isolate(&name, DataplaneError::Other(why)),
+            }
+        }
+        if plans.is_empty() {
+            return Ok(());
+        }
+        let temps: Vec<String> = plans
+            .iter()
+            .map(|(_, plan)| match plan {
+                Plan::TempSwap => {
+                    self.temp_counter = self.temp_counter.wrapping_add(1);
+                    self.config.naming.temp_set_name(self.temp_counter)
+                }
+                _ => String::new(),
+            })
+            .collect();
+
+        let mut ops: Vec<Op<'_>> = Vec::new();
+        let mut spans = Vec::with_capacity(plans.len());
+        for ((name, plan), temp) in plans.iter().zip(&temps) {
+            let start = ops.len();
+            batch::push_ops(&mut ops, name, &self.sets[name], *plan, temp);
+            spans.push(batch::OpSpan {
+                set: name.clone(),
+                ops: start..ops.len(),
+                temp: (!temp.is_empty()).then(|| temp.clone()),
+            });
+        }
+        let result = self.dp.apply(&ops);
+        drop(ops);
+        match result {
+            Ok(()) => {
+                for (name, _) in &plans {
+                    self.existing.insert(name.clone());
+                    if let Some(s) = self.sets.get_mut(name) {
+                        s.committed();
+                    }
+                }
+                Ok(())
+            }
+            Err(error) => {
+                let failed = batch::span_of(&spans, error.op_index);
+                let failed_set = failed.map(|s| s.set.clone());
+                let upto = failed.map_or(spans.len(), |f| {
+                    spans.iter().position(|s| s.set == f.set).unwrap_or(0) + 1
+                });
+                // Everything up to the failing set may be partly applied.
+                let touched: Vec<String> = spans[..upto].iter().map(|s| s.set.clone()).collect();
+                let temps = spans[..upto]
+                    .iter()
+                    .filter_map(|s| s.temp.clone())
+                    .collect();
+                Err(UpdateError {
+                    error,
+                    failed_set,
+                    touched,
+                    temps,
+                })
+            }
+        }
+    }
+
+    /// Destroy leftover temp sets (found by resync or left by a failed batch).
+    fn delete_temp_sets(&mut self) -> Vec<String> {
+        let mut deleted = Vec::new();
+        for name in std::mem::take(&mut self.pending_temp_deletions) {
+            match self.dp.apply(&[Op::Destroy { set: &name }]) {
+                Ok(()) => deleted.push(name.clone()),
+                Err(e) if matches!(e.error, DataplaneError::SetMissing(_)) => {}
+                Err(e) => {
+                    tracing::warn!(set = %name, error = %e.error, "could not remove temp set");
+                    self.deletion_errors
+                        .insert(name.clone(), e.error.to_string());
+                }
+            }
+            self.existing.remove(&name);
+        }
+        deleted
+    }
+
+    /// Destroy owned sets nobody wants. A set still referenced is reported
+    /// and retried at the next resync; never fatal. Sets that a list:set
+    /// references go after the list:set, so destroys repeat while progress is
+    /// made.
+    fn apply_deletions(&mut self) -> Vec<String> {
+        let mut deleted = Vec::new();
+        let mut todo: Vec<String> = std::mem::take(&mut self.pending_deletions)
+            .into_iter()
+            .collect();
+        loop {
+            let mut in_use = Vec::new();
+            let before = todo.len();
+            for name in todo {
+                if self.held.contains(&name) || self.sets.contains_key(&name) {
+                    continue;
+                }
+                match self.dp.apply(&[Op::Destroy { set: &name }]) {
+                    Ok(()) => {
+                        self.existing.remove(&name);
+                        self.deletion_errors.remove(&name);
+                        deleted.push(name);
+                    }
+                    Err(e) => match e.error {
+                        DataplaneError::SetMissing(_) => {
+                            self.existing.remove(&name);
+                            self.deletion_errors.remove(&name);
+                        }
+                        DataplaneError::InUse(_) => in_use.push((name, e.error.to_string())),
+                        other => {
+                            self.deletion_errors.insert(name, other.to_string());
+                        }
+                    },
+                }
+            }
+            if in_use.is_empty() || in_use.len() == before {
+                for (name, why) in in_use {
+                    tracing::warn!(set = %name, "{why}; retried at the next resync");
+                    self.deletion_errors.insert(name, why);
+                }
+                break;
+            }
+            todo = in_use.into_iter().map(|(n, _)| n).collect();
+        }
+        deleted
+    }
+
+    /// Per desired set: synced, members, problems, error.
+    pub fn report(&self) -> Vec<SetReport> {
+        self.sets
+            .iter()
+            .map(|(name, s)| SetReport {
+                name: name.clone(),
+                policy: s.policy.clone(),
+                synced: s.synced(),
+                members: s.members.len(),
+                problems: s.problems,
+                error: s.failure.as_ref().map(|f| f.error.to_string()),
+                last_sync: s.last_sync,
+            })
+            .collect()
+    }
+
+    /// Owned sets that should be gone but could not be deleted.
+    pub fn deletion_report(&self) -> Vec<DeletionReport> {
+        self.deletion_errors
+            .iter()
+            .map(|(name, error)| DeletionReport {
+                name: name.clone(),
+                error: error.clone(),
+            })
+            .collect()
+    }
+
+    /// Human-readable planned operations for `--dry-run`, after a read-only
+    /// resync. Nothing is sent to the kernel.
+    pub fn plan(&mut self) -> Result<Vec<String>, DataplaneError> {
+        self.resync_if_needed()?;
+        let mut lines = Vec::new();
+        for name in &self.pending_temp_deletions {
+            lines.push(format!("destroy {name} (leftover temp set)"));
+        }
+        for (name, s) in &self.sets {
+            if !s.dirty {
+                continue;
+            }
+            let t = s.header.kind.set_type;
+            if self.unsupported.contains(&t) || self.dp.supports(t) == Some(false) {
+                lines.push(format!(
+                    "skip {name}: set type {t} is not supported by this kernel"
+                ));
+                continue;
+            }
+            match batch::plan_for(s) {
+                Ok(Plan::Delta) => lines.push(format!(
+                    "update {name}: add {}, delete {}",
+                    s.pending_adds.len(),
+                    s.pending_dels.len()
+                )),
+                Ok(Plan::Create) => lines.push(format!(
+                    "create {name} {t} with {} members",
+                    s.members.len()
+                )),
+                Ok(Plan::TempSwap) => lines.push(format!(
+                    "replace {name} atomically (temp set + swap) with {} members",
+                    s.members.len()
+                )),
+                Ok(Plan::Recreate) => lines.push(format!(
+                    "recreate {name} as {t} with {} members (type changed, not referenced)",
+                    s.members.len()
+                )),
+                Err(why) => lines.push(format!("cannot update {name}: {why}")),
+            }
+        }
+        for name in &self.pending_deletions {
+            lines.push(format!("destroy {name} (no policy wants it)"));
+        }
+        Ok(lines)
+    }
+}
+
+/// A failed batch, mapped to sets.
+struct UpdateError {
+    error: BatchError,
+    failed_set: Option<String>,
+    touched: Vec<String>,
+    temps: Vec<String>,
+}
+
+impl std::fmt::Display for UpdateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.failed_set {
+            Some(set) => write!(f, "batch failed at set {set}: {}", self.error.error),
+            None => write!(f, "batch failed: {}", self.error.error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

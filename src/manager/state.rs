@@ -1,0 +1,141 @@
+//! What the manager knows and wants for one kernel set.
+
+use std::time::{Instant, SystemTime};
+
+use crate::dataplane::DataplaneError;
+use crate::ipset::{MemberSet, SetHeader, SetKind};
+
+/// What the manager believes about a set in the kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Belief {
+    /// Never read: the first resync decides.
+    Unknown,
+    Absent,
+    /// Present with this kind (`None`: a type we do not manage) and this many
+    /// references (iptables rules, list:sets) at the last read.
+    Present {
+        kind: Option<SetKind>,
+        references: u32,
+    },
+}
+
+/// A set isolated after a set-specific failure; retried on its own backoff.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub error: DataplaneError,
+    pub attempts: u32,
+    pub retry_at: Instant,
+}
+
+/// One desired set: desired header and members, what the kernel is believed
+/// to hold, and the pending work that closes the gap. The believed kernel
+/// content is `members - pending_adds + pending_dels` (only one full copy of
+/// the members is kept).
+#[derive(Clone, Debug)]
+pub struct SetState {
+    pub policy: String,
+    pub header: SetHeader,
+    pub members: MemberSet,
+    pub kernel: Belief,
+    pub pending_adds: MemberSet,
+    pub pending_dels: MemberSet,
+    /// The whole set must be (re)written: created, or filled into a temp set
+    /// and swapped in.
+    pub replace: bool,
+    pub dirty: bool,
+    /// Discrepancies found by the last resync.
+    pub problems: usize,
+    pub failure: Option<Failure>,
+    pub last_sync: Option<SystemTime>,
+}
+
+impl SetState {
+    pub fn new(policy: String, header: SetHeader, members: MemberSet) -> SetState {
+        let kind = header.kind;
+        SetState {
+            policy,
+            header,
+            members,
+            kernel: Belief::Unknown,
+            pending_adds: MemberSet::new(kind),
+            pending_dels: MemberSet::new(kind),
+            replace: true,
+            dirty: true,
+            problems: 0,
+            failure: None,
+            last_sync: None,
+        }
+    }
+
+    /// Take a new desired state: a delta when only members changed, a full
+    /// rewrite when the header changed. Returns whether anything changed.
+    pub fn update(&mut self, policy: String, header: SetHeader, members: MemberSet) -> bool {
+        self.policy = policy;
+        if header.kind != self.header.kind || header.max_elem != self.header.max_elem {
+            self.header = header;
+            self.pending_adds = MemberSet::new(self.header.kind);
+            self.pending_dels = MemberSet::new(self.header.kind);
+            self.members = members;
+            self.mark_changed();
+            self.replace = true;
+            return true;
+        }
+        self.header.hash_size = header.hash_size;
+        let adds = members.difference(&self.members);
+        let dels = self.members.difference(&members);
+        if adds.is_empty() && dels.is_empty() {
+            return false;
+        }
+        if !self.replace {
+            for m in adds {
+                if !self.pending_dels.remove(&m) {
+                    self.pending_adds.insert(m);
+                }
+            }
+            for m in dels {
+                if !self.pending_adds.remove(&m) {
+                    self.pending_dels.insert(m);
+                }
+            }
+        }
+        self.members = members;
+        self.mark_changed();
+        true
+    }
+
+    fn mark_changed(&mut self) {
+        self.dirty = true;
+        // New content deserves a new try now, whatever failed before.
+        if let Some(f) = &mut self.failure {
+            f.retry_at = Instant::now();
+        }
+    }
+
+    /// Whether the set is skipped by batches because it is isolated and its
+    /// retry time has not come.
+    pub fn waiting(&self, now: Instant) -> bool {
+        self.failure.as_ref().is_some_and(|f| f.retry_at > now)
+    }
+
+    /// The batch carrying this set succeeded: the kernel now holds it.
+    pub fn committed(&mut self) {
+        let references = match self.kernel {
+            Belief::Present { references, .. } => references,
+            _ => 0,
+        };
+        self.kernel = Belief::Present {
+            kind: Some(self.header.kind),
+            references,
+        };
+        self.pending_adds.clear();
+        self.pending_dels.clear();
+        self.replace = false;
+        self.dirty = false;
+        self.failure = None;
+        self.last_sync = Some(SystemTime::now());
+    }
+
+    pub fn synced(&self) -> bool {
+        !self.dirty && self.failure.is_none() && matches!(self.kernel, Belief::Present { .. })
+    }
+}
