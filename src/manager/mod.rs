@@ -75,6 +75,9 @@ pub struct Manager<D: Dataplane> {
     /// Unsupported set types learned from the backend or a failed batch.
     unsupported: HashSet<SetType>,
     temp_counter: u64,
+    /// Sets isolated during the current `apply_updates`: not retried in it,
+    /// whatever their backoff says.
+    isolated_now: HashSet<String>,
     sleep: Box<dyn FnMut(Duration) + Send>,
 }
 
@@ -98,6 +101,7 @@ impl<D: Dataplane> Manager<D> {
             resync: ResyncNeed::Full,
             unsupported: HashSet::new(),
             temp_counter: seed,
+            isolated_now: HashSet::new(),
             sleep: Box::new(std::thread::sleep),
         }
     }
@@ -203,6 +207,7 @@ impl<D: Dataplane> Manager<D> {
         let mut outcome = ApplyOutcome::default();
         let mut delay = self.config.initial_backoff;
         let mut repeats: BTreeMap<String, u32> = BTreeMap::new();
+        self.isolated_now.clear();
         for attempt in 1..=self.config.max_attempts {
             outcome.attempts = attempt;
             if let Err(e) = self.resync_if_needed() {
@@ -298,6 +303,7 @@ impl<D: Dataplane> Manager<D> {
             .saturating_mul(1u32 << (attempts - 1).min(16))
             .min(self.config.set_retry_max);
         tracing::warn!(set = name, policy = %s.policy, %error, retry_in = ?backoff, "set isolated");
+        self.isolated_now.insert(name.to_string());
         s.failure = Some(Failure {
             error,
             attempts,
@@ -315,7 +321,7 @@ impl<D: Dataplane> Manager<D> {
         for list_pass in [false, true] {
             for (name, s) in &self.sets {
                 let is_list = s.header.kind.set_type == SetType::ListSet;
-                if is_list != list_pass || !s.dirty || s.waiting(now) {
+                if is_list != list_pass || !s.dirty || s.waiting(now) || self.isolated_now.contains(name) {
                     continue;
                 }
                 let t = s.header.kind.set_type;

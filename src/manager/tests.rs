@@ -1,1 +1,397 @@
+//! Manager tests on the in-memory kernel model, with faults injected.
 
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::*;
+use crate::dataplane::model::{Fault, ModelDataplane};
+use crate::ipset::{Family, Member, MemberSet, SetHeader, SetKind};
+use crate::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
+
+fn policy(name: &str, t: SetType, members: &[&str]) -> IPSetPolicy {
+    IPSetPolicy::new(
+        name,
+        IPSetPolicySpec {
+            set_type: t,
+            family: FamilySpec::IPv4,
+            members: members.iter().map(|s| s.to_string()).collect(),
+            node_selector: None,
+            max_elem: None,
+            hash_size: None,
+        },
+    )
+}
+
+struct Harness {
+    kernel: ModelDataplane,
+    mgr: Manager<ModelDataplane>,
+    sleeps: Arc<Mutex<Vec<Duration>>>,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let kernel = ModelDataplane::new();
+        let sleeps = Arc::new(Mutex::new(Vec::new()));
+        let log = sleeps.clone();
+        let config = ManagerConfig {
+            set_retry_base: Duration::ZERO,
+            ..ManagerConfig::default()
+        };
+        let mgr = Manager::new(kernel.clone(), config).with_sleep(move |d| log.lock().unwrap().push(d));
+        Harness { kernel, mgr, sleeps }
+    }
+
+    fn desire(&mut self, policies: &[IPSetPolicy]) {
+        let c = compile(policies, &Naming::default(), None);
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        self.mgr.set_desired(c.sets, c.held);
+    }
+
+    fn report(&self, name: &str) -> SetReport {
+        self.mgr.report().into_iter().find(|r| r.name == name).expect("set reported")
+    }
+}
+
+fn ip(s: &str) -> Member {
+    Member::Ip(s.parse().unwrap())
+}
+
+fn v4(t: SetType) -> SetKind {
+    SetKind::new(t, Some(Family::V4))
+}
+
+#[test]
+fn creates_then_sends_only_deltas() {
+    let mut h = Harness::new();
+    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1", "10.0.0.2"])]);
+    let out = h.mgr.apply_updates();
+    assert!(out.applied, "{:?}", out.error);
+    assert_eq!(h.kernel.members("ipm4-a").unwrap(), ["10.0.0.1", "10.0.0.2"]);
+    assert!(h.report("ipm4-a").synced);
+
+    let before = h.kernel.stats();
+    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.2", "10.0.0.3"])]);
+    assert!(h.mgr.apply_updates().applied);
+    assert_eq!(h.kernel.members("ipm4-a").unwrap(), ["10.0.0.2", "10.0.0.3"]);
+    let after = h.kernel.stats();
+    assert_eq!(after.member_ops - before.member_ops, 2, "one del and one add");
+    assert_eq!(after.reads, before.reads, "no resync needed for a delta");
+
+    // Nothing changed: nothing is sent.
+    let before = h.kernel.stats();
+    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.2", "10.0.0.3"])]);
+    assert!(h.mgr.apply_updates().applied);
+    assert_eq!(h.kernel.stats().batches, before.batches);
+}
+
+#[test]
+fn resync_repairs_drift_and_counts_problems() {
+    let mut h = Harness::new();
+    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1", "10.0.0.2", "10.0.0.3"])]);
+    assert!(h.mgr.apply_updates().applied);
+    assert_eq!(h.report("ipm4-a").problems, 0);
+
+    // Out of band: two foreign members added, one member removed.
+    h.kernel.tamper(|sets| {
+        let s = sets.get_mut("ipm4-a").unwrap();
+        s.members.insert(ip("192.0.2.1"));
+        s.members.insert(ip("192.0.2.2"));
+        s.members.remove(&ip("10.0.0.1"));
+    });
+    h.mgr.queue_resync();
+    assert!(h.mgr.apply_updates().applied);
+    assert_eq!(h.kernel.members("ipm4-a").unwrap(), ["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+    assert_eq!(h.report("ipm4-a").problems, 3);
+
+    // Flushed: three missing members.
+    h.kernel.tamper(|sets| sets.get_mut("ipm4-a").unwrap().members.clear());
+    h.mgr.queue_resync();
+    assert!(h.mgr.apply_updates().applied);
+    assert_eq!(h.report("ipm4-a").problems, 3);
+    assert_eq!(h.kernel.members("ipm4-a").unwrap().len(), 3);
+
+    // Destroyed: one problem, recreated.
+    h.kernel.tamper(|sets| {
+        sets.remove("ipm4-a");
+    });
+    h.mgr.queue_resync();
+    assert!(h.mgr.apply_updates().applied);
+    assert_eq!(h.report("ipm4-a").problems, 1);
+    assert_eq!(h.kernel.members("ipm4-a").unwrap().len(), 3);
+
+    // Recreated with another type: one problem, replaced with the right type.
+    h.kernel.tamper(|sets| {
+        sets.remove("ipm4-a");
+    });
+    h.kernel.create_raw(
+        "ipm4-a",
+        SetHeader {
+            kind: v4(SetType::HashNet),
+            max_elem: 65536,
+            hash_size: None,
+        },
+    );
+    h.mgr.queue_resync();
+    assert!(h.mgr.apply_updates().applied);
+    assert_eq!(h.report("ipm4-a").problems, 1);
+    let s = h.kernel.get("ipm4-a").unwrap();
+    assert_eq!(s.header.kind.set_type, SetType::HashIp);
+    assert_eq!(s.members.len(), 3);
+
+    // Other maxelem: replaced atomically through a temp set and swap.
+    h.kernel.tamper(|sets| sets.get_mut("ipm4-a").unwrap().header.max_elem = 1024);
+    h.mgr.queue_resync();
+    assert!(h.mgr.apply_updates().applied);
+    assert_eq!(h.report("ipm4-a").problems, 1);
+    assert_eq!(h.kernel.get("ipm4-a").unwrap().header.max_elem, 65536);
+    assert_eq!(h.kernel.set_names(), ["ipm4-a"], "temp set cleaned up");
+}
+
+#[test]
+fn foreign_sets_untouched_and_leftovers_removed() {
+    let mut h = Harness::new();
+    let hdr = SetHeader {
+        kind: v4(SetType::HashIp),
+        max_elem: 65536,
+        hash_size: None,
+    };
+    h.kernel.create_raw("KUBE-SRC-X", hdr.clone());
+    h.kernel.create_raw("ipm", hdr.clone());
+    h.kernel.create_raw("ipmt-deadbeef", hdr.clone());
+    h.kernel.create_raw("ipm4-old", hdr.clone());
+    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"])]);
+    let out = h.mgr.apply_updates();
+    assert!(out.applied);
+    assert_eq!(out.temp_deleted, ["ipmt-deadbeef"]);
+    assert_eq!(out.deleted, ["ipm4-old"]);
+    assert_eq!(h.kernel.set_names(), ["KUBE-SRC-X", "ipm", "ipm4-a"]);
+}
+
+#[test]
+fn transient_batch_failure_succeeds_after_retry() {
+    let mut h = Harness::new();
+    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"])]);
+    h.kernel.inject(Fault::FailNextBatch(DataplaneError::Unavailable("restore crashed".into())));
+    let out = h.mgr.apply_updates();
+    assert!(out.applied, "{:?}", out.error);
+    assert_eq!(out.attempts, 2);
+    assert_eq!(*h.sleeps.lock().unwrap(), [Duration::from_millis(1)]);
+    assert!(h.report("ipm4-a").synced);
+}
+
+#[test]
+fn backoff_doubles_and_gives_up_after_ten_attempts() {
+    let mut h = Harness::new();
+    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"])]);
+    for _ in 0..10 {
+        h.kernel.inject(Fault::FailNextList(DataplaneError::Unavailable("no kernel".into())));
+    }
+    let out = h.mgr.apply_updates();
+    assert!(!out.applied);
+    assert_eq!(out.attempts, 10);
+    let sleeps = h.sleeps.lock().unwrap().clone();
+    assert_eq!(sleeps.len(), 10);
+    assert_eq!(sleeps[0], Duration::from_millis(1));
+    assert_eq!(sleeps[9], Duration::from_millis(512));
+    assert!(out.error.unwrap().contains("no kernel"));
+    assert!(h.kernel.set_names().is_empty());
+}
+
+#[test]
+fn a_persistently_failing_set_does_not_block_the_others() {
+    let mut h = Harness::new();
+    h.kernel.inject(Fault::FailSet(
+        "ipm4-b".into(),
+        DataplaneError::InvalidElement {
+            set: "ipm4-b".into(),
+            element: "10.0.0.9".into(),
+            reason: "kernel says no".into(),
+        },
+    ));
+    h.desire(&[
+        policy("a", SetType::HashIp, &["10.0.0.1"]),
+        policy("b", SetType::HashIp, &["10.0.0.9"]),
+        policy("c", SetType::HashIp, &["10.0.0.3"]),
+    ]);
+    let out = h.mgr.apply_updates();
+    assert!(out.applied, "{:?}", out.error);
+    assert!(h.report("ipm4-a").synced && h.report("ipm4-c").synced);
+    let b = h.report("ipm4-b");
+    assert!(!b.synced);
+    assert!(b.error.unwrap().contains("kernel says no"));
+    assert_eq!(h.kernel.members("ipm4-c").unwrap(), ["10.0.0.3"]);
+
+    // Once the kernel accepts it, the retry succeeds.
+    h.kernel.clear_faults();
+    assert!(h.mgr.retry_due());
+    assert!(h.mgr.apply_updates().applied);
+    assert!(h.report("ipm4-b").synced);
+}
+
+#[test]
+fn repeated_generic_failures_isolate_the_set() {
+    let mut h = Harness::new();
+    h.kernel.inject(Fault::FailSet("ipm4-b".into(), DataplaneError::Other("mystery".into())));
+    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"]), policy("b", SetType::HashIp, &["10.0.0.2"])]);
+    let out = h.mgr.apply_updates();
+    assert!(out.applied);
+    assert_eq!(out.attempts, ISOLATE_AFTER_REPEATS + 1);
+    assert!(h.report("ipm4-a").synced);
+    assert!(h.report("ipm4-b").error.unwrap().contains("mystery"));
+}
+
+#[test]
+fn unsupported_type_is_isolated_before_sending() {
+    let mut h = Harness::new();
+    h.desire(&[
+        policy("macs", SetType::HashMac, &["aa:bb:cc:dd:ee:ff"]),
+        policy("a", SetType::HashIp, &["10.0.0.1"]),
+    ]);
+    let out = h.mgr.apply_updates();
+    assert!(out.applied);
+    assert_eq!(out.attempts, 1);
+    let r = h.report("ipmx-macs");
+    assert!(!r.synced);
+    assert_eq!(r.error.as_deref(), Some("set type hash:mac is not supported by this kernel"));
+    assert!(h.report("ipm4-a").synced);
+}
+
+#[test]
+fn unsupported_type_learned_from_a_failed_batch() {
+    // A backend that cannot probe types learns from the kernel's answer.
+    struct NoProbe(ModelDataplane);
+    impl Dataplane for NoProbe {
+        fn name(&self) -> &'static str {
+            "noprobe"
+        }
+        fn apply(&mut self, ops: &[Op<'_>]) -> Result<(), BatchError> {
+            self.0.apply(ops)
+        }
+        fn list_owned(&mut self, owned: &dyn Fn(&str) -> bool) -> Result<Vec<String>, DataplaneError> {
+            self.0.list_owned(owned)
+        }
+        fn read_set(&mut self, name: &str) -> Result<Option<crate::dataplane::KernelSet>, DataplaneError> {
+            self.0.read_set(name)
+        }
+    }
+    let kernel = ModelDataplane::new();
+    let mut mgr = Manager::new(NoProbe(kernel.clone()), ManagerConfig::default()).with_sleep(|_| {});
+    let c = compile(
+        &[
+            policy("a", SetType::HashIp, &["10.0.0.1"]),
+            policy("macs", SetType::HashMac, &["aa:bb:cc:dd:ee:ff"]),
+        ],
+        &Naming::default(),
+        None,
+    );
+    mgr.set_desired(c.sets, c.held);
+    let out = mgr.apply_updates();
+    assert!(out.applied);
+    assert_eq!(out.attempts, 2);
+    assert_eq!(kernel.members("ipm4-a").unwrap(), ["10.0.0.1"]);
+    let mac = mgr.report().into_iter().find(|r| r.name == "ipmx-macs").unwrap();
+    assert!(mac.error.unwrap().contains("not supported"));
+}
+
+#[test]
+fn corrupt_listing_leads_to_a_resync_not_a_panic() {
+    let mut h = Harness::new();
+    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"])]);
+    assert!(h.mgr.apply_updates().applied);
+    h.kernel.inject(Fault::CorruptNextRead);
+    h.mgr.queue_resync();
+    let out = h.mgr.apply_updates();
+    assert!(out.applied);
+    assert_eq!(out.attempts, 2);
+    assert!(h.report("ipm4-a").synced);
+}
+
+#[test]
+fn in_use_deletion_is_reported_and_retried() {
+    let mut h = Harness::new();
+    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"]), policy("b", SetType::HashIp, &[])]);
+    assert!(h.mgr.apply_updates().applied);
+    h.kernel.set_external_refs("ipm4-b", 1); // an iptables rule
+    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"])]);
+    let out = h.mgr.apply_updates();
+    assert!(out.applied);
+    assert!(out.deleted.is_empty());
+    let del = h.mgr.deletion_report();
+    assert_eq!(del.len(), 1);
+    assert!(del[0].error.contains("in use"), "{}", del[0].error);
+    assert!(h.kernel.get("ipm4-b").is_some());
+
+    // The rule goes away; the next resync deletes the set.
+    h.kernel.set_external_refs("ipm4-b", 0);
+    h.mgr.queue_resync();
+    let out = h.mgr.apply_updates();
+    assert_eq!(out.deleted, ["ipm4-b"]);
+    assert!(h.mgr.deletion_report().is_empty());
+}
+
+#[test]
+fn list_set_is_emptied_before_its_members_are_destroyed() {
+    let mut h = Harness::new();
+    h.desire(&[
+        policy("a", SetType::HashIp, &["10.0.0.1"]),
+        policy("b", SetType::HashIp, &["10.0.0.2"]),
+        policy("l", SetType::ListSet, &["a", "b"]),
+    ]);
+    assert!(h.mgr.apply_updates().applied, "{:?}", h.mgr.report());
+    assert_eq!(h.kernel.members("ipm4-l").unwrap(), ["ipm4-a", "ipm4-b"]);
+    // b is dropped from the list and deleted in the same run.
+    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"]), policy("l", SetType::ListSet, &["a"])]);
+    let out = h.mgr.apply_updates();
+    assert_eq!(out.deleted, ["ipm4-b"]);
+    // Whole list gone: the list is destroyed before the set it lists.
+    h.desire(&[]);
+    let out = h.mgr.apply_updates();
+    assert_eq!(out.deleted.len(), 2, "{:?}", h.mgr.deletion_report());
+    assert!(h.kernel.set_names().is_empty());
+}
+
+#[test]
+fn type_change_of_a_referenced_set_is_reported_not_forced() {
+    let mut h = Harness::new();
+    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"])]);
+    assert!(h.mgr.apply_updates().applied);
+    h.kernel.set_external_refs("ipm4-a", 1);
+    h.mgr.queue_resync();
+    h.desire(&[policy("a", SetType::HashNet, &["10.0.0.0/8"])]);
+    let out = h.mgr.apply_updates();
+    assert!(out.applied);
+    let r = h.report("ipm4-a");
+    assert!(!r.synced);
+    assert!(r.error.unwrap().contains("referenced 1 time"));
+    assert_eq!(h.kernel.get("ipm4-a").unwrap().header.kind.set_type, SetType::HashIp);
+    // Unreferenced: recreated with the new type.
+    h.kernel.set_external_refs("ipm4-a", 0);
+    h.mgr.queue_resync();
+    assert!(h.mgr.apply_updates().applied);
+    assert_eq!(h.kernel.members("ipm4-a").unwrap(), ["10.0.0.0/8"]);
+}
+
+#[test]
+fn held_sets_of_failed_policies_are_neither_changed_nor_deleted() {
+    let mut h = Harness::new();
+    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"])]);
+    assert!(h.mgr.apply_updates().applied);
+    // The policy now has a bad member: compile holds its set.
+    let c = compile(&[policy("a", SetType::HashIp, &["10.0.0.2", "bad host"])], &Naming::default(), None);
+    assert_eq!(c.errors.len(), 1);
+    h.mgr.set_desired(c.sets, c.held);
+    h.mgr.queue_resync();
+    let out = h.mgr.apply_updates();
+    assert!(out.deleted.is_empty());
+    assert_eq!(h.kernel.members("ipm4-a").unwrap(), ["10.0.0.1"]);
+}
+
+#[test]
+fn memberset_of_a_million_ipv4_is_compact() {
+    let kind = v4(SetType::HashIp);
+    let mut s = MemberSet::with_capacity(kind, 1_000_000);
+    for i in 0..1_000_000u32 {
+        s.insert(Member::Ip(std::net::Ipv4Addr::from(0x0a00_0000 + i).into()));
+    }
+    assert_eq!(s.len(), 1_000_000);
+}
