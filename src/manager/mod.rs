@@ -30,6 +30,9 @@ pub struct ManagerConfig {
     /// First retry delay of an isolated set, doubled per failure.
     pub set_retry_base: Duration,
     pub set_retry_max: Duration,
+    /// Delete owned sets that no policy wants. Off for a one-shot apply of
+    /// some policy files without `--prune`; temp sets are always removed.
+    pub prune: bool,
 }
 
 impl Default for ManagerConfig {
@@ -40,6 +43,7 @@ impl Default for ManagerConfig {
             initial_backoff: Duration::from_millis(1),
             set_retry_base: Duration::from_secs(1),
             set_retry_max: Duration::from_secs(300),
+            prune: true,
         }
     }
 }
@@ -218,7 +222,8 @@ impl<D: Dataplane> Manager<D> {
             }
             outcome.temp_deleted.extend(self.delete_temp_sets());
             match self.try_updates() {
-                Ok(()) => {
+                Ok(written) => {
+                    outcome.written = written;
                     outcome.applied = true;
                     outcome.error = None;
                     break;
@@ -312,7 +317,7 @@ impl<D: Dataplane> Manager<D> {
     }
 
     /// Send every dirty, non-waiting set in one batch.
-    fn try_updates(&mut self) -> Result<(), UpdateError> {
+    fn try_updates(&mut self) -> Result<Vec<(String, Plan)>, UpdateError> {
         let now = Instant::now();
         // Referenced sets first so list:sets can add them; known-unsupported
         // types are isolated without a round trip.
@@ -321,7 +326,11 @@ impl<D: Dataplane> Manager<D> {
         for list_pass in [false, true] {
             for (name, s) in &self.sets {
                 let is_list = s.header.kind.set_type == SetType::ListSet;
-                if is_list != list_pass || !s.dirty || s.waiting(now) || self.isolated_now.contains(name) {
+                if is_list != list_pass
+                    || !s.dirty
+                    || s.waiting(now)
+                    || self.isolated_now.contains(name)
+                {
                     continue;
                 }
                 let t = s.header.kind.set_type;
@@ -351,7 +360,7 @@ impl<D: Dataplane> Manager<D> {
             }
         }
         if plans.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let temps: Vec<String> = plans
             .iter()
@@ -385,7 +394,7 @@ impl<D: Dataplane> Manager<D> {
                         s.committed();
                     }
                 }
-                Ok(())
+                Ok(plans)
             }
             Err(error) => {
                 let failed = batch::span_of(&spans, error.op_index);
@@ -433,6 +442,9 @@ impl<D: Dataplane> Manager<D> {
     /// made.
     fn apply_deletions(&mut self) -> Vec<String> {
         let mut deleted = Vec::new();
+        if !self.config.prune {
+            return deleted;
+        }
         let mut todo: Vec<String> = std::mem::take(&mut self.pending_deletions)
             .into_iter()
             .collect();
@@ -489,6 +501,15 @@ impl<D: Dataplane> Manager<D> {
             .collect()
     }
 
+    /// Owned sets no policy wants, left in place because pruning is off.
+    pub fn unwanted(&self) -> Vec<String> {
+        if self.config.prune {
+            Vec::new()
+        } else {
+            self.pending_deletions.iter().cloned().collect()
+        }
+    }
+
     /// Owned sets that should be gone but could not be deleted.
     pub fn deletion_report(&self) -> Vec<DeletionReport> {
         self.deletion_errors
@@ -541,7 +562,13 @@ impl<D: Dataplane> Manager<D> {
             }
         }
         for name in &self.pending_deletions {
-            lines.push(format!("destroy {name} (no policy wants it)"));
+            if self.config.prune {
+                lines.push(format!("destroy {name} (no policy wants it)"));
+            } else {
+                lines.push(format!(
+                    "keep {name}: no policy wants it (use --prune to delete)"
+                ));
+            }
         }
         Ok(lines)
     }

@@ -30,6 +30,8 @@ pub struct ApplyOutcome {
     pub attempts: u32,
     /// Why the last attempt failed, when `applied` is false.
     pub error: Option<String>,
+    /// Sets written by this call and how.
+    pub written: Vec<(String, super::Plan)>,
     /// Sets deleted by this call.
     pub deleted: Vec<String>,
     /// Owned temp sets removed by this call.

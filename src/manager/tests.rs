@@ -37,8 +37,13 @@ impl Harness {
             set_retry_base: Duration::ZERO,
             ..ManagerConfig::default()
         };
-        let mgr = Manager::new(kernel.clone(), config).with_sleep(move |d| log.lock().unwrap().push(d));
-        Harness { kernel, mgr, sleeps }
+        let mgr =
+            Manager::new(kernel.clone(), config).with_sleep(move |d| log.lock().unwrap().push(d));
+        Harness {
+            kernel,
+            mgr,
+            sleeps,
+        }
     }
 
     fn desire(&mut self, policies: &[IPSetPolicy]) {
@@ -48,7 +53,11 @@ impl Harness {
     }
 
     fn report(&self, name: &str) -> SetReport {
-        self.mgr.report().into_iter().find(|r| r.name == name).expect("set reported")
+        self.mgr
+            .report()
+            .into_iter()
+            .find(|r| r.name == name)
+            .expect("set reported")
     }
 }
 
@@ -66,15 +75,25 @@ fn creates_then_sends_only_deltas() {
     h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1", "10.0.0.2"])]);
     let out = h.mgr.apply_updates();
     assert!(out.applied, "{:?}", out.error);
-    assert_eq!(h.kernel.members("ipm4-a").unwrap(), ["10.0.0.1", "10.0.0.2"]);
+    assert_eq!(
+        h.kernel.members("ipm4-a").unwrap(),
+        ["10.0.0.1", "10.0.0.2"]
+    );
     assert!(h.report("ipm4-a").synced);
 
     let before = h.kernel.stats();
     h.desire(&[policy("a", SetType::HashIp, &["10.0.0.2", "10.0.0.3"])]);
     assert!(h.mgr.apply_updates().applied);
-    assert_eq!(h.kernel.members("ipm4-a").unwrap(), ["10.0.0.2", "10.0.0.3"]);
+    assert_eq!(
+        h.kernel.members("ipm4-a").unwrap(),
+        ["10.0.0.2", "10.0.0.3"]
+    );
     let after = h.kernel.stats();
-    assert_eq!(after.member_ops - before.member_ops, 2, "one del and one add");
+    assert_eq!(
+        after.member_ops - before.member_ops,
+        2,
+        "one del and one add"
+    );
     assert_eq!(after.reads, before.reads, "no resync needed for a delta");
 
     // Nothing changed: nothing is sent.
@@ -87,7 +106,11 @@ fn creates_then_sends_only_deltas() {
 #[test]
 fn resync_repairs_drift_and_counts_problems() {
     let mut h = Harness::new();
-    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1", "10.0.0.2", "10.0.0.3"])]);
+    h.desire(&[policy(
+        "a",
+        SetType::HashIp,
+        &["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+    )]);
     assert!(h.mgr.apply_updates().applied);
     assert_eq!(h.report("ipm4-a").problems, 0);
 
@@ -100,11 +123,15 @@ fn resync_repairs_drift_and_counts_problems() {
     });
     h.mgr.queue_resync();
     assert!(h.mgr.apply_updates().applied);
-    assert_eq!(h.kernel.members("ipm4-a").unwrap(), ["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+    assert_eq!(
+        h.kernel.members("ipm4-a").unwrap(),
+        ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    );
     assert_eq!(h.report("ipm4-a").problems, 3);
 
     // Flushed: three missing members.
-    h.kernel.tamper(|sets| sets.get_mut("ipm4-a").unwrap().members.clear());
+    h.kernel
+        .tamper(|sets| sets.get_mut("ipm4-a").unwrap().members.clear());
     h.mgr.queue_resync();
     assert!(h.mgr.apply_updates().applied);
     assert_eq!(h.report("ipm4-a").problems, 3);
@@ -139,7 +166,8 @@ fn resync_repairs_drift_and_counts_problems() {
     assert_eq!(s.members.len(), 3);
 
     // Other maxelem: replaced atomically through a temp set and swap.
-    h.kernel.tamper(|sets| sets.get_mut("ipm4-a").unwrap().header.max_elem = 1024);
+    h.kernel
+        .tamper(|sets| sets.get_mut("ipm4-a").unwrap().header.max_elem = 1024);
     h.mgr.queue_resync();
     assert!(h.mgr.apply_updates().applied);
     assert_eq!(h.report("ipm4-a").problems, 1);
@@ -171,7 +199,10 @@ fn foreign_sets_untouched_and_leftovers_removed() {
 fn transient_batch_failure_succeeds_after_retry() {
     let mut h = Harness::new();
     h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"])]);
-    h.kernel.inject(Fault::FailNextBatch(DataplaneError::Unavailable("restore crashed".into())));
+    h.kernel
+        .inject(Fault::FailNextBatch(DataplaneError::Unavailable(
+            "restore crashed".into(),
+        )));
     let out = h.mgr.apply_updates();
     assert!(out.applied, "{:?}", out.error);
     assert_eq!(out.attempts, 2);
@@ -184,7 +215,10 @@ fn backoff_doubles_and_gives_up_after_ten_attempts() {
     let mut h = Harness::new();
     h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"])]);
     for _ in 0..10 {
-        h.kernel.inject(Fault::FailNextList(DataplaneError::Unavailable("no kernel".into())));
+        h.kernel
+            .inject(Fault::FailNextList(DataplaneError::Unavailable(
+                "no kernel".into(),
+            )));
     }
     let out = h.mgr.apply_updates();
     assert!(!out.applied);
@@ -231,8 +265,14 @@ fn a_persistently_failing_set_does_not_block_the_others() {
 #[test]
 fn repeated_generic_failures_isolate_the_set() {
     let mut h = Harness::new();
-    h.kernel.inject(Fault::FailSet("ipm4-b".into(), DataplaneError::Other("mystery".into())));
-    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"]), policy("b", SetType::HashIp, &["10.0.0.2"])]);
+    h.kernel.inject(Fault::FailSet(
+        "ipm4-b".into(),
+        DataplaneError::Other("mystery".into()),
+    ));
+    h.desire(&[
+        policy("a", SetType::HashIp, &["10.0.0.1"]),
+        policy("b", SetType::HashIp, &["10.0.0.2"]),
+    ]);
     let out = h.mgr.apply_updates();
     assert!(out.applied);
     assert_eq!(out.attempts, ISOLATE_AFTER_REPEATS + 1);
@@ -252,7 +292,10 @@ fn unsupported_type_is_isolated_before_sending() {
     assert_eq!(out.attempts, 1);
     let r = h.report("ipmx-macs");
     assert!(!r.synced);
-    assert_eq!(r.error.as_deref(), Some("set type hash:mac is not supported by this kernel"));
+    assert_eq!(
+        r.error.as_deref(),
+        Some("set type hash:mac is not supported by this kernel")
+    );
     assert!(h.report("ipm4-a").synced);
 }
 
@@ -267,15 +310,22 @@ fn unsupported_type_learned_from_a_failed_batch() {
         fn apply(&mut self, ops: &[Op<'_>]) -> Result<(), BatchError> {
             self.0.apply(ops)
         }
-        fn list_owned(&mut self, owned: &dyn Fn(&str) -> bool) -> Result<Vec<String>, DataplaneError> {
+        fn list_owned(
+            &mut self,
+            owned: &dyn Fn(&str) -> bool,
+        ) -> Result<Vec<String>, DataplaneError> {
             self.0.list_owned(owned)
         }
-        fn read_set(&mut self, name: &str) -> Result<Option<crate::dataplane::KernelSet>, DataplaneError> {
+        fn read_set(
+            &mut self,
+            name: &str,
+        ) -> Result<Option<crate::dataplane::KernelSet>, DataplaneError> {
             self.0.read_set(name)
         }
     }
     let kernel = ModelDataplane::new();
-    let mut mgr = Manager::new(NoProbe(kernel.clone()), ManagerConfig::default()).with_sleep(|_| {});
+    let mut mgr =
+        Manager::new(NoProbe(kernel.clone()), ManagerConfig::default()).with_sleep(|_| {});
     let c = compile(
         &[
             policy("a", SetType::HashIp, &["10.0.0.1"]),
@@ -289,7 +339,11 @@ fn unsupported_type_learned_from_a_failed_batch() {
     assert!(out.applied);
     assert_eq!(out.attempts, 2);
     assert_eq!(kernel.members("ipm4-a").unwrap(), ["10.0.0.1"]);
-    let mac = mgr.report().into_iter().find(|r| r.name == "ipmx-macs").unwrap();
+    let mac = mgr
+        .report()
+        .into_iter()
+        .find(|r| r.name == "ipmx-macs")
+        .unwrap();
     assert!(mac.error.unwrap().contains("not supported"));
 }
 
@@ -309,7 +363,10 @@ fn corrupt_listing_leads_to_a_resync_not_a_panic() {
 #[test]
 fn in_use_deletion_is_reported_and_retried() {
     let mut h = Harness::new();
-    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"]), policy("b", SetType::HashIp, &[])]);
+    h.desire(&[
+        policy("a", SetType::HashIp, &["10.0.0.1"]),
+        policy("b", SetType::HashIp, &[]),
+    ]);
     assert!(h.mgr.apply_updates().applied);
     h.kernel.set_external_refs("ipm4-b", 1); // an iptables rule
     h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"])]);
@@ -340,7 +397,10 @@ fn list_set_is_emptied_before_its_members_are_destroyed() {
     assert!(h.mgr.apply_updates().applied, "{:?}", h.mgr.report());
     assert_eq!(h.kernel.members("ipm4-l").unwrap(), ["ipm4-a", "ipm4-b"]);
     // b is dropped from the list and deleted in the same run.
-    h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"]), policy("l", SetType::ListSet, &["a"])]);
+    h.desire(&[
+        policy("a", SetType::HashIp, &["10.0.0.1"]),
+        policy("l", SetType::ListSet, &["a"]),
+    ]);
     let out = h.mgr.apply_updates();
     assert_eq!(out.deleted, ["ipm4-b"]);
     // Whole list gone: the list is destroyed before the set it lists.
@@ -363,7 +423,10 @@ fn type_change_of_a_referenced_set_is_reported_not_forced() {
     let r = h.report("ipm4-a");
     assert!(!r.synced);
     assert!(r.error.unwrap().contains("referenced 1 time"));
-    assert_eq!(h.kernel.get("ipm4-a").unwrap().header.kind.set_type, SetType::HashIp);
+    assert_eq!(
+        h.kernel.get("ipm4-a").unwrap().header.kind.set_type,
+        SetType::HashIp
+    );
     // Unreferenced: recreated with the new type.
     h.kernel.set_external_refs("ipm4-a", 0);
     h.mgr.queue_resync();
@@ -377,7 +440,11 @@ fn held_sets_of_failed_policies_are_neither_changed_nor_deleted() {
     h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"])]);
     assert!(h.mgr.apply_updates().applied);
     // The policy now has a bad member: compile holds its set.
-    let c = compile(&[policy("a", SetType::HashIp, &["10.0.0.2", "bad host"])], &Naming::default(), None);
+    let c = compile(
+        &[policy("a", SetType::HashIp, &["10.0.0.2", "bad host"])],
+        &Naming::default(),
+        None,
+    );
     assert_eq!(c.errors.len(), 1);
     h.mgr.set_desired(c.sets, c.held);
     h.mgr.queue_resync();

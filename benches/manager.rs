@@ -1,0 +1,108 @@
+//! Criterion benchmarks of the hot paths that do not need a kernel:
+//! member parsing, policy compilation, resync diffs and a 10-member delta on
+//! a 1M-member set through the manager (in-memory kernel).
+
+use std::hint::black_box;
+use std::net::Ipv4Addr;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use ipsetmgr::dataplane::model::ModelDataplane;
+use ipsetmgr::ipset::{Family, Member, MemberSet, Naming, SetKind, SetType};
+use ipsetmgr::manager::{Manager, ManagerConfig};
+use ipsetmgr::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
+
+fn addresses(n: u32) -> Vec<String> {
+    (0..n)
+        .map(|i| Ipv4Addr::from(0x0a00_0000 + i).to_string())
+        .collect()
+}
+
+fn policy(members: Vec<String>) -> IPSetPolicy {
+    IPSetPolicy::new(
+        "big",
+        IPSetPolicySpec {
+            set_type: SetType::HashIp,
+            family: FamilySpec::IPv4,
+            members,
+            node_selector: None,
+            max_elem: Some(2_000_000),
+            hash_size: None,
+        },
+    )
+}
+
+fn parse(c: &mut Criterion) {
+    let members = addresses(100_000);
+    c.bench_function("parse 100k hash:ip members", |b| {
+        b.iter(|| {
+            for m in &members {
+                black_box(Member::parse_user(SetType::HashIp, m).unwrap());
+            }
+        })
+    });
+    let p = policy(members);
+    c.bench_function("compile 100k-member policy", |b| {
+        b.iter(|| black_box(compile(std::slice::from_ref(&p), &Naming::default(), None)))
+    });
+}
+
+fn diff(c: &mut Criterion) {
+    let kind = SetKind::new(SetType::HashIp, Some(Family::V4));
+    let a = MemberSet::from_members(
+        kind,
+        (0..1_000_000u32).map(|i| Member::Ip(Ipv4Addr::from(i).into())),
+    );
+    let b = MemberSet::from_members(
+        kind,
+        (10..1_000_010u32).map(|i| Member::Ip(Ipv4Addr::from(i).into())),
+    );
+    c.bench_function("difference of two 1M-member sets", |bench| {
+        bench.iter(|| black_box(a.difference(&b)))
+    });
+}
+
+fn delta(c: &mut Criterion) {
+    let kernel = ModelDataplane::new();
+    let mut mgr = Manager::new(kernel, ManagerConfig::default());
+    let base = addresses(1_000_000);
+    let compiled = compile(&[policy(base.clone())], &Naming::default(), None);
+    mgr.set_desired(compiled.sets, compiled.held);
+    assert!(mgr.apply_updates().applied);
+    // Alternate between the base set and one with 10 members swapped, so
+    // every iteration sends exactly 10 adds and 10 deletes.
+    let mut changed = base;
+    for (i, m) in changed.iter_mut().take(10).enumerate() {
+        *m = Ipv4Addr::new(192, 0, 2, i as u8).to_string();
+    }
+    let variants: Vec<_> = [
+        compile(&[policy(changed)], &Naming::default(), None),
+        compile(&[policy(addresses(1_000_000))], &Naming::default(), None),
+    ]
+    .into_iter()
+    .map(|c| c.sets)
+    .collect();
+    let mut i = 0;
+    c.bench_function(
+        "apply_updates of a 10-member change to a 1M set (model kernel)",
+        |b| {
+            b.iter_batched(
+                || {
+                    i += 1;
+                    variants[i % 2].clone()
+                },
+                |sets| {
+                    mgr.set_desired(sets, Vec::new());
+                    assert!(mgr.apply_updates().applied);
+                },
+                criterion::BatchSize::LargeInput,
+            )
+        },
+    );
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(10);
+    targets = parse, diff, delta
+}
+criterion_main!(benches);

@@ -1,0 +1,57 @@
+//! The file-mode commands (`apply`, `run`, `sets`): policy files to kernel
+//! sets through the manager, without a cluster.
+
+pub mod apply;
+pub mod run;
+pub mod sets;
+pub mod table;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::ipset::Naming;
+use crate::policy::{Compiled, IPSetPolicy, LoadError, compile, load_policies};
+
+/// Policies read from files, compiled for this host.
+pub struct FilePolicies {
+    pub policies: Vec<IPSetPolicy>,
+    pub compiled: Compiled,
+    /// Files that could not be read or parsed; their policies are unknown.
+    pub load_errors: Vec<LoadError>,
+}
+
+/// Read and compile every policy under `paths`. A file that fails to load
+/// does not stop the others.
+pub fn load(
+    paths: &[PathBuf],
+    naming: &Naming,
+    labels: Option<&BTreeMap<String, String>>,
+) -> FilePolicies {
+    let mut policies = Vec::new();
+    let mut load_errors = Vec::new();
+    for path in paths {
+        let files = match crate::policy::load::policy_files(path) {
+            Ok(f) if f.is_empty() => {
+                load_errors.push(LoadError::Empty(path.clone()));
+                continue;
+            }
+            Ok(f) => f,
+            Err(e) => {
+                load_errors.push(e);
+                continue;
+            }
+        };
+        for f in files {
+            match load_policies(&f) {
+                Ok(loaded) => policies.extend(loaded.into_iter().map(|l| l.policy)),
+                Err(e) => load_errors.push(e),
+            }
+        }
+    }
+    let compiled = compile(&policies, naming, labels);
+    FilePolicies {
+        policies,
+        compiled,
+        load_errors,
+    }
+}
