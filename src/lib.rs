@@ -4,3 +4,7 @@ pub mod dataplane;
 pub mod ipset;
 pub mod manager;
 pub mod policy;
+pub mod agent;
+pub mod server;
+
+pub use agent::{AgentConfig, crd_yaml, run_agent};
