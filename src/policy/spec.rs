@@ -27,6 +27,7 @@ pub enum FamilySpec {
     kind = "IPSetPolicy",
     plural = "ipsetpolicies",
     shortname = "ipsp",
+    doc = "Kernel ipsets that the ipsetmgr agent keeps on every selected node, with per-node sync status.",
     status = "IPSetPolicyStatus",
     printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.type"}"#,
     printcolumn = r#"{"name":"Family","type":"string","jsonPath":".spec.family"}"#,
