@@ -1,10 +1,10 @@
 //! ipsetmgr: keeps Linux kernel ipsets equal to declared `IPSetPolicy` resources.
 
+pub mod agent;
 pub mod dataplane;
 pub mod ipset;
 pub mod manager;
 pub mod policy;
-pub mod agent;
 pub mod server;
 
 pub use agent::{AgentConfig, crd_yaml, run_agent};

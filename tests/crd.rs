@@ -24,7 +24,10 @@ fn crd_schema_essentials() {
     let v = &crd["spec"]["versions"][0];
     assert_eq!(crd["spec"]["scope"], "Cluster");
     assert_eq!(crd["spec"]["names"]["shortNames"][0], "ipsp");
-    assert!(v["subresources"]["status"].is_object(), "status subresource");
+    assert!(
+        v["subresources"]["status"].is_object(),
+        "status subresource"
+    );
     let schema = &v["schema"]["openAPIV3Schema"]["properties"];
     let nodes = &schema["status"]["properties"]["nodes"];
     assert_eq!(nodes["x-kubernetes-list-type"], "map");
@@ -36,7 +39,10 @@ fn crd_schema_essentials() {
         "a list-map key must be required"
     );
     let members = &schema["spec"]["properties"]["members"];
-    assert!(members.get("maxItems").is_none(), "maxElem governs the count");
+    assert!(
+        members.get("maxItems").is_none(),
+        "maxElem governs the count"
+    );
     assert!(members["items"]["pattern"].is_string());
     let cols: Vec<&str> = v["additionalPrinterColumns"]
         .as_array()

@@ -452,7 +452,8 @@ impl Agent {
         {
             let observed = self.observed.lock().unwrap_or_else(|e| e.into_inner());
             for policy in snap.generations.keys() {
-                let Some(entry) = status::node_entry(&self.settings.node_name, policy, snap, report)
+                let Some(entry) =
+                    status::node_entry(&self.settings.node_name, policy, snap, report)
                 else {
                     continue;
                 };

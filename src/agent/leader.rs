@@ -165,7 +165,9 @@ pub fn removal_patch(remove: &[(usize, String)]) -> serde_json::Value {
     sorted.sort_by(|a, b| b.0.cmp(&a.0));
     let mut ops = Vec::new();
     for (i, name) in sorted {
-        ops.push(json!({"op": "test", "path": format!("/status/nodes/{i}/nodeName"), "value": name}));
+        ops.push(
+            json!({"op": "test", "path": format!("/status/nodes/{i}/nodeName"), "value": name}),
+        );
         ops.push(json!({"op": "remove", "path": format!("/status/nodes/{i}")}));
     }
     serde_json::Value::Array(ops)
@@ -219,7 +221,11 @@ pub async fn summary_round(client: &Client) -> Result<usize, kube::Error> {
         let current = p.status.as_ref().and_then(|s| s.summary.as_ref());
         if current != Some(&plan.summary) {
             policies
-                .patch_status(&name, &apply, &Patch::Apply(summary_body(&name, &plan.summary)))
+                .patch_status(
+                    &name,
+                    &apply,
+                    &Patch::Apply(summary_body(&name, &plan.summary)),
+                )
                 .await?;
             writes += 1;
         }

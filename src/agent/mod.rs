@@ -129,7 +129,10 @@ async fn shutdown_signal() {
 /// Run the agent until SIGTERM/SIGINT. The kernel is never touched on the
 /// way out: watchers stop, the current apply finishes, the process exits.
 pub async fn run_agent(config: AgentConfig, dataplane: Box<dyn Dataplane>) -> anyhow::Result<()> {
-    anyhow::ensure!(!config.node_name.is_empty(), "--node-name (NODE_NAME) is required");
+    anyhow::ensure!(
+        !config.node_name.is_empty(),
+        "--node-name (NODE_NAME) is required"
+    );
     let naming = Naming::new(&config.set_prefix)?;
     let client = make_client(&config).await?;
     let shared = metrics::Shared::new(config.resync_interval);
@@ -138,7 +141,11 @@ pub async fn run_agent(config: AgentConfig, dataplane: Box<dyn Dataplane>) -> an
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(crate::server::serve(listener, shared.clone(), stop_rx.clone()));
+    let server = tokio::spawn(crate::server::serve(
+        listener,
+        shared.clone(),
+        stop_rx.clone(),
+    ));
 
     let leader = tokio::spawn(leader::run(
         client.clone(),
