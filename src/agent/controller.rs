@@ -27,6 +27,9 @@ use crate::manager::Manager;
 use crate::policy::{IPSetPolicy, NodeStatus, compile};
 
 /// One change from the API server.
+// Inputs are moved once from the watch into the store; boxing the larger
+// Node variant would only add an allocation per event.
+#[allow(clippy::large_enum_variant)]
 pub enum Input {
     Policy(Event<IPSetPolicy>),
     Node(Event<Node>),

@@ -162,7 +162,7 @@ pub fn plan_summary(
 /// data. Removals go from the highest index down so indices stay valid.
 pub fn removal_patch(remove: &[(usize, String)]) -> serde_json::Value {
     let mut sorted: Vec<&(usize, String)> = remove.iter().collect();
-    sorted.sort_by(|a, b| b.0.cmp(&a.0));
+    sorted.sort_by_key(|r| std::cmp::Reverse(r.0));
     let mut ops = Vec::new();
     for (i, name) in sorted {
         ops.push(

@@ -674,8 +674,7 @@ async fn run_leader(responder: Responder) -> Vec<Req> {
     tokio::time::sleep(Duration::from_millis(400)).await;
     stop_tx.send(true).unwrap();
     task.await.unwrap();
-    let reqs = log.lock().unwrap().clone();
-    reqs
+    log.lock().unwrap().clone()
 }
 
 #[tokio::test]
