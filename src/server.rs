@@ -111,3 +111,49 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn health_readiness_and_metrics() {
+        let shared = Shared::new(Duration::from_secs(60));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let server = tokio::spawn(serve(listener, shared.clone(), stop_rx));
+        let get = |path: &'static str| async move {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        };
+        assert!(get("/healthz").await.starts_with("HTTP/1.1 503"));
+        assert!(get("/readyz").await.starts_with("HTTP/1.1 503"));
+        shared.heartbeat();
+        shared.set_policies_listed();
+        shared.set_first_sync();
+        assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get("/readyz").await.starts_with("HTTP/1.1 200"));
+        shared.metrics.status_writes.inc();
+        shared.metrics.apply_duration.observe(0.01);
+        let m = get("/metrics").await;
+        for name in [
+            "ipsetmgr_sets ",
+            "ipsetmgr_members ",
+            "ipsetmgr_apply_duration_seconds_bucket",
+            "ipsetmgr_problems_total ",
+            "ipsetmgr_dataplane_errors_total ",
+            "ipsetmgr_status_writes_total 1",
+        ] {
+            assert!(m.contains(name), "{name} missing in {m}");
+        }
+        assert!(get("/nope").await.starts_with("HTTP/1.1 404"));
+        stop_tx.send(true).unwrap();
+        server.await.unwrap();
+    }
+}
