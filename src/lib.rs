@@ -1,8 +1,12 @@
 //! ipsetmgr: keeps Linux kernel ipsets equal to declared `IPSetPolicy` resources.
 
+pub mod agent;
 pub mod commands;
 pub mod dataplane;
 pub mod ipset;
 pub mod manager;
 pub mod netns;
 pub mod policy;
+pub mod server;
+
+pub use agent::{AgentConfig, crd_yaml, run_agent};

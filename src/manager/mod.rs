@@ -317,6 +317,7 @@ impl<D: Dataplane> Manager<D> {
     }
 
     /// Send every dirty, non-waiting set in one batch.
+    #[allow(clippy::result_large_err)] // built once per failed batch; not hot
     fn try_updates(&mut self) -> Result<Vec<(String, Plan)>, UpdateError> {
         let now = Instant::now();
         // Referenced sets first so list:sets can add them; known-unsupported

@@ -10,8 +10,10 @@ use crate::ipset::SetType;
 /// Which address families a policy's sets are created for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum FamilySpec {
+    /// IPv4 sets only.
     #[default]
     IPv4,
+    /// IPv6 sets only.
     IPv6,
     /// One set per family; members are split by their family.
     Dual,
@@ -25,6 +27,7 @@ pub enum FamilySpec {
     kind = "IPSetPolicy",
     plural = "ipsetpolicies",
     shortname = "ipsp",
+    doc = "Kernel ipsets that the ipsetmgr agent keeps on every selected node, with per-node sync status.",
     status = "IPSetPolicyStatus",
     printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.type"}"#,
     printcolumn = r#"{"name":"Family","type":"string","jsonPath":".spec.family"}"#,
@@ -33,6 +36,12 @@ pub enum FamilySpec {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.hashSize) || self.type.startsWith('hash:')",
+        "message": "hashSize applies to hash:* types only"
+    }
+]))]
 pub struct IPSetPolicySpec {
     /// The kernel set type: hash:ip, hash:net, hash:ip,port, hash:mac or list:set.
     #[serde(rename = "type")]
@@ -46,6 +55,7 @@ pub struct IPSetPolicySpec {
     /// (hash:mac) or names of other IPSetPolicies (list:set). Host names are
     /// rejected.
     #[serde(default)]
+    #[schemars(schema_with = "members_schema")]
     pub members: Vec<String>,
     /// Nodes that get this policy's sets; absent means every node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,12 +71,46 @@ pub struct IPSetPolicySpec {
     pub hash_size: Option<u32>,
 }
 
+/// Schema of `spec.members`: printable ASCII without spaces (an optional
+/// trailing " nomatch" aside), at most 253 characters each. This is a cheap
+/// first line of defence; every member is still parsed by the agent. No
+/// maxItems: `maxElem` governs the count.
+fn members_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "Set members in ipset syntax: addresses (hash:ip), CIDRs (hash:net, with an optional \" nomatch\"), \"ADDRESS,PROTO:PORT\" (hash:ip,port), MAC addresses (hash:mac) or names of other IPSetPolicies (list:set). Host names are rejected.",
+        "type": "array",
+        "items": {
+            "type": "string",
+            "maxLength": 253,
+            "pattern": "^[!-~]+( nomatch)?$"
+        }
+    })
+}
+
+/// Schema of `status.nodes`: a list-map keyed by nodeName, so each agent
+/// owns its own entry under server-side apply.
+fn node_status_list_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut items = generator.subschema_for::<NodeStatus>();
+    // Inline the item schema: CRD schemas cannot use $ref.
+    if items.get("$ref").is_some() {
+        items = NodeStatus::json_schema(generator);
+    }
+    schemars::json_schema!({
+        "description": "One entry per selected node, each written by that node's agent (server-side apply, field manager ipsetmgr-agent-<node>).",
+        "type": "array",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["nodeName"],
+        "items": items
+    })
+}
+
 /// Observed state, written by the agents.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IPSetPolicyStatus {
     /// One entry per selected node, each written by that node's agent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "node_status_list_schema")]
     pub nodes: Vec<NodeStatus>,
     /// Totals over `nodes`, written by one elected agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -77,7 +121,8 @@ pub struct IPSetPolicyStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStatus {
-    /// The node this entry describes.
+    /// The node this entry describes (the list key).
+    #[schemars(length(min = 1, max = 253))]
     pub node_name: String,
     /// The policy generation the node last applied.
     #[serde(default)]
