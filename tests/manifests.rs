@@ -812,6 +812,15 @@ fn chart_values_reach_the_agent() {
         ("metrics.port", json!(9555)),
         ("priorityClassName", json!("")),
         ("fullnameOverride", json!("ipsm")),
+        ("podLabels", json!({"team": "net"})),
+        ("podAnnotations", json!({"example.com/note": "x"})),
+        ("imagePullSecrets", json!([{"name": "regcred"}])),
+        (
+            "affinity",
+            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}}),
+        ),
     ]);
     check_all_typed(&r.docs, "chart with overrides");
     check_rbac(&r.docs, "chart with overrides");
@@ -830,16 +839,33 @@ fn chart_values_reach_the_agent() {
         env_value(&c, "IPSETMGR_LOG_FORMAT").as_deref(),
         Some("json")
     );
-    let pod = ds.spec.template.spec.unwrap();
+    let template = ds.spec.template;
+    let labels = template.metadata.clone().unwrap().labels.unwrap();
+    assert_eq!(labels.get("team").map(String::as_str), Some("net"));
+    assert_eq!(
+        labels.get("app.kubernetes.io/name").map(String::as_str),
+        Some("ipsetmgr")
+    );
+    let annotations = template.metadata.unwrap().annotations.unwrap();
+    assert_eq!(
+        annotations.get("example.com/note").map(String::as_str),
+        Some("x")
+    );
+    let pod = template.spec.unwrap();
     assert_eq!(
         pod.priority_class_name, None,
         "empty priorityClassName is left out"
     );
+    assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "regcred");
+    assert!(pod.affinity.unwrap().node_affinity.is_some());
 }
 
 #[test]
 fn chart_service_monitor_is_optional_and_selects_the_agents() {
-    let r = render_chart(&[("serviceMonitor.enabled", json!(true))]);
+    let r = render_chart(&[
+        ("serviceMonitor.enabled", json!(true)),
+        ("serviceMonitor.labels", json!({"release": "prometheus"})),
+    ]);
     check_all_typed(&r.docs, "chart with serviceMonitor");
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", "chart");
     let pod_labels = ds.spec.template.metadata.unwrap().labels.unwrap();
@@ -863,6 +889,7 @@ fn chart_service_monitor_is_optional_and_selects_the_agents() {
         .find(|d| kind_of(d) == "ServiceMonitor")
         .expect("ServiceMonitor rendered");
     assert_eq!(sm["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(sm["metadata"]["labels"]["release"], "prometheus");
     let svc_labels = svc.metadata.labels.unwrap();
     for (k, v) in sm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
         assert_eq!(
@@ -877,6 +904,18 @@ fn chart_service_monitor_is_optional_and_selects_the_agents() {
     );
     assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
     assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
+}
+
+/// `cargo test --test manifests -- --ignored --nocapture print_rendered_chart`
+/// shows what the test renderer makes of the chart (there is no helm here).
+#[test]
+#[ignore = "prints the rendered chart; run by hand"]
+fn print_rendered_chart() {
+    let r = render_chart(&[("serviceMonitor.enabled", json!(true))]);
+    for d in &r.docs {
+        println!("---\n{}", serde_saphyr::to_string(d).unwrap());
+    }
+    println!("--- NOTES.txt\n{}", r.notes);
 }
 
 #[test]
