@@ -2,7 +2,9 @@
 //! and its implementations (the `ipset` CLI, the in-memory model for tests;
 //! a native netlink backend plugs in here without touching the manager).
 
+pub mod cli;
 pub mod model;
+pub mod select;
 
 use std::fmt;
 

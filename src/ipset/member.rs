@@ -388,17 +388,36 @@ fn parse_mac(s: &str) -> Result<[u8; 6], MemberError> {
     Ok(out)
 }
 
+/// An address as `ipset list` prints it (glibc `inet_ntop`). Rust's
+/// rendering differs in one case: IPv4-compatible IPv6 addresses
+/// (`::a.b.c.d`, the first 96 bits zero and the 7th group non-zero), which
+/// glibc prints in dotted form and Rust in hex (`::102:304`).
+struct KernelAddr<'a>(&'a IpAddr);
+
+impl fmt::Display for KernelAddr<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let IpAddr::V6(a) = self.0 {
+            let s = a.segments();
+            if s[..6].iter().all(|&w| w == 0) && s[6] != 0 {
+                let v4 = Ipv4Addr::from(u128::from(*a) as u32);
+                return write!(f, "::{v4}");
+            }
+        }
+        write!(f, "{}", self.0)
+    }
+}
+
 /// Canonical rendering, byte for byte what `ipset list` prints.
 impl fmt::Display for Member {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Member::Ip(a) => write!(f, "{a}"),
+            Member::Ip(a) => write!(f, "{}", KernelAddr(a)),
             Member::Net {
                 addr,
                 prefix,
                 nomatch,
             } => {
-                write!(f, "{addr}")?;
+                write!(f, "{}", KernelAddr(addr))?;
                 if *prefix != family_of(addr).max_prefix() {
                     write!(f, "/{prefix}")?;
                 }
@@ -408,7 +427,7 @@ impl fmt::Display for Member {
                 Ok(())
             }
             Member::IpPort { addr, proto, port } => {
-                write!(f, "{addr},{}:", proto.ipset_name())?;
+                write!(f, "{},{}:", KernelAddr(addr), proto.ipset_name())?;
                 if proto.is_icmp() {
                     let (t, c) = ((*port >> 8) as u8, (*port & 0xff) as u8);
                     let table = if *proto == Proto::Icmp {
@@ -522,6 +541,23 @@ mod tests {
             canon(SetType::HashIpPort, "::1,icmp:8/0"),
             Err(MemberError::ProtoFamilyMismatch(..))
         ));
+    }
+
+    #[test]
+    fn ipv6_renders_like_inet_ntop() {
+        for (input, want) in [
+            ("::1.2.3.4", "::1.2.3.4"),
+            ("::102:304", "::1.2.3.4"),
+            ("::0.1.0.0", "::0.1.0.0"),
+            ("::2", "::2"),
+            ("::1", "::1"),
+            ("::ffff:1.2.3.4", "::ffff:1.2.3.4"),
+            ("::ffff:0:1.2.3.4", "::ffff:0:102:304"),
+            ("2001:db8:0:0:1:0:0:1", "2001:db8::1:0:0:1"),
+            ("2001:0:0:1::1", "2001:0:0:1::1"),
+        ] {
+            assert_eq!(canon(SetType::HashIp, input).unwrap(), [want], "{input}");
+        }
     }
 
     #[test]

@@ -1,0 +1,1153 @@
+//! The `ipset` binary as a dataplane backend.
+//!
+//! * `apply` runs ONE `ipset restore` per batch, streaming the script to its
+//!   stdin; a compact line map turns "Error in line N" back into the failing
+//!   operation and member.
+//! * `list_owned` runs `ipset list -n` (names only: foreign sets' contents are
+//!   never read).
+//! * `read_set` streams `ipset list NAME` through [`parse_listing`], a pure
+//!   parser over any [`BufRead`].
+
+use std::ffi::OsString;
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::net::IpAddr;
+use std::process::{Child, Command, Stdio};
+
+use super::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
+use crate::ipset::member::mask;
+use crate::ipset::{Family, MAX_SET_NAME_LEN, Member, MemberSet, SetHeader, SetKind, SetType};
+
+/// The `ipset` command-line tool as a [`Dataplane`].
+#[derive(Clone, Debug)]
+pub struct CliDataplane {
+    binary: OsString,
+}
+
+impl Default for CliDataplane {
+    fn default() -> Self {
+        CliDataplane::new()
+    }
+}
+
+impl CliDataplane {
+    /// Uses `ipset` from `PATH`.
+    pub fn new() -> CliDataplane {
+        CliDataplane::with_binary("ipset")
+    }
+
+    /// Uses the given `ipset` binary (a path, or a name looked up in `PATH`).
+    pub fn with_binary(binary: impl Into<OsString>) -> CliDataplane {
+        CliDataplane {
+            binary: binary.into(),
+        }
+    }
+
+    pub fn binary(&self) -> &OsString {
+        &self.binary
+    }
+
+    fn spawn(&self, args: &[&str], stdin: bool) -> Result<Child, DataplaneError> {
+        Command::new(&self.binary)
+            .args(args)
+            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(if stdin { Stdio::null() } else { Stdio::piped() })
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                DataplaneError::Unavailable(format!(
+                    "cannot run {}: {e}",
+                    self.binary.to_string_lossy()
+                ))
+            })
+    }
+}
+
+/// A name the kernel accepts and that cannot inject anything into a script.
+fn valid_set_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_SET_NAME_LEN
+        && !name.starts_with('-')
+        && name.bytes().all(|b| b.is_ascii_graphic() && b != b'"')
+}
+
+fn invalid_name(op_index: usize, name: &str) -> BatchError {
+    BatchError {
+        op_index,
+        member: None,
+        error: DataplaneError::Other(format!("invalid set name {name:?}")),
+    }
+}
+
+/// Script line numbers (1-based) at which each operation starts. Ops that
+/// produce no line (an Add/Del of an empty set) have no entry.
+#[derive(Debug, Default)]
+struct LineMap {
+    /// (first line, op index), increasing in both.
+    starts: Vec<(u64, usize)>,
+}
+
+impl LineMap {
+    /// The op and, for Add/Del, the member ordinal a line belongs to.
+    fn locate(&self, line: u64) -> Option<(usize, u64)> {
+        let i = match self.starts.binary_search_by_key(&line, |&(l, _)| l) {
+            Ok(i) => i,
+            Err(0) => return None,
+            Err(i) => i - 1,
+        };
+        let (first, op) = self.starts[i];
+        Some((op, line - first))
+    }
+}
+
+/// Render one `create` line.
+fn write_create(w: &mut impl Write, set: &str, h: &SetHeader) -> io::Result<()> {
+    let t = h.kind.set_type;
+    write!(w, "create {set} {}", t.as_str())?;
+    if t == SetType::ListSet {
+        return writeln!(w, " size {}", h.max_elem);
+    }
+    if t.has_family() {
+        let fam = h.kind.family.unwrap_or(Family::V4);
+        write!(w, " family {}", fam.ipset_name())?;
+    }
+    write!(w, " maxelem {}", h.max_elem)?;
+    if let Some(hs) = h.hash_size {
+        write!(w, " hashsize {hs}")?;
+    }
+    writeln!(w)
+}
+
+/// Stream the restore script for `ops` into `w`, recording the line map.
+/// Returns an error for ops that cannot be rendered safely (bad names).
+fn write_script(
+    w: &mut impl Write,
+    ops: &[Op<'_>],
+    map: &mut LineMap,
+) -> Result<io::Result<()>, BatchError> {
+    let mut line: u64 = 1;
+    for (i, op) in ops.iter().enumerate() {
+        for s in op.sets() {
+            if !valid_set_name(s) {
+                return Err(invalid_name(i, s));
+            }
+        }
+        let r = match op {
+            Op::Create { set, header } => {
+                map.starts.push((line, i));
+                line += 1;
+                write_create(w, set, header)
+            }
+            Op::Add { set, members } | Op::Del { set, members } => {
+                if members.is_empty() {
+                    continue;
+                }
+                map.starts.push((line, i));
+                line += members.len() as u64;
+                let verb = if matches!(op, Op::Add { .. }) {
+                    "add"
+                } else {
+                    "del"
+                };
+                let mut r = Ok(());
+                for m in members.iter() {
+                    if let Member::Set(name) = &m {
+                        if !valid_set_name(name) {
+                            return Err(BatchError {
+                                op_index: i,
+                                member: Some(m.clone()),
+                                error: DataplaneError::InvalidElement {
+                                    set: set.to_string(),
+                                    element: name.to_string(),
+                                    reason: "not a valid set name".into(),
+                                },
+                            });
+                        }
+                    }
+                    r = writeln!(w, "{verb} -exist {set} {m}");
+                    if r.is_err() {
+                        break;
+                    }
+                }
+                r
+            }
+            Op::Flush { set } => {
+                map.starts.push((line, i));
+                line += 1;
+                writeln!(w, "flush {set}")
+            }
+            Op::Swap { a, b } => {
+                map.starts.push((line, i));
+                line += 1;
+                writeln!(w, "swap {a} {b}")
+            }
+            Op::Destroy { set } => {
+                map.starts.push((line, i));
+                line += 1;
+                writeln!(w, "destroy {set}")
+            }
+        };
+        if let Err(e) = r {
+            return Ok(Err(e));
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// Strip `ipset vX.Y: ` and split `Error in line N: ` off one stderr message.
+/// Returns (line, message).
+pub fn split_stderr(stderr: &str) -> (Option<u64>, &str) {
+    let first = stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let mut msg = first;
+    if let Some(rest) = msg.strip_prefix("ipset v") {
+        if let Some((_, after)) = rest.split_once(": ") {
+            msg = after;
+        }
+    }
+    if let Some(rest) = msg.strip_prefix("Error in line ") {
+        if let Some((n, after)) = rest.split_once(": ") {
+            if let Ok(n) = n.trim().parse::<u64>() {
+                return (Some(n), after.trim());
+            }
+        }
+    }
+    (None, msg.trim())
+}
+
+/// Map one `ipset` error message (after [`split_stderr`]) for the failing op
+/// (and member, if known) to a typed error.
+pub fn classify(msg: &str, op: Option<&Op<'_>>, member: Option<&Member>) -> DataplaneError {
+    let set = op.map(|o| o.set().to_string()).unwrap_or_default();
+    let lower = msg.to_ascii_lowercase();
+    let has = |s: &str| lower.contains(s);
+    if has("set type not supported") || has("settype") && has("not supported") {
+        let t = match op {
+            Some(Op::Create { header, .. }) => header.kind.set_type.as_str().to_string(),
+            _ => set,
+        };
+        DataplaneError::TypeNotSupported(t)
+    } else if has("same name already exists") {
+        DataplaneError::SetExists(set)
+    } else if has("in use by a kernel component") {
+        DataplaneError::InUse(set)
+    } else if has("type does not match") {
+        match op {
+            Some(Op::Swap { a, b }) => DataplaneError::TypeMismatch(a.to_string(), b.to_string()),
+            _ => DataplaneError::TypeMismatch(set, String::new()),
+        }
+    } else if has("second set does not exist") {
+        match op {
+            Some(Op::Swap { b, .. }) => DataplaneError::SetMissing(b.to_string()),
+            _ => DataplaneError::SetMissing(set),
+        }
+    } else if has("list:set type cannot be added") {
+        DataplaneError::NestedListSet(set)
+    } else if has("as element does not exist") {
+        // A list:set member naming a set that does not exist.
+        DataplaneError::SetMissing(member.map(|m| m.to_string()).unwrap_or(set))
+    } else if has("given name does not exist") {
+        DataplaneError::SetMissing(set)
+    } else if has("is full") || has("maxelem") {
+        DataplaneError::SetFull(set)
+    } else if has("syntax error")
+        || has("invalid")
+        || has("null-valued element")
+        || has("out of range")
+        || has("cannot be stored")
+    {
+        DataplaneError::InvalidElement {
+            set,
+            element: member.map(|m| m.to_string()).unwrap_or_default(),
+            reason: msg.to_string(),
+        }
+    } else if has("cannot open session")
+        || has("operation not permitted")
+        || has("permission denied")
+        || has("protocol not supported")
+        || has("kernel support protocol")
+    {
+        DataplaneError::Unavailable(msg.to_string())
+    } else {
+        DataplaneError::Other(msg.to_string())
+    }
+}
+
+/// Turn a failed restore's stderr into a [`BatchError`].
+fn batch_error(stderr: &str, ops: &[Op<'_>], map: &LineMap) -> BatchError {
+    let (line, msg) = split_stderr(stderr);
+    let located = line.and_then(|l| map.locate(l));
+    let Some((op_index, ordinal)) = located else {
+        // Cannot tell where it stopped: anything may have been applied.
+        let op_index = ops.len().saturating_sub(1);
+        let error = if msg.is_empty() {
+            DataplaneError::Protocol("ipset restore failed without a message".into())
+        } else {
+            match classify(msg, None, None) {
+                DataplaneError::Other(m) => {
+                    DataplaneError::Protocol(format!("ipset restore failed: {m}"))
+                }
+                e => e,
+            }
+        };
+        return BatchError {
+            op_index,
+            member: None,
+            error,
+        };
+    };
+    let op = &ops[op_index];
+    let member = match op {
+        Op::Add { members, .. } | Op::Del { members, .. } => usize::try_from(ordinal)
+            .ok()
+            .and_then(|n| members.iter().nth(n)),
+        _ => None,
+    };
+    let error = classify(msg, Some(op), member.as_ref());
+    BatchError {
+        op_index,
+        member,
+        error,
+    }
+}
+
+/// Read a child's stderr to a string (lossy), bounded.
+fn read_stderr(child: &mut Child) -> String {
+    let mut buf = Vec::new();
+    if let Some(e) = child.stderr.as_mut() {
+        let _ = e.take(64 * 1024).read_to_end(&mut buf);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+impl Dataplane for CliDataplane {
+    fn name(&self) -> &'static str {
+        "cli"
+    }
+
+    fn apply(&mut self, ops: &[Op<'_>]) -> Result<(), BatchError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        // Validate names before anything runs, so nothing is half-applied.
+        for (i, op) in ops.iter().enumerate() {
+            if let Some(bad) = op.sets().find(|s| !valid_set_name(s)) {
+                return Err(invalid_name(i, bad));
+            }
+            if let Op::Add { set, members } | Op::Del { set, members } = op {
+                if members.kind().set_type == SetType::ListSet {
+                    for m in members.iter() {
+                        if let Member::Set(name) = &m {
+                            if !valid_set_name(name) {
+                                return Err(BatchError {
+                                    op_index: i,
+                                    member: Some(m.clone()),
+                                    error: DataplaneError::InvalidElement {
+                                        set: set.to_string(),
+                                        element: name.to_string(),
+                                        reason: "not a valid set name".into(),
+                                    },
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let mut child = self.spawn(&["restore"], true).map_err(|error| BatchError {
+            op_index: 0,
+            member: None,
+            error,
+        })?;
+        let mut map = LineMap::default();
+        let Some(stdin) = child.stdin.take() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(BatchError {
+                op_index: 0,
+                member: None,
+                error: DataplaneError::Unavailable("ipset restore has no stdin".into()),
+            });
+        };
+        let mut w = BufWriter::with_capacity(256 * 1024, stdin);
+        let written = match write_script(&mut w, ops, &mut map) {
+            Ok(Ok(())) => w.flush(),
+            Ok(Err(e)) => Err(e),
+            Err(be) => {
+                // Refused to render something (checked above, so not
+                // expected): kill the tool before it sees EOF and commits.
+                let (stdin, _) = w.into_parts();
+                let _ = child.kill();
+                drop(stdin);
+                let _ = child.wait();
+                return Err(be);
+            }
+        };
+        // Close stdin: restore sees EOF and commits.
+        drop(w);
+        let stderr = read_stderr(&mut child);
+        let status = child.wait().map_err(|e| BatchError {
+            op_index: ops.len() - 1,
+            member: None,
+            error: DataplaneError::Unavailable(format!("waiting for ipset restore: {e}")),
+        })?;
+        if status.success() {
+            // A write error (broken pipe) with success would be a tool bug.
+            if let Err(e) = written {
+                return Err(BatchError {
+                    op_index: ops.len() - 1,
+                    member: None,
+                    error: DataplaneError::Protocol(format!(
+                        "ipset restore exited successfully but did not read its input: {e}"
+                    )),
+                });
+            }
+            return Ok(());
+        }
+        Err(batch_error(&stderr, ops, &map))
+    }
+
+    fn list_owned(&mut self, owned: &dyn Fn(&str) -> bool) -> Result<Vec<String>, DataplaneError> {
+        let mut child = self.spawn(&["list", "-n"], false)?;
+        let out = child.stdout.take().expect("stdout is piped");
+        let mut names = Vec::new();
+        let mut reader = BufReader::new(out);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) => break,
+                Ok(_) => {
+                    let name = line.trim_end_matches(['\n', '\r']);
+                    if !name.is_empty() && owned(name) {
+                        names.push(name.to_string());
+                    }
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(DataplaneError::Protocol(format!(
+                        "reading ipset list -n: {e}"
+                    )));
+                }
+            }
+        }
+        let stderr = read_stderr(&mut child);
+        let status = child
+            .wait()
+            .map_err(|e| DataplaneError::Unavailable(format!("waiting for ipset: {e}")))?;
+        if !status.success() {
+            let (_, msg) = split_stderr(&stderr);
+            return Err(match classify(msg, None, None) {
+                DataplaneError::Other(m) => DataplaneError::Other(format!("ipset list -n: {m}")),
+                e => e,
+            });
+        }
+        Ok(names)
+    }
+
+    fn read_set(&mut self, name: &str) -> Result<Option<KernelSet>, DataplaneError> {
+        if !valid_set_name(name) {
+            return Ok(None);
+        }
+        let mut child = self.spawn(&["list", name], false)?;
+        let out = child.stdout.take().expect("stdout is piped");
+        let parsed = parse_listing(BufReader::with_capacity(256 * 1024, out), Some(name));
+        if parsed.is_err() {
+            // Stop a tool still writing before waiting for it.
+            let _ = child.kill();
+        }
+        let stderr = read_stderr(&mut child);
+        let status = child
+            .wait()
+            .map_err(|e| DataplaneError::Unavailable(format!("waiting for ipset: {e}")))?;
+        if !status.success() {
+            let (_, msg) = split_stderr(&stderr);
+            if msg.contains("given name does not exist") {
+                return Ok(None);
+            }
+            return Err(match classify(msg, None, None) {
+                DataplaneError::Other(m) => {
+                    DataplaneError::Protocol(format!("ipset list {name} failed: {m}"))
+                }
+                e => e,
+            });
+        }
+        parsed.map(Some)
+    }
+}
+
+fn protocol(msg: impl Into<String>) -> DataplaneError {
+    DataplaneError::Protocol(msg.into())
+}
+
+/// Parse the header line's words: `family inet hashsize 1024 maxelem 65536
+/// bucketsize 12 initval 0x..` (hash types) or `size 8` (list:set).
+/// Returns (family, hashsize, maxelem-or-size).
+fn parse_header_words(
+    words: &str,
+) -> Result<(Option<Family>, Option<u32>, Option<u32>, bool), DataplaneError> {
+    let mut family = None;
+    let mut hashsize = None;
+    let mut maxelem = None;
+    let mut has_timeout = false;
+    let mut it = words.split_ascii_whitespace();
+    let num = |v: Option<&str>, key: &str| -> Result<u32, DataplaneError> {
+        v.and_then(|v| v.parse::<u32>().ok())
+            .ok_or_else(|| protocol(format!("bad value for {key} in header {words:?}")))
+    };
+    while let Some(w) = it.next() {
+        match w {
+            "family" => {
+                let v = it.next().unwrap_or("");
+                family = Some(
+                    Family::from_ipset_name(v)
+                        .ok_or_else(|| protocol(format!("unknown family {v:?} in header")))?,
+                );
+            }
+            "hashsize" => hashsize = Some(num(it.next(), "hashsize")?),
+            "maxelem" | "size" => maxelem = Some(num(it.next(), w)?),
+            "timeout" => has_timeout = true,
+            // Other words (bucketsize, initval, flags such as counters, and
+            // whatever future revisions add) do not change what we compare.
+            _ => {}
+        }
+    }
+    Ok((family, hashsize, maxelem, has_timeout))
+}
+
+/// Fast, allocation-free parsing of the common member forms the kernel
+/// prints; falls back to [`Member::parse_kernel`] for everything else.
+fn parse_member(t: SetType, line: &str) -> Option<Member> {
+    let fast = match t {
+        SetType::HashIp => line.parse::<IpAddr>().ok().map(Member::Ip),
+        SetType::HashNet => {
+            let (body, nomatch) = match line.strip_suffix(" nomatch") {
+                Some(b) => (b, true),
+                None => (line, false),
+            };
+            let (a, p) = match body.split_once('/') {
+                Some((a, p)) => (a, Some(p)),
+                None => (body, None),
+            };
+            a.parse::<IpAddr>().ok().and_then(|addr| {
+                let max = if addr.is_ipv4() { 32 } else { 128 };
+                let prefix = match p {
+                    None => max,
+                    Some(p)
+                        if !p.is_empty()
+                            && p.len() <= 3
+                            && p.bytes().all(|b| b.is_ascii_digit()) =>
+                    {
+                        p.parse::<u8>().ok().filter(|&n| n <= max && n > 0)?
+                    }
+                    Some(_) => return None,
+                };
+                Some(Member::Net {
+                    addr: mask(addr, prefix),
+                    prefix,
+                    nomatch,
+                })
+            })
+        }
+        _ => None,
+    };
+    fast.or_else(|| Member::parse_kernel(t, line).ok())
+}
+
+/// Parse the output of `ipset list NAME` (one set). `expected` is the name
+/// that was asked for; a listing of another set is a protocol error.
+///
+/// Never panics: truncated output (no `Members:` line, missing header lines)
+/// or garbage gives [`DataplaneError::Protocol`].
+pub fn parse_listing(
+    mut r: impl BufRead,
+    expected: Option<&str>,
+) -> Result<KernelSet, DataplaneError> {
+    let mut buf: Vec<u8> = Vec::with_capacity(128);
+    let mut name: Option<String> = None;
+    let mut set_type: Option<Result<SetType, String>> = None;
+    let mut header: Option<(Option<Family>, Option<u32>, Option<u32>, bool)> = None;
+    let mut references: Option<u32> = None;
+    let mut entries: Option<u64> = None;
+    let mut saw_members = false;
+
+    // Header section.
+    loop {
+        buf.clear();
+        let n = r
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| protocol(format!("reading ipset list: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        if buf.last() != Some(&b'\n') {
+            return Err(protocol(
+                "truncated ipset list output: last line is incomplete",
+            ));
+        }
+        let line = std::str::from_utf8(&buf)
+            .map_err(|_| protocol("ipset list header is not UTF-8"))?
+            .trim_end_matches(['\n', '\r']);
+        if line == "Members:" {
+            saw_members = true;
+            break;
+        }
+        if line.is_empty() {
+            continue;
+        }
+        let Some((key, value)) = line.split_once(':') else {
+            return Err(protocol(format!(
+                "unexpected line in ipset list header: {line:?}"
+            )));
+        };
+        let value = value.trim();
+        match key {
+            "Name" => {
+                if name.is_some() {
+                    return Err(protocol("two Name: lines before Members:"));
+                }
+                name = Some(value.to_string());
+            }
+            "Type" => set_type = Some(value.parse::<SetType>().map_err(|_| value.to_string())),
+            "Header" => header = Some(parse_header_words(value)?),
+            "References" => {
+                references = Some(
+                    value
+                        .parse()
+                        .map_err(|_| protocol(format!("bad References value {value:?}")))?,
+                )
+            }
+            "Number of entries" => {
+                entries = Some(
+                    value
+                        .parse()
+                        .map_err(|_| protocol(format!("bad Number of entries value {value:?}")))?,
+                )
+            }
+            // Revision, Size in memory, and anything newer tools print.
+            _ => {}
+        }
+    }
+    if !saw_members {
+        return Err(protocol("truncated ipset list output: no Members: line"));
+    }
+    let name = name.ok_or_else(|| protocol("ipset list output has no Name: line"))?;
+    if let Some(exp) = expected {
+        if name != exp {
+            return Err(protocol(format!(
+                "asked for set {exp} but ipset listed {name:?}"
+            )));
+        }
+    }
+    let set_type = set_type.ok_or_else(|| protocol("ipset list output has no Type: line"))?;
+    let (family, hash_size, max_elem, has_timeout) =
+        header.ok_or_else(|| protocol("ipset list output has no Header: line"))?;
+    let references =
+        references.ok_or_else(|| protocol("ipset list output has no References: line"))?;
+
+    let header = match set_type {
+        Ok(t) => {
+            if t.has_family() && family.is_none() {
+                return Err(protocol(format!("{t} header without a family")));
+            }
+            let max_elem = max_elem.ok_or_else(|| {
+                protocol(format!(
+                    "{t} header without {}",
+                    if t == SetType::ListSet {
+                        "size"
+                    } else {
+                        "maxelem"
+                    }
+                ))
+            })?;
+            let family = if t.has_family() { family } else { None };
+            Some(SetHeader {
+                kind: SetKind::new(t, family),
+                max_elem,
+                hash_size: if t.is_hash() { hash_size } else { None },
+            })
+        }
+        Err(_) => None,
+    };
+
+    // Members section.
+    let mut members = header.as_ref().map(|h| {
+        let cap = entries.unwrap_or(0).min(1 << 24) as usize;
+        MemberSet::with_capacity(h.kind, cap)
+    });
+    let set_type = header.as_ref().map(|h| h.kind.set_type);
+    let mut unparsable = 0usize;
+    let mut lines: u64 = 0;
+    loop {
+        buf.clear();
+        let n = r
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| protocol(format!("reading ipset list: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        let Some(raw) = buf.strip_suffix(b"\n") else {
+            return Err(protocol(
+                "truncated ipset list output: last line is incomplete",
+            ));
+        };
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        if raw.is_empty() {
+            // A blank line ends this set's listing.
+            break;
+        }
+        lines += 1;
+        let (Some(t), Some(ms)) = (set_type, members.as_mut()) else {
+            continue;
+        };
+        match std::str::from_utf8(raw)
+            .ok()
+            .and_then(|l| parse_member(t, l))
+        {
+            Some(m) => {
+                if !ms.insert(m) {
+                    // Duplicate or of the wrong family: not what we expect.
+                    unparsable += 1;
+                }
+            }
+            None => unparsable += 1,
+        }
+    }
+    if let Some(e) = entries {
+        // Fewer lines than announced means the listing was cut short.
+        // (Sets with timeouts may count expired, unlisted entries.)
+        if lines < e && !has_timeout {
+            return Err(protocol(format!(
+                "truncated ipset list output: {lines} of {e} members"
+            )));
+        }
+    }
+    Ok(KernelSet {
+        header,
+        members,
+        unparsable_members: unparsable,
+        references,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn v4(t: SetType) -> SetKind {
+        SetKind::new(t, Some(Family::V4))
+    }
+
+    fn ms(t: SetType, fam: Option<Family>, items: &[&str]) -> MemberSet {
+        let kind = SetKind::new(t, fam);
+        MemberSet::from_members(
+            kind,
+            items.iter().map(|s| Member::parse_kernel(t, s).unwrap()),
+        )
+    }
+
+    const LISTING: &str = "Name: ipm4-a\nType: hash:net\nRevision: 7\nHeader: family inet hashsize 1024 maxelem 65536 bucketsize 12 initval 0xcb80224c\nSize in memory: 648\nReferences: 2\nNumber of entries: 4\nMembers:\n1.2.3.4\n10.1.0.0/16 nomatch\n0.0.0.0/1\n10.0.0.0/8\n";
+
+    #[test]
+    fn parses_a_listing() {
+        let k = parse_listing(LISTING.as_bytes(), Some("ipm4-a")).unwrap();
+        let h = k.header.unwrap();
+        assert_eq!(h.kind, v4(SetType::HashNet));
+        assert_eq!(h.max_elem, 65536);
+        assert_eq!(h.hash_size, Some(1024));
+        assert_eq!(k.references, 2);
+        assert_eq!(k.unparsable_members, 0);
+        assert_eq!(
+            k.members.unwrap(),
+            ms(
+                SetType::HashNet,
+                Some(Family::V4),
+                &["1.2.3.4", "10.1.0.0/16 nomatch", "0.0.0.0/1", "10.0.0.0/8"]
+            )
+        );
+    }
+
+    #[test]
+    fn parses_list_set_and_ipv6_and_ports() {
+        let l = "Name: l\nType: list:set\nRevision: 3\nHeader: size 8\nSize in memory: 128\nReferences: 0\nNumber of entries: 1\nMembers:\na\n";
+        let k = parse_listing(l.as_bytes(), Some("l")).unwrap();
+        let h = k.header.unwrap();
+        assert_eq!(h.kind, SetKind::new(SetType::ListSet, None));
+        assert_eq!(h.max_elem, 8);
+        assert_eq!(k.members.unwrap().sorted_strings(), ["a"]);
+
+        let p = "Name: c\nType: hash:ip,port\nRevision: 7\nHeader: family inet6 hashsize 1024 maxelem 65536 bucketsize 12 initval 0x23ff2d15\nSize in memory: 448\nReferences: 0\nNumber of entries: 3\nMembers:\n::1,udplite:5\n::1,ipv6-icmp:echo-request\n::1,ipv6-icmp:no-route\n";
+        let k = parse_listing(p.as_bytes(), None).unwrap();
+        assert_eq!(
+            k.header.unwrap().kind,
+            SetKind::new(SetType::HashIpPort, Some(Family::V6))
+        );
+        assert_eq!(k.members.unwrap().len(), 3);
+        assert_eq!(k.unparsable_members, 0);
+    }
+
+    #[test]
+    fn unknown_type_has_no_header() {
+        let l = "Name: x\nType: bitmap:port\nRevision: 3\nHeader: range 0-1024\nSize in memory: 128\nReferences: 0\nNumber of entries: 1\nMembers:\n80\n";
+        let k = parse_listing(l.as_bytes(), Some("x")).unwrap();
+        assert_eq!(k.header, None);
+        assert_eq!(k.members, None);
+        assert_eq!(k.unparsable_members, 0);
+    }
+
+    #[test]
+    fn options_make_members_unparsable() {
+        let l = "Name: t\nType: hash:ip\nRevision: 6\nHeader: family inet hashsize 1024 maxelem 65536 timeout 100 bucketsize 12 initval 0x1\nSize in memory: 128\nReferences: 0\nNumber of entries: 3\nMembers:\n1.2.3.4 timeout 98\n1.2.3.5 timeout 97\n";
+        let k = parse_listing(l.as_bytes(), Some("t")).unwrap();
+        assert_eq!(k.unparsable_members, 2);
+        assert!(k.members.unwrap().is_empty());
+    }
+
+    #[test]
+    fn truncated_output_is_a_protocol_error() {
+        for cut in 0..=LISTING.len() {
+            let prefix = &LISTING[..cut];
+            let r = parse_listing(prefix.as_bytes(), Some("ipm4-a"));
+            // Cut inside the members section: the count says it is short,
+            // and a last line without its newline is incomplete.
+            let complete = cut == LISTING.len();
+            assert_eq!(r.is_ok(), complete, "cut at {cut}: {r:?}");
+            if let Err(e) = r {
+                assert!(matches!(e, DataplaneError::Protocol(_)), "{e:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn garbage_is_a_protocol_error() {
+        let cases: &[&[u8]] = &[
+            b"",
+            b"hello\n",
+            b"Members:\n1.2.3.4\n",
+            b"Name: a\nType: hash:ip\nHeader: family bogus\nReferences: 0\nMembers:\n",
+            b"Name: a\nType: hash:ip\nHeader: maxelem 5\nReferences: 0\nMembers:\n",
+            b"Name: a\nType: hash:ip\nHeader: family inet maxelem x\nReferences: 0\nMembers:\n",
+            b"Name: a\nType: hash:ip\nHeader: family inet maxelem 5\nReferences: -1\nMembers:\n",
+            b"Name: a\nName: b\nMembers:\n",
+            b"Name: \xff\xfe\nMembers:\n",
+            b"Name: b\nType: hash:ip\nHeader: family inet maxelem 5\nReferences: 0\nMembers:\n",
+        ];
+        for c in cases {
+            let r = parse_listing(*c, Some("a"));
+            assert!(
+                matches!(r, Err(DataplaneError::Protocol(_))),
+                "{c:?}: {r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn garbage_members_are_counted() {
+        let l = b"Name: a\nType: hash:ip\nRevision: 6\nHeader: family inet hashsize 64 maxelem 5\nReferences: 0\nNumber of entries: 4\nMembers:\n1.2.3.4\nnot-an-ip\n\xff\xff\n::1\n";
+        let k = parse_listing(&l[..], Some("a")).unwrap();
+        assert_eq!(k.unparsable_members, 3);
+        assert_eq!(k.members.unwrap().len(), 1);
+    }
+
+    #[test]
+    fn huge_listing_streams() {
+        let n = 200_000u32;
+        let head = format!(
+            "Name: big\nType: hash:ip\nRevision: 6\nHeader: family inet hashsize 65536 maxelem 1000000 bucketsize 12 initval 0x1\nSize in memory: 1\nReferences: 0\nNumber of entries: {n}\nMembers:\n"
+        );
+        let body: String = (0..n)
+            .map(|i| format!("{}\n", Ipv4Addr::from(0x0a00_0000 + i)))
+            .collect();
+        let text = head + &body;
+        let k = parse_listing(text.as_bytes(), Some("big")).unwrap();
+        assert_eq!(k.members.unwrap().len(), n as usize);
+        assert_eq!(k.unparsable_members, 0);
+    }
+
+    #[test]
+    fn fast_member_parse_agrees_with_parse_kernel() {
+        let cases = [
+            (SetType::HashIp, "1.2.3.4"),
+            (SetType::HashIp, "::ffff:1.2.3.4"),
+            (SetType::HashIp, "::1.2.3.4"),
+            (SetType::HashNet, "10.0.0.0/8"),
+            (SetType::HashNet, "10.0.0.0/8 nomatch"),
+            (SetType::HashNet, "1.2.3.4"),
+            (SetType::HashNet, "2001:db8::/32"),
+            (SetType::HashNet, "0.0.0.0/1"),
+            (SetType::HashNet, "10.0.0.0/33"),
+            (SetType::HashNet, "10.0.0.0/"),
+            (SetType::HashNet, "10.0.0.0/0"),
+            (SetType::HashNet, "10.0.0.1/8"),
+        ];
+        for (t, s) in cases {
+            assert_eq!(
+                parse_member(t, s),
+                Member::parse_kernel(t, s).ok(),
+                "{t} {s}"
+            );
+        }
+    }
+
+    #[test]
+    fn stderr_splitting() {
+        assert_eq!(
+            split_stderr(
+                "ipset v7.17: Error in line 3: Kernel error received: set type not supported\n"
+            ),
+            (Some(3), "Kernel error received: set type not supported")
+        );
+        assert_eq!(
+            split_stderr("ipset v7.17: The set with the given name does not exist\n"),
+            (None, "The set with the given name does not exist")
+        );
+        assert_eq!(split_stderr(""), (None, ""));
+        assert_eq!(split_stderr("garbage"), (None, "garbage"));
+    }
+
+    #[test]
+    fn stderr_mapping() {
+        let hdr = SetHeader {
+            kind: SetKind::new(SetType::HashMac, None),
+            max_elem: 10,
+            hash_size: None,
+        };
+        let create = Op::Create {
+            set: "m",
+            header: &hdr,
+        };
+        let members = ms(SetType::HashIp, Some(Family::V4), &["1.1.1.1"]);
+        let add = Op::Add {
+            set: "a",
+            members: &members,
+        };
+        let swap = Op::Swap { a: "a", b: "b" };
+        let destroy = Op::Destroy { set: "a" };
+        let m = Member::parse_kernel(SetType::HashIp, "1.1.1.1").unwrap();
+        let cases: Vec<(&str, &Op<'_>, DataplaneError)> = vec![
+            (
+                "Kernel error received: set type not supported",
+                &create,
+                DataplaneError::TypeNotSupported("hash:mac".into()),
+            ),
+            (
+                "Set cannot be created: set with the same name already exists",
+                &create,
+                DataplaneError::SetExists("m".into()),
+            ),
+            (
+                "Hash is full, cannot add more elements",
+                &add,
+                DataplaneError::SetFull("a".into()),
+            ),
+            (
+                "The set with the given name does not exist",
+                &add,
+                DataplaneError::SetMissing("a".into()),
+            ),
+            (
+                "Set cannot be destroyed: it is in use by a kernel component",
+                &destroy,
+                DataplaneError::InUse("a".into()),
+            ),
+            (
+                "The sets cannot be swapped: their type does not match",
+                &swap,
+                DataplaneError::TypeMismatch("a".into(), "b".into()),
+            ),
+            (
+                "Sets cannot be swapped: the second set does not exist",
+                &swap,
+                DataplaneError::SetMissing("b".into()),
+            ),
+            (
+                "Sets with list:set type cannot be added to the set.",
+                &add,
+                DataplaneError::NestedListSet("a".into()),
+            ),
+            (
+                "Set to be added/deleted/tested as element does not exist.",
+                &add,
+                DataplaneError::SetMissing("1.1.1.1".into()),
+            ),
+            (
+                "Syntax error: '24x' is invalid as number",
+                &add,
+                DataplaneError::InvalidElement {
+                    set: "a".into(),
+                    element: "1.1.1.1".into(),
+                    reason: "Syntax error: '24x' is invalid as number".into(),
+                },
+            ),
+            (
+                "Null-valued element, cannot be stored in a hash type of set",
+                &add,
+                DataplaneError::InvalidElement {
+                    set: "a".into(),
+                    element: "1.1.1.1".into(),
+                    reason: "Null-valued element, cannot be stored in a hash type of set".into(),
+                },
+            ),
+            (
+                "The value of the CIDR parameter of the IP address is invalid",
+                &add,
+                DataplaneError::InvalidElement {
+                    set: "a".into(),
+                    element: "1.1.1.1".into(),
+                    reason: "The value of the CIDR parameter of the IP address is invalid".into(),
+                },
+            ),
+            (
+                "Kernel error received: Operation not permitted",
+                &add,
+                DataplaneError::Unavailable(
+                    "Kernel error received: Operation not permitted".into(),
+                ),
+            ),
+            (
+                "Something new",
+                &add,
+                DataplaneError::Other("Something new".into()),
+            ),
+        ];
+        for (msg, op, want) in cases {
+            assert_eq!(classify(msg, Some(op), Some(&m)), want, "{msg}");
+        }
+    }
+
+    #[test]
+    fn batch_errors_map_lines_to_ops_and_members() {
+        let k = v4(SetType::HashIp);
+        let hdr = SetHeader {
+            kind: k,
+            max_elem: 2,
+            hash_size: None,
+        };
+        let a = ms(
+            SetType::HashIp,
+            Some(Family::V4),
+            &["1.1.1.1", "1.1.1.2", "1.1.1.3"],
+        );
+        let empty = MemberSet::new(k);
+        let ops = [
+            Op::Create {
+                set: "s",
+                header: &hdr,
+            },
+            Op::Add {
+                set: "s",
+                members: &empty,
+            },
+            Op::Add {
+                set: "s",
+                members: &a,
+            },
+            Op::Destroy { set: "s" },
+        ];
+        let mut out = Vec::new();
+        let mut map = LineMap::default();
+        write_script(&mut out, &ops, &mut map).unwrap().unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 5);
+        assert_eq!(lines[0], "create s hash:ip family inet maxelem 2");
+        assert_eq!(lines[4], "destroy s");
+        for (i, l) in lines.iter().enumerate().skip(1).take(3) {
+            let stderr = format!(
+                "ipset v7.17: Error in line {}: Hash is full, cannot add more elements\n",
+                i + 1
+            );
+            let be = batch_error(&stderr, &ops, &map);
+            assert_eq!(be.op_index, 2);
+            assert_eq!(be.error, DataplaneError::SetFull("s".into()));
+            assert_eq!(format!("add -exist s {}", be.member.unwrap()), *l);
+        }
+        let be = batch_error(
+            "ipset v7.17: Error in line 5: Set cannot be destroyed: it is in use by a kernel component",
+            &ops,
+            &map,
+        );
+        assert_eq!(
+            (be.op_index, be.error),
+            (3, DataplaneError::InUse("s".into()))
+        );
+        let be = batch_error("weird", &ops, &map);
+        assert_eq!(be.op_index, 3);
+        assert!(matches!(be.error, DataplaneError::Protocol(_)));
+        let be = batch_error("ipset v7.17: Error in line 99: x", &ops, &map);
+        assert!(be.member.is_none());
+    }
+
+    #[test]
+    fn create_lines() {
+        let mut out = Vec::new();
+        let h = |t, f, m, hs| SetHeader {
+            kind: SetKind::new(t, f),
+            max_elem: m,
+            hash_size: hs,
+        };
+        write_create(
+            &mut out,
+            "a",
+            &h(SetType::HashIp, Some(Family::V6), 5, Some(64)),
+        )
+        .unwrap();
+        write_create(&mut out, "b", &h(SetType::HashMac, None, 7, None)).unwrap();
+        write_create(
+            &mut out,
+            "c",
+            &h(SetType::ListSet, Some(Family::V4), 8, Some(64)),
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "create a hash:ip family inet6 maxelem 5 hashsize 64\ncreate b hash:mac maxelem 7\ncreate c list:set size 8\n"
+        );
+    }
+
+    #[test]
+    fn bad_names_are_refused_before_running() {
+        let mut dp = CliDataplane::with_binary("/nonexistent/ipset");
+        let e = dp
+            .apply(&[Op::Flush {
+                set: "a\ndestroy b",
+            }])
+            .unwrap_err();
+        assert_eq!(e.op_index, 0);
+        assert!(matches!(e.error, DataplaneError::Other(_)));
+    }
+
+    #[test]
+    fn missing_binary_is_unavailable() {
+        let mut dp = CliDataplane::with_binary("/nonexistent/ipset");
+        let e = dp.apply(&[Op::Flush { set: "a" }]).unwrap_err();
+        assert!(matches!(e.error, DataplaneError::Unavailable(_)));
+        assert!(matches!(
+            dp.list_owned(&|_| true),
+            Err(DataplaneError::Unavailable(_))
+        ));
+        assert!(matches!(
+            dp.read_set("a"),
+            Err(DataplaneError::Unavailable(_))
+        ));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parser_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = parse_listing(&bytes[..], Some("a"));
+        }
+
+        #[test]
+        fn parser_never_panics_on_mutated_listing(cut in 0usize..400, junk in "[ -~\n]{0,40}") {
+            let mut s = LISTING.to_string();
+            let cut = cut.min(s.len());
+            s.insert_str(cut, &junk);
+            let _ = parse_listing(s.as_bytes(), Some("ipm4-a"));
+        }
+    }
+}
