@@ -61,14 +61,15 @@ pub struct AgentConfig {
     /// Kubeconfig file; in-cluster configuration (or $KUBECONFIG) when absent.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// Prefix of owned kernel set names (1-8 alphanumerics).
-    #[arg(long, default_value = "ipm")]
+    /// Prefix of owned kernel set names; filled from the global
+    /// `--set-prefix` flag.
+    #[arg(skip = String::from("ipm"))]
     pub set_prefix: String,
     /// Full resync against the kernel every this often (e.g. 60s, 5m).
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, env = "IPSETMGR_RESYNC_INTERVAL", default_value = "60s", value_parser = parse_duration)]
     pub resync_interval: Duration,
     /// Address of the /healthz, /readyz and /metrics listener.
-    #[arg(long, default_value = "0.0.0.0:9477")]
+    #[arg(long, env = "IPSETMGR_LISTEN", default_value = "0.0.0.0:9477")]
     pub listen: SocketAddr,
     /// Namespace of the summary-writer Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "ipsetmgr-system")]

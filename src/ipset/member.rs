@@ -114,6 +114,8 @@ pub enum MemberError {
     HostName,
     #[error("not a valid IP address")]
     BadAddress,
+    #[error("the all-zero address cannot be stored in this set type (the kernel rejects it)")]
+    NullAddress,
     #[error("not a valid CIDR: {0}")]
     BadCidr(&'static str),
     #[error(
@@ -192,7 +194,7 @@ impl Member {
             members: vec![m],
         };
         match set_type {
-            SetType::HashIp => parse_host(body).map(|a| one(Member::Ip(a))),
+            SetType::HashIp => parse_host(body).and_then(non_null).map(|a| one(Member::Ip(a))),
             SetType::HashNet => parse_net(body, nomatch),
             SetType::HashIpPort => parse_ip_port(body).map(one),
             SetType::HashMac => parse_mac(body).map(|m| one(Member::Mac(m))),
@@ -228,6 +230,15 @@ fn parse_host(s: &str) -> Result<IpAddr, MemberError> {
             }
             Ok(addr)
         }
+    }
+}
+
+/// hash:ip and hash:ip,port cannot hold 0.0.0.0 or `::` ("Null-valued element").
+fn non_null(addr: IpAddr) -> Result<IpAddr, MemberError> {
+    if addr.is_unspecified() {
+        Err(MemberError::NullAddress)
+    } else {
+        Ok(addr)
     }
 }
 
@@ -331,7 +342,7 @@ fn parse_net(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
 
 fn parse_ip_port(s: &str) -> Result<Member, MemberError> {
     let (addr_s, rest) = s.split_once(',').ok_or(MemberError::BadIpPortSyntax)?;
-    let addr = parse_host(addr_s)?;
+    let addr = non_null(parse_host(addr_s)?)?;
     let family = family_of(&addr);
     let (proto, port_s) = match rest.split_once(':') {
         Some((p, port)) => (
@@ -591,6 +602,8 @@ mod tests {
             Err(MemberError::BadAddress)
         );
         assert_eq!(canon(SetType::HashIp, ""), Err(MemberError::Empty));
+        assert_eq!(canon(SetType::HashIp, "0.0.0.0"), Err(MemberError::NullAddress));
+        assert_eq!(canon(SetType::HashIpPort, "::,80"), Err(MemberError::NullAddress));
         assert_eq!(
             canon(SetType::HashIp, "1.2.3.4 nomatch"),
             Err(MemberError::NomatchNotAllowed)

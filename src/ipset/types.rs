@@ -138,18 +138,14 @@ impl fmt::Display for Family {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SetKind {
     pub set_type: SetType,
-    /// `None` for hash:mac. list:set carries the family of the sets it lists
-    /// (the kernel does not care, but our naming does).
+    /// `None` for the family-less kernel types, hash:mac and list:set (a
+    /// list:set's family only shows in its name, which the caller chooses).
     pub family: Option<Family>,
 }
 
 impl SetKind {
     pub fn new(set_type: SetType, family: Option<Family>) -> SetKind {
-        let family = if set_type == SetType::HashMac {
-            None
-        } else {
-            family
-        };
+        let family = if set_type.has_family() { family } else { None };
         SetKind { set_type, family }
     }
 }

@@ -110,6 +110,7 @@ pub fn push_ops<'a>(
 #[derive(Clone, Debug)]
 pub struct OpSpan {
     pub set: String,
+    pub plan: Plan,
     pub ops: Range<usize>,
     pub temp: Option<String>,
 }

@@ -211,6 +211,10 @@ impl<D: Dataplane> Manager<D> {
         let mut outcome = ApplyOutcome::default();
         let mut delay = self.config.initial_backoff;
         let mut repeats: BTreeMap<String, u32> = BTreeMap::new();
+        // How each set was first written in this call: a set created by a
+        // batch that failed later and finished by a retry's delta still
+        // reports "created".
+        let mut first_plans: BTreeMap<String, Plan> = BTreeMap::new();
         self.isolated_now.clear();
         for attempt in 1..=self.config.max_attempts {
             outcome.attempts = attempt;
@@ -223,13 +227,22 @@ impl<D: Dataplane> Manager<D> {
             outcome.temp_deleted.extend(self.delete_temp_sets());
             match self.try_updates() {
                 Ok(written) => {
-                    outcome.written = written;
+                    for (name, plan) in written {
+                        first_plans.entry(name).or_insert(plan);
+                    }
+                    outcome.written = first_plans
+                        .into_iter()
+                        .filter(|(name, _)| self.sets.get(name).is_some_and(|s| s.synced()))
+                        .collect();
                     outcome.applied = true;
                     outcome.error = None;
                     break;
                 }
                 Err(e) => {
                     outcome.error = Some(e.to_string());
+                    for (name, plan) in &e.touched {
+                        first_plans.entry(name.clone()).or_insert(*plan);
+                    }
                     self.handle_batch_failure(e, &mut repeats);
                     (self.sleep)(delay);
                     delay *= 2;
@@ -267,7 +280,7 @@ impl<D: Dataplane> Manager<D> {
             temps,
         } = e;
         self.pending_temp_deletions.extend(temps);
-        for name in touched {
+        for (name, _) in touched {
             self.queue_set_read(&name);
         }
         let Some(set) = failed_set else {
@@ -381,6 +394,7 @@ impl<D: Dataplane> Manager<D> {
             batch::push_ops(&mut ops, name, &self.sets[name], *plan, temp);
             spans.push(batch::OpSpan {
                 set: name.clone(),
+                plan: *plan,
                 ops: start..ops.len(),
                 temp: (!temp.is_empty()).then(|| temp.clone()),
             });
@@ -404,7 +418,7 @@ impl<D: Dataplane> Manager<D> {
                     spans.iter().position(|s| s.set == f.set).unwrap_or(0) + 1
                 });
                 // Everything up to the failing set may be partly applied.
-                let touched: Vec<String> = spans[..upto].iter().map(|s| s.set.clone()).collect();
+                let touched = spans[..upto].iter().map(|s| (s.set.clone(), s.plan)).collect();
                 let temps = spans[..upto]
                     .iter()
                     .filter_map(|s| s.temp.clone())
@@ -579,7 +593,8 @@ impl<D: Dataplane> Manager<D> {
 struct UpdateError {
     error: BatchError,
     failed_set: Option<String>,
-    touched: Vec<String>,
+    /// Sets the failed batch may have changed, with how they were written.
+    touched: Vec<(String, Plan)>,
     temps: Vec<String>,
 }
 

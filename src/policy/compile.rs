@@ -13,6 +13,10 @@ use crate::ipset::{
 
 /// Default size of a list:set (the kernel's default).
 pub const DEFAULT_LIST_SIZE: u32 = 8;
+/// The kernel rounds a list:set's size up to this (IP_SET_LIST_MIN_SIZE);
+/// the header says what the kernel will report, or every resync would see a
+/// mismatch.
+const MIN_LIST_SIZE: u32 = 4;
 /// At most this many member errors are reported per policy.
 const MAX_MEMBER_ERRORS: usize = 10;
 
@@ -301,7 +305,7 @@ fn compile_one(
             policy: name.to_string(),
             header: SetHeader {
                 kind: SetKind::new(set_type, *f),
-                max_elem: max,
+                max_elem: if set_type == SetType::ListSet { max.max(MIN_LIST_SIZE) } else { max },
                 hash_size: p.spec.hash_size.filter(|_| set_type.is_hash()),
             },
             members,

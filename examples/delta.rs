@@ -1,0 +1,99 @@
+//! Times what a running manager does with a big set: create a set of
+//! `--members` IPv4 addresses, change `--changes` of them, and resync it.
+//! Used by scripts/bench_vs_restore.py; prints one line per measurement.
+
+use std::net::Ipv4Addr;
+use std::time::Instant;
+
+use clap::Parser;
+use ipsetmgr::dataplane::select::{Backend, open};
+use ipsetmgr::ipset::Naming;
+use ipsetmgr::manager::{Manager, ManagerConfig};
+use ipsetmgr::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long)]
+    netns: String,
+    #[arg(long, value_enum, default_value_t = Backend::Netlink)]
+    backend: Backend,
+    #[arg(long, default_value_t = 1_000_000)]
+    members: u32,
+    #[arg(long, default_value_t = 10)]
+    changes: u32,
+}
+
+fn policy(members: Vec<String>, max: u32) -> IPSetPolicy {
+    IPSetPolicy::new(
+        "delta-bench",
+        IPSetPolicySpec {
+            set_type: ipsetmgr::ipset::SetType::HashIp,
+            family: FamilySpec::IPv4,
+            members,
+            node_selector: None,
+            max_elem: Some(max),
+            hash_size: None,
+        },
+    )
+}
+
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    ipsetmgr::netns::enter(&args.netns)?;
+    let dp = open(args.backend)?;
+    let backend = dp.name();
+    let mut mgr = Manager::new(dp, ManagerConfig::default());
+    let naming = Naming::default();
+    let max = args.members + args.changes + 10;
+    let base: Vec<String> = (0..args.members)
+        .map(|i| Ipv4Addr::from(0x0a00_0000 + i).to_string())
+        .collect();
+    let c = compile(&[policy(base.clone(), max)], &naming, None);
+    mgr.set_desired(c.sets, c.held);
+    let out = mgr.apply_updates();
+    anyhow::ensure!(out.applied, "initial apply failed: {:?}", out.error);
+
+    let mut changed = base;
+    for (i, m) in changed.iter_mut().take(args.changes as usize).enumerate() {
+        *m = Ipv4Addr::from(0xc000_0200 + i as u32).to_string();
+    }
+    let c = compile(&[policy(changed, max)], &naming, None);
+    let t = Instant::now();
+    mgr.set_desired(c.sets, c.held);
+    let diff = t.elapsed();
+    let t = Instant::now();
+    let out = mgr.apply_updates();
+    let apply = t.elapsed();
+    anyhow::ensure!(out.applied, "delta apply failed: {:?}", out.error);
+    println!(
+        "{backend}: {} changed members of a {}-member set: kernel update {:.2} ms (desired-state diff {:.1} ms)",
+        args.changes,
+        args.members,
+        apply.as_secs_f64() * 1e3,
+        diff.as_secs_f64() * 1e3
+    );
+
+    mgr.queue_resync();
+    let t = Instant::now();
+    let out = mgr.apply_updates();
+    anyhow::ensure!(out.applied, "resync failed: {:?}", out.error);
+    println!(
+        "{backend}: resync of a {}-member set: {:.0} ms; peak RSS of this process {:.0} MB",
+        args.members,
+        t.elapsed().as_secs_f64() * 1e3,
+        peak_rss_mb()
+    );
+    // Leave the namespace clean for the next backend's run.
+    mgr.set_desired(Vec::new(), Vec::new());
+    mgr.apply_updates();
+    Ok(())
+}

@@ -1,0 +1,503 @@
+//! End-to-end tests of the `ipsetmgr` binary in file mode, against the real
+//! kernel. Each test creates its own named network namespace (the binary's
+//! `--netns` enters it) and removes it afterwards. Without root they skip.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use ipsetmgr::ipset::Naming;
+use ipsetmgr::policy::{compile, load_policies};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ipsetmgr");
+
+/// A throwaway named network namespace, deleted on drop.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    /// `None` (with a message) when the test cannot run here.
+    fn new(tag: &str) -> Option<Netns> {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root (kernel tests run in a fresh network namespace)");
+            return None;
+        }
+        let name = format!("ipsetmgr-t-{tag}-{}", std::process::id());
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        let ok = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("skipped: `ip netns add` failed (no iproute2 or no netns support)");
+            return None;
+        }
+        Some(Netns { name })
+    }
+
+    fn exec(&self, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .output()
+            .expect("ip netns exec")
+    }
+
+    fn sh(&self, args: &[&str]) {
+        let out = self.exec(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `ipset save` of one set: (create line, sorted add lines' members).
+    fn saved(&self, set: &str) -> Option<(String, Vec<String>)> {
+        let out = self.exec(&["ipset", "save", set]);
+        if !out.status.success() {
+            return None;
+        }
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut create = String::new();
+        let mut members = Vec::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("create ") {
+                create = rest.to_string();
+            } else if let Some(rest) = line.strip_prefix(&format!("add {set} ")) {
+                members.push(rest.to_string());
+            }
+        }
+        members.sort();
+        Some((create, members))
+    }
+
+    fn set_names(&self) -> Vec<String> {
+        let out = self.exec(&["ipset", "list", "-n"]);
+        let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(String::from)
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn ipsetmgr(&self, backend: &str, args: &[&str]) -> (bool, String) {
+        let out = Command::new(BIN)
+            .args(["--netns", &self.name, "--backend", backend])
+            .args(args)
+            .output()
+            .expect("run ipsetmgr");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+fn backends() -> Vec<&'static str> {
+    vec!["cli", "netlink"]
+}
+
+fn samples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples")
+}
+
+fn write_policy(dir: &Path, file: &str, yaml: &str) {
+    std::fs::write(dir.join(file), yaml).unwrap();
+}
+
+fn policy_yaml(name: &str, set_type: &str, members: &[&str]) -> String {
+    let list: Vec<String> = members.iter().map(|m| format!("{m:?}")).collect();
+    format!(
+        "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata:\n  name: {name}\nspec:\n  type: \"{set_type}\"\n  members: [{}]\n",
+        list.join(", ")
+    )
+}
+
+/// The row of the result table for a set: its PROBLEMS and RESULT cells.
+fn row<'a>(output: &'a str, set: &str) -> Option<Vec<&'a str>> {
+    output
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|cells| cells.get(1) == Some(&set))
+}
+
+#[test]
+fn samples_apply_exactly_and_idempotently() {
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("samples-{backend}")) else {
+            return;
+        };
+        let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", samples().to_str().unwrap()]);
+        // The hash:mac sample fails on kernels without hash:mac; everything else applies.
+        let mac_unsupported = out.contains("not supported by this kernel");
+        assert!(ok || mac_unsupported, "{backend}: {out}");
+
+        let policies: Vec<_> = load_policies(&samples())
+            .unwrap()
+            .into_iter()
+            .map(|l| l.policy)
+            .collect();
+        let compiled = compile(&policies, &Naming::default(), None);
+        assert!(
+            compiled.errors.is_empty(),
+            "samples are valid: {:?}",
+            compiled.errors
+        );
+        for set in &compiled.sets {
+            if mac_unsupported && set.header.kind.set_type == ipsetmgr::ipset::SetType::HashMac {
+                assert!(ns.saved(&set.name).is_none());
+                continue;
+            }
+            let (create, members) = ns
+                .saved(&set.name)
+                .unwrap_or_else(|| panic!("{backend}: {} missing\n{out}", set.name));
+            assert!(
+                create.contains(set.header.kind.set_type.as_str()),
+                "{create}"
+            );
+            if let Some(f) = set
+                .header
+                .kind
+                .family
+                .filter(|_| set.header.kind.set_type.has_family())
+            {
+                assert!(
+                    create.contains(&format!("family {}", f.ipset_name())),
+                    "{create}"
+                );
+            }
+            let mut want = set.members.sorted_strings();
+            want.sort();
+            assert_eq!(members, want, "{backend}: {}", set.name);
+        }
+
+        let (_, again) = ns.ipsetmgr(backend, &["apply", "-f", samples().to_str().unwrap()]);
+        if !mac_unsupported {
+            assert!(again.contains("Nothing to change"), "{backend}: {again}");
+        }
+        for set in compiled
+            .sets
+            .iter()
+            .filter(|s| s.header.kind.set_type != ipsetmgr::ipset::SetType::HashMac)
+        {
+            let cells = row(&again, &set.name).unwrap_or_else(|| panic!("{again}"));
+            assert_eq!(cells[5], "unchanged", "{backend}: {again}");
+        }
+    }
+}
+
+#[test]
+fn drift_is_repaired_and_counted() {
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("drift-{backend}")) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_policy(
+            dir.path(),
+            "p.yaml",
+            &policy_yaml("drift", "hash:ip", &["10.0.0.1", "10.0.0.2", "10.0.0.3"]),
+        );
+        let path = dir.path().to_str().unwrap();
+        let apply = || ns.ipsetmgr(backend, &["apply", "-f", path]);
+        let (ok, out) = apply();
+        assert!(ok, "{out}");
+        let want = vec!["10.0.0.1".to_string(), "10.0.0.2".into(), "10.0.0.3".into()];
+
+        // Two members added and one removed out of band: 3 problems.
+        ns.sh(&["ipset", "add", "ipm4-drift", "192.0.2.1"]);
+        ns.sh(&["ipset", "add", "ipm4-drift", "192.0.2.2"]);
+        ns.sh(&["ipset", "del", "ipm4-drift", "10.0.0.1"]);
+        let (ok, out) = apply();
+        assert!(ok, "{out}");
+        assert_eq!(row(&out, "ipm4-drift").unwrap()[4], "3", "{out}");
+        assert_eq!(ns.saved("ipm4-drift").unwrap().1, want);
+
+        // Flushed: 3 problems.
+        ns.sh(&["ipset", "flush", "ipm4-drift"]);
+        let (ok, out) = apply();
+        assert!(ok, "{out}");
+        assert_eq!(row(&out, "ipm4-drift").unwrap()[4], "3", "{out}");
+        assert_eq!(ns.saved("ipm4-drift").unwrap().1, want);
+
+        // Recreated with another type: 1 problem, replaced.
+        ns.sh(&["ipset", "destroy", "ipm4-drift"]);
+        ns.sh(&["ipset", "create", "ipm4-drift", "hash:net"]);
+        let (ok, out) = apply();
+        assert!(ok, "{out}");
+        assert_eq!(row(&out, "ipm4-drift").unwrap()[4], "1", "{out}");
+        let (create, members) = ns.saved("ipm4-drift").unwrap();
+        assert!(create.contains("hash:ip "), "{create}");
+        assert_eq!(members, want);
+
+        // Recreated with another maxelem: 1 problem, swapped in atomically.
+        ns.sh(&["ipset", "destroy", "ipm4-drift"]);
+        ns.sh(&[
+            "ipset",
+            "create",
+            "ipm4-drift",
+            "hash:ip",
+            "maxelem",
+            "1024",
+        ]);
+        ns.sh(&["ipset", "add", "ipm4-drift", "10.0.0.1"]);
+        let (ok, out) = apply();
+        assert!(ok, "{out}");
+        assert_eq!(row(&out, "ipm4-drift").unwrap()[4], "1", "{out}");
+        let (create, members) = ns.saved("ipm4-drift").unwrap();
+        assert!(create.contains("maxelem 65536"), "{create}");
+        assert_eq!(members, want);
+        assert_eq!(ns.set_names(), ["ipm4-drift"], "no temp set left");
+
+        // Destroyed: recreated (a fresh process has no memory of it: 0 problems, "created").
+        ns.sh(&["ipset", "destroy", "ipm4-drift"]);
+        let (ok, out) = apply();
+        assert!(ok, "{out}");
+        assert_eq!(row(&out, "ipm4-drift").unwrap()[5], "created", "{out}");
+        assert_eq!(ns.saved("ipm4-drift").unwrap().1, want);
+    }
+}
+
+#[test]
+fn foreign_sets_survive_prune_and_temp_leftovers_go() {
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("prune-{backend}")) else {
+            return;
+        };
+        ns.sh(&["ipset", "create", "KUBE-TEST", "hash:ip"]);
+        ns.sh(&["ipset", "add", "KUBE-TEST", "10.9.9.9"]);
+        ns.sh(&["ipset", "create", "ipmt-1234", "hash:ip"]);
+        ns.sh(&["ipset", "create", "ipm4-unwanted", "hash:ip"]);
+        let dir = tempfile::tempdir().unwrap();
+        write_policy(
+            dir.path(),
+            "p.yaml",
+            &policy_yaml("keep", "hash:ip", &["10.0.0.1"]),
+        );
+        let path = dir.path().to_str().unwrap();
+
+        let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+        assert!(ok, "{out}");
+        assert!(out.contains("removed leftover temp set ipmt-1234"), "{out}");
+        assert!(out.contains("kept ipm4-unwanted"), "{out}");
+        assert_eq!(ns.set_names(), ["KUBE-TEST", "ipm4-keep", "ipm4-unwanted"]);
+
+        let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", path, "--prune"]);
+        assert!(ok, "{out}");
+        assert!(out.contains("deleted ipm4-unwanted"), "{out}");
+        assert_eq!(ns.set_names(), ["KUBE-TEST", "ipm4-keep"]);
+        assert_eq!(ns.saved("KUBE-TEST").unwrap().1, ["10.9.9.9"]);
+    }
+}
+
+#[test]
+fn unsupported_type_fails_alone() {
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("mac-{backend}")) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_policy(
+            dir.path(),
+            "a.yaml",
+            &policy_yaml("macs", "hash:mac", &["aa:bb:cc:dd:ee:ff"]),
+        );
+        write_policy(
+            dir.path(),
+            "b.yaml",
+            &policy_yaml("ips", "hash:ip", &["10.0.0.1"]),
+        );
+        let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", dir.path().to_str().unwrap()]);
+        let mac_supported = ns.set_names().contains(&"ipmx-macs".to_string());
+        if mac_supported {
+            eprintln!("this kernel has hash:mac; the unsupported-type case cannot be shown here");
+            assert!(ok, "{out}");
+            continue;
+        }
+        assert!(!ok, "{out}");
+        let cells = row(&out, "ipmx-macs").unwrap_or_else(|| panic!("{out}"));
+        assert_eq!(cells[5], "FAILED:", "{out}");
+        assert!(
+            out.contains("set type hash:mac is not supported by this kernel"),
+            "{out}"
+        );
+        assert_eq!(ns.saved("ipm4-ips").unwrap().1, ["10.0.0.1"]);
+    }
+}
+
+#[test]
+fn deleting_a_referenced_set_is_reported_and_retried() {
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("inuse-{backend}")) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_policy(
+            dir.path(),
+            "a.yaml",
+            &policy_yaml("a", "hash:ip", &["10.0.0.1"]),
+        );
+        write_policy(
+            dir.path(),
+            "b.yaml",
+            &policy_yaml("b", "hash:ip", &["10.0.0.2"]),
+        );
+        let path = dir.path().to_str().unwrap();
+        let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+        assert!(ok, "{out}");
+
+        // A list:set outside the project and an iptables rule hold references.
+        ns.sh(&["ipset", "create", "USER-LIST", "list:set"]);
+        ns.sh(&["ipset", "add", "USER-LIST", "ipm4-a"]);
+        let have_iptables = ns
+            .exec(&[
+                "iptables",
+                "-A",
+                "INPUT",
+                "-m",
+                "set",
+                "--match-set",
+                "ipm4-b",
+                "src",
+                "-j",
+                "DROP",
+            ])
+            .status
+            .success();
+        std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+        std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+        write_policy(dir.path(), "c.yaml", &policy_yaml("c", "hash:ip", &[]));
+
+        let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", path, "--prune"]);
+        assert!(ok, "in use is never fatal: {out}");
+        assert!(
+            out.contains("could not delete ipm4-a") && out.contains("in use"),
+            "{out}"
+        );
+        if have_iptables {
+            assert!(out.contains("could not delete ipm4-b"), "{out}");
+        } else {
+            eprintln!("iptables not available: only the list:set reference is checked");
+        }
+        assert!(ns.set_names().contains(&"ipm4-a".to_string()));
+
+        // References gone: the next run deletes them.
+        ns.sh(&["ipset", "destroy", "USER-LIST"]);
+        if have_iptables {
+            ns.sh(&["iptables", "-F", "INPUT"]);
+        }
+        let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", path, "--prune"]);
+        assert!(ok, "{out}");
+        assert!(out.contains("deleted ipm4-a"), "{out}");
+        assert_eq!(ns.set_names(), ["ipm4-c"]);
+    }
+}
+
+#[test]
+fn bad_input_is_rejected_by_name_and_never_reaches_the_kernel() {
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("bad-{backend}")) else {
+            return;
+        };
+        ns.sh(&["ipset", "create", "KUBE-X", "hash:ip"]);
+        let dir = tempfile::tempdir().unwrap();
+        let cases: BTreeMap<&str, (&str, &str, &str)> = [
+            (
+                "inject",
+                (
+                    "hash:ip",
+                    "1.2.3.4\ndestroy KUBE-X",
+                    "contains whitespace or control characters",
+                ),
+            ),
+            ("hostname", ("hash:ip", "example.com", "host name")),
+            (
+                "wrongfamily",
+                (
+                    "hash:ip",
+                    "2001:db8::1",
+                    "IPv6 member but the policy family is IPv4",
+                ),
+            ),
+            ("widecidr", ("hash:ip", "10.0.0.0/24", "use hash:net")),
+            (
+                "portrange",
+                ("hash:ip,port", "10.0.0.1,tcp:80-90", "port ranges"),
+            ),
+            ("badlist", ("list:set", "nosuchpolicy", "does not exist")),
+        ]
+        .into();
+        for (name, (t, member, _)) in &cases {
+            write_policy(
+                dir.path(),
+                &format!("{name}.yaml"),
+                &policy_yaml(name, t, &[member]),
+            );
+        }
+        let mut p = policy_yaml("toomany", "hash:ip", &["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+        p.push_str("  maxElem: 2\n");
+        write_policy(dir.path(), "toomany.yaml", &p);
+        write_policy(
+            dir.path(),
+            "good.yaml",
+            &policy_yaml("good", "hash:ip", &["10.0.0.7"]),
+        );
+
+        let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", dir.path().to_str().unwrap()]);
+        assert!(!ok, "{out}");
+        for (name, (_, member, reason)) in &cases {
+            let line = out
+                .lines()
+                .find(|l| l.contains(&format!("policy \"{name}\": member")))
+                .unwrap_or_else(|| panic!("{name}: {out}"));
+            assert!(line.contains(&member.escape_debug().to_string()), "{line}");
+            assert!(line.contains(reason), "{name}: {line}");
+        }
+        assert!(
+            out.contains("policy \"toomany\": 3 members exceed maxElem 2"),
+            "{out}"
+        );
+        assert_eq!(ns.set_names(), ["KUBE-X", "ipm4-good"], "{out}");
+        assert_eq!(ns.saved("ipm4-good").unwrap().1, ["10.0.0.7"]);
+    }
+}
+
+#[test]
+fn dry_run_changes_nothing() {
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("dry-{backend}")) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_policy(
+            dir.path(),
+            "p.yaml",
+            &policy_yaml("dry", "hash:net", &["10.0.0.0/8", "0.0.0.0/0"]),
+        );
+        let (ok, out) = ns.ipsetmgr(
+            backend,
+            &["apply", "-f", dir.path().to_str().unwrap(), "--dry-run"],
+        );
+        assert!(ok, "{out}");
+        assert!(
+            out.contains("create ipm4-dry hash:net with 3 members"),
+            "{out}"
+        );
+        assert!(ns.set_names().is_empty());
+        let (ok, out) = ns.ipsetmgr(backend, &["sets"]);
+        assert!(ok && out.contains("No sets with prefix"), "{out}");
+    }
+}
