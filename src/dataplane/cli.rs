@@ -150,18 +150,18 @@ fn write_script(
                 };
                 let mut r = Ok(());
                 for m in members.iter() {
-                    if let Member::Set(name) = &m {
-                        if !valid_set_name(name) {
-                            return Err(BatchError {
-                                op_index: i,
-                                member: Some(m.clone()),
-                                error: DataplaneError::InvalidElement {
-                                    set: set.to_string(),
-                                    element: name.to_string(),
-                                    reason: "not a valid set name".into(),
-                                },
-                            });
-                        }
+                    if let Member::Set(name) = &m
+                        && !valid_set_name(name)
+                    {
+                        return Err(BatchError {
+                            op_index: i,
+                            member: Some(m.clone()),
+                            error: DataplaneError::InvalidElement {
+                                set: set.to_string(),
+                                element: name.to_string(),
+                                reason: "not a valid set name".into(),
+                            },
+                        });
                     }
                     r = writeln!(w, "{verb} -exist {set} {m}");
                     if r.is_err() {
@@ -202,17 +202,16 @@ pub fn split_stderr(stderr: &str) -> (Option<u64>, &str) {
         .find(|l| !l.is_empty())
         .unwrap_or("");
     let mut msg = first;
-    if let Some(rest) = msg.strip_prefix("ipset v") {
-        if let Some((_, after)) = rest.split_once(": ") {
-            msg = after;
-        }
+    if let Some(rest) = msg.strip_prefix("ipset v")
+        && let Some((_, after)) = rest.split_once(": ")
+    {
+        msg = after;
     }
-    if let Some(rest) = msg.strip_prefix("Error in line ") {
-        if let Some((n, after)) = rest.split_once(": ") {
-            if let Ok(n) = n.trim().parse::<u64>() {
-                return (Some(n), after.trim());
-            }
-        }
+    if let Some(rest) = msg.strip_prefix("Error in line ")
+        && let Some((n, after)) = rest.split_once(": ")
+        && let Ok(n) = n.trim().parse::<u64>()
+    {
+        return (Some(n), after.trim());
     }
     (None, msg.trim())
 }
@@ -336,22 +335,22 @@ impl Dataplane for CliDataplane {
             if let Some(bad) = op.sets().find(|s| !valid_set_name(s)) {
                 return Err(invalid_name(i, bad));
             }
-            if let Op::Add { set, members } | Op::Del { set, members } = op {
-                if members.kind().set_type == SetType::ListSet {
-                    for m in members.iter() {
-                        if let Member::Set(name) = &m {
-                            if !valid_set_name(name) {
-                                return Err(BatchError {
-                                    op_index: i,
-                                    member: Some(m.clone()),
-                                    error: DataplaneError::InvalidElement {
-                                        set: set.to_string(),
-                                        element: name.to_string(),
-                                        reason: "not a valid set name".into(),
-                                    },
-                                });
-                            }
-                        }
+            if let Op::Add { set, members } | Op::Del { set, members } = op
+                && members.kind().set_type == SetType::ListSet
+            {
+                for m in members.iter() {
+                    if let Member::Set(name) = &m
+                        && !valid_set_name(name)
+                    {
+                        return Err(BatchError {
+                            op_index: i,
+                            member: Some(m.clone()),
+                            error: DataplaneError::InvalidElement {
+                                set: set.to_string(),
+                                element: name.to_string(),
+                                reason: "not a valid set name".into(),
+                            },
+                        });
                     }
                 }
             }
@@ -483,12 +482,19 @@ fn protocol(msg: impl Into<String>) -> DataplaneError {
     DataplaneError::Protocol(msg.into())
 }
 
+/// What the `Header:` line says that matters here.
+#[derive(Debug)]
+struct HeaderWords {
+    family: Option<Family>,
+    hash_size: Option<u32>,
+    /// maxelem, or size for list:set.
+    max_elem: Option<u32>,
+    has_timeout: bool,
+}
+
 /// Parse the header line's words: `family inet hashsize 1024 maxelem 65536
 /// bucketsize 12 initval 0x..` (hash types) or `size 8` (list:set).
-/// Returns (family, hashsize, maxelem-or-size).
-fn parse_header_words(
-    words: &str,
-) -> Result<(Option<Family>, Option<u32>, Option<u32>, bool), DataplaneError> {
+fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
     let mut family = None;
     let mut hashsize = None;
     let mut maxelem = None;
@@ -515,7 +521,12 @@ fn parse_header_words(
             _ => {}
         }
     }
-    Ok((family, hashsize, maxelem, has_timeout))
+    Ok(HeaderWords {
+        family,
+        hash_size: hashsize,
+        max_elem: maxelem,
+        has_timeout,
+    })
 }
 
 /// Fast, allocation-free parsing of the common member forms the kernel
@@ -569,7 +580,7 @@ pub fn parse_listing(
     let mut buf: Vec<u8> = Vec::with_capacity(128);
     let mut name: Option<String> = None;
     let mut set_type: Option<Result<SetType, String>> = None;
-    let mut header: Option<(Option<Family>, Option<u32>, Option<u32>, bool)> = None;
+    let mut header: Option<HeaderWords> = None;
     let mut references: Option<u32> = None;
     let mut entries: Option<u64> = None;
     let mut saw_members = false;
@@ -635,16 +646,20 @@ pub fn parse_listing(
         return Err(protocol("truncated ipset list output: no Members: line"));
     }
     let name = name.ok_or_else(|| protocol("ipset list output has no Name: line"))?;
-    if let Some(exp) = expected {
-        if name != exp {
-            return Err(protocol(format!(
-                "asked for set {exp} but ipset listed {name:?}"
-            )));
-        }
+    if let Some(exp) = expected
+        && name != exp
+    {
+        return Err(protocol(format!(
+            "asked for set {exp} but ipset listed {name:?}"
+        )));
     }
     let set_type = set_type.ok_or_else(|| protocol("ipset list output has no Type: line"))?;
-    let (family, hash_size, max_elem, has_timeout) =
-        header.ok_or_else(|| protocol("ipset list output has no Header: line"))?;
+    let HeaderWords {
+        family,
+        hash_size,
+        max_elem,
+        has_timeout,
+    } = header.ok_or_else(|| protocol("ipset list output has no Header: line"))?;
     let references =
         references.ok_or_else(|| protocol("ipset list output has no References: line"))?;
 
