@@ -194,7 +194,9 @@ impl Member {
             members: vec![m],
         };
         match set_type {
-            SetType::HashIp => parse_host(body).and_then(non_null).map(|a| one(Member::Ip(a))),
+            SetType::HashIp => parse_host(body)
+                .and_then(non_null)
+                .map(|a| one(Member::Ip(a))),
             SetType::HashNet => parse_net(body, nomatch),
             SetType::HashIpPort => parse_ip_port(body).map(one),
             SetType::HashMac => parse_mac(body).map(|m| one(Member::Mac(m))),
@@ -602,8 +604,14 @@ mod tests {
             Err(MemberError::BadAddress)
         );
         assert_eq!(canon(SetType::HashIp, ""), Err(MemberError::Empty));
-        assert_eq!(canon(SetType::HashIp, "0.0.0.0"), Err(MemberError::NullAddress));
-        assert_eq!(canon(SetType::HashIpPort, "::,80"), Err(MemberError::NullAddress));
+        assert_eq!(
+            canon(SetType::HashIp, "0.0.0.0"),
+            Err(MemberError::NullAddress)
+        );
+        assert_eq!(
+            canon(SetType::HashIpPort, "::,80"),
+            Err(MemberError::NullAddress)
+        );
         assert_eq!(
             canon(SetType::HashIp, "1.2.3.4 nomatch"),
             Err(MemberError::NomatchNotAllowed)

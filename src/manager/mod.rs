@@ -418,7 +418,10 @@ impl<D: Dataplane> Manager<D> {
                     spans.iter().position(|s| s.set == f.set).unwrap_or(0) + 1
                 });
                 // Everything up to the failing set may be partly applied.
-                let touched = spans[..upto].iter().map(|s| (s.set.clone(), s.plan)).collect();
+                let touched = spans[..upto]
+                    .iter()
+                    .map(|s| (s.set.clone(), s.plan))
+                    .collect();
                 let temps = spans[..upto]
                     .iter()
                     .filter_map(|s| s.temp.clone())

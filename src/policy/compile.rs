@@ -305,7 +305,11 @@ fn compile_one(
             policy: name.to_string(),
             header: SetHeader {
                 kind: SetKind::new(set_type, *f),
-                max_elem: if set_type == SetType::ListSet { max.max(MIN_LIST_SIZE) } else { max },
+                max_elem: if set_type == SetType::ListSet {
+                    max.max(MIN_LIST_SIZE)
+                } else {
+                    max
+                },
                 hash_size: p.spec.hash_size.filter(|_| set_type.is_hash()),
             },
             members,
