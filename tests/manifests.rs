@@ -31,6 +31,10 @@ use serde_json::{Value, json};
 use support::gotmpl::Templates;
 
 const NAMESPACE: &str = "ipsetmgr-system";
+/// Where the agent's Events go: they are about IPSetPolicy objects, which are
+/// cluster-scoped, and the API server accepts Events about cluster-scoped
+/// objects only in `default` (kube-runtime's Recorder creates them there).
+const EVENTS_NAMESPACE: &str = "default";
 const RELEASE: &str = "ipsetmgr";
 const METRICS_PORT: i32 = 9477;
 
@@ -366,37 +370,111 @@ fn expected_cluster_grants() -> BTreeSet<Grant> {
     ])
 }
 
+/// In the agent's own namespace: the leader Lease only.
 fn expected_namespace_grants() -> BTreeSet<Grant> {
+    expect(&[(
+        "coordination.k8s.io",
+        "leases",
+        &["get", "create", "update"],
+    )])
+}
+
+/// In `default` (EVENTS_NAMESPACE): Events only. The Recorder writes
+/// events.k8s.io/v1 (create, patch for a repeat); core/v1 is kept in case a
+/// Recorder falls back to it.
+fn expected_events_grants() -> BTreeSet<Grant> {
     expect(&[
-        (
-            "coordination.k8s.io",
-            "leases",
-            &["get", "create", "update"],
-        ),
-        ("", "events", &["create", "patch"]),
         ("events.k8s.io", "events", &["create", "patch"]),
+        ("", "events", &["create", "patch"]),
     ])
 }
 
-/// RBAC objects of a rendering: exactly one ClusterRole and one Role with the
-/// expected grants, bound to the DaemonSet's service account.
-fn check_rbac(docs: &[Value], what: &str) -> (ClusterRole, Role) {
+/// The agent's roles in a rendering.
+struct Rbac {
+    cluster_role: ClusterRole,
+    /// In the agent's namespace (NAMESPACE).
+    role: Role,
+    /// In EVENTS_NAMESPACE.
+    events_role: Role,
+}
+
+/// The only object of `kind` in namespace `ns`.
+fn one_in<T: DeserializeOwned + serde::Serialize>(
+    docs: &[Value],
+    kind: &str,
+    ns: &str,
+    what: &str,
+) -> T {
+    let in_ns: Vec<Value> = docs
+        .iter()
+        .filter(|d| kind_of(d) == kind && d["metadata"]["namespace"] == ns)
+        .cloned()
+        .collect();
+    one_of(&in_ns, kind, &format!("{what} (namespace {ns})"))
+}
+
+/// Every namespaced object is in the agent's namespace, except the events
+/// Role and its RoleBinding, which are in `default`, and nothing else is.
+fn check_namespaces(docs: &[Value], what: &str) {
+    for d in docs {
+        let kind = kind_of(d);
+        if CLUSTER_SCOPED.contains(&kind) {
+            assert!(
+                d["metadata"].get("namespace").is_none(),
+                "{what}: {kind} {} is cluster-scoped: no namespace",
+                name_of(d)
+            );
+            continue;
+        }
+        let ns = d["metadata"]["namespace"].as_str().unwrap_or("");
+        let allowed: &[&str] = if matches!(kind, "Role" | "RoleBinding") {
+            &[NAMESPACE, EVENTS_NAMESPACE]
+        } else {
+            &[NAMESPACE]
+        };
+        assert!(
+            allowed.contains(&ns),
+            "{what}: {kind} {} in namespace {ns:?}, expected one of {allowed:?}",
+            name_of(d)
+        );
+    }
+}
+
+/// RBAC objects of a rendering: exactly one ClusterRole, one Role in the
+/// agent's namespace (the Lease) and one Role in `default` (Events), each with
+/// the expected grants and bound by exactly one binding to the DaemonSet's
+/// service account; no other namespaced object outside the agent's namespace.
+fn check_rbac(docs: &[Value], what: &str) -> Rbac {
+    check_namespaces(docs, what);
     let cr: ClusterRole = one_of(docs, "ClusterRole", what);
-    let role: Role = one_of(docs, "Role", what);
     assert_eq!(
         grants(cr.rules.as_deref().unwrap_or_default(), what),
         expected_cluster_grants(),
         "{what}: ClusterRole rules"
     );
+    let roles: Vec<Role> = all_of(docs, "Role", what);
+    assert_eq!(
+        roles.len(),
+        2,
+        "{what}: one Role in {NAMESPACE} and one in {EVENTS_NAMESPACE}"
+    );
+    let role: Role = one_in(docs, "Role", NAMESPACE, what);
     assert_eq!(
         grants(role.rules.as_deref().unwrap_or_default(), what),
         expected_namespace_grants(),
-        "{what}: Role rules"
+        "{what}: Role rules in {NAMESPACE} (the Lease only)"
     );
+    let events_role: Role = one_in(docs, "Role", EVENTS_NAMESPACE, what);
     assert_eq!(
-        role.metadata.namespace.as_deref(),
-        Some(NAMESPACE),
-        "{what}: Role namespace"
+        grants(events_role.rules.as_deref().unwrap_or_default(), what),
+        expected_events_grants(),
+        "{what}: Role rules in {EVENTS_NAMESPACE} (Events only)"
+    );
+    let role_name = role.metadata.name.clone().unwrap();
+    assert_eq!(
+        events_role.metadata.name.as_deref(),
+        Some(format!("{role_name}-events").as_str()),
+        "{what}: events Role name"
     );
 
     let ds: DaemonSet = one_of(docs, "DaemonSet", what);
@@ -410,34 +488,55 @@ fn check_rbac(docs: &[Value], what: &str) -> (ClusterRole, Role) {
     assert_eq!(sa.metadata.namespace.as_deref(), Some(NAMESPACE));
 
     let crb: ClusterRoleBinding = one_of(docs, "ClusterRoleBinding", what);
+    assert_eq!(
+        crb.role_ref.api_group.as_deref(),
+        Some("rbac.authorization.k8s.io")
+    );
     assert_eq!(crb.role_ref.kind, "ClusterRole");
     assert_eq!(
         Some(&crb.role_ref.name),
         cr.metadata.name.as_ref(),
         "{what}: ClusterRoleBinding roleRef"
     );
-    let rb: RoleBinding = one_of(docs, "RoleBinding", what);
-    assert_eq!(rb.role_ref.kind, "Role");
+    let bindings: Vec<RoleBinding> = all_of(docs, "RoleBinding", what);
     assert_eq!(
-        Some(&rb.role_ref.name),
-        role.metadata.name.as_ref(),
-        "{what}: RoleBinding roleRef"
+        bindings.len(),
+        2,
+        "{what}: one RoleBinding per Role ({NAMESPACE} and {EVENTS_NAMESPACE})"
     );
-    assert_eq!(rb.metadata.namespace.as_deref(), Some(NAMESPACE));
-    for subjects in [
-        crb.subjects.unwrap_or_default(),
-        rb.subjects.unwrap_or_default(),
-    ] {
+    let mut subjects = vec![crb.subjects.unwrap_or_default()];
+    for r in [&role, &events_role] {
+        let ns = r.metadata.namespace.as_deref().unwrap();
+        let rb: RoleBinding = one_in(docs, "RoleBinding", ns, what);
+        assert_eq!(
+            rb.role_ref.api_group.as_deref(),
+            Some("rbac.authorization.k8s.io")
+        );
+        assert_eq!(rb.role_ref.kind, "Role");
+        assert_eq!(
+            Some(&rb.role_ref.name),
+            r.metadata.name.as_ref(),
+            "{what}: RoleBinding roleRef in {ns} (a RoleBinding can only bind a Role \
+             of its own namespace)"
+        );
+        subjects.push(rb.subjects.unwrap_or_default());
+    }
+    for subjects in subjects {
         assert_eq!(subjects.len(), 1, "{what}: one subject per binding");
         assert_eq!(subjects[0].kind, "ServiceAccount");
         assert_eq!(subjects[0].name, sa_name, "{what}: binding subject");
         assert_eq!(
             subjects[0].namespace.as_deref(),
             Some(NAMESPACE),
-            "{what}: subject namespace"
+            "{what}: subject namespace (the ServiceAccount's, also for the \
+             binding in {EVENTS_NAMESPACE})"
         );
     }
-    (cr, role)
+    Rbac {
+        cluster_role: cr,
+        role,
+        events_role,
+    }
 }
 
 // ------------------------------------------------------------ DaemonSet ----
@@ -769,16 +868,8 @@ fn chart_renders_with_default_values() {
         ]),
         "objects rendered with default values (no ServiceMonitor by default)"
     );
-    for d in &r.docs {
-        if !CLUSTER_SCOPED.contains(&kind_of(d)) {
-            assert_eq!(
-                d["metadata"]["namespace"],
-                NAMESPACE,
-                "{} in the release namespace",
-                kind_of(d)
-            );
-        }
-    }
+    // Everything in the release namespace, but the events Role/RoleBinding.
+    check_rbac(&r.docs, "chart");
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", "chart");
     check_daemonset(&ds, METRICS_PORT, "chart");
     let c = agent_container(&ds);
@@ -940,32 +1031,38 @@ fn rbac_has_one_source_and_the_chart_renders_it() {
     let source = yaml_docs(&read("config/rbac/role.yaml"), "config/rbac/role.yaml");
     assert_eq!(
         source.len(),
-        2,
-        "config/rbac/role.yaml holds the ClusterRole and the Role"
+        3,
+        "config/rbac/role.yaml holds the ClusterRole, the Role in {NAMESPACE} \
+         and the events Role in {EVENTS_NAMESPACE}"
     );
+    check_all_typed(&source, "config/rbac/role.yaml");
     let cr: ClusterRole = one_of(&source, "ClusterRole", "config/rbac/role.yaml");
-    let role: Role = one_of(&source, "Role", "config/rbac/role.yaml");
+    let role: Role = one_in(&source, "Role", NAMESPACE, "config/rbac/role.yaml");
+    let events_role: Role = one_in(&source, "Role", EVENTS_NAMESPACE, "config/rbac/role.yaml");
 
-    let chart = render_chart(&[]);
-    let (chart_cr, chart_role) = check_rbac(&chart.docs, "chart");
+    let chart = check_rbac(&render_chart(&[]).docs, "chart");
     assert_eq!(
-        chart_cr.rules, cr.rules,
+        chart.cluster_role.rules, cr.rules,
         "chart ClusterRole rules == config/rbac/role.yaml"
     );
     assert_eq!(
-        chart_role.rules, role.rules,
-        "chart Role rules == config/rbac/role.yaml"
+        chart.role.rules, role.rules,
+        "chart Role rules in {NAMESPACE} == config/rbac/role.yaml"
+    );
+    assert_eq!(
+        chart.events_role.rules, events_role.rules,
+        "chart Role rules in {EVENTS_NAMESPACE} == config/rbac/role.yaml"
     );
 
-    // No other file under config/ defines roles.
-    for d in kustomize_default() {
-        if kind_of(&d) == "ClusterRole" {
-            assert_eq!(typed::<ClusterRole>(&d, "config").rules, cr.rules);
-        }
-        if kind_of(&d) == "Role" {
-            assert_eq!(typed::<Role>(&d, "config").rules, role.rules);
-        }
-    }
+    // No other file under config/ defines roles, and no kustomize transformer
+    // moved them (config/default must not set `namespace:`).
+    let kust = check_rbac(&kustomize_default(), "config/default");
+    assert_eq!(kust.cluster_role, cr, "config/default ClusterRole");
+    assert_eq!(kust.role, role, "config/default Role in {NAMESPACE}");
+    assert_eq!(
+        kust.events_role, events_role,
+        "config/default Role in {EVENTS_NAMESPACE}"
+    );
 }
 
 #[test]
