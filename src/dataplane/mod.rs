@@ -2,6 +2,8 @@
 //! and its implementations (the `ipset` CLI, the in-memory model for tests;
 //! a native netlink backend plugs in here without touching the manager).
 
+pub mod netlink;
+
 use std::fmt;
 
 use crate::ipset::{Member, MemberSet, SetHeader, SetType};
