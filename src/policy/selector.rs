@@ -15,10 +15,10 @@ pub fn matches(
     labels: &BTreeMap<String, String>,
 ) -> Result<bool, SelectorError> {
     let Some(sel) = selector else { return Ok(true) };
-    if let Some(ml) = &sel.match_labels {
-        if ml.iter().any(|(k, v)| labels.get(k) != Some(v)) {
-            return Ok(false);
-        }
+    if let Some(ml) = &sel.match_labels
+        && ml.iter().any(|(k, v)| labels.get(k) != Some(v))
+    {
+        return Ok(false);
     }
     for req in sel.match_expressions.iter().flatten() {
         let value = labels.get(&req.key);
