@@ -18,6 +18,9 @@ pub mod consts;
 pub mod errors;
 pub mod wire;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsRawFd;
