@@ -436,6 +436,21 @@ fn errors_are_typed() {
         );
         assert_eq!(e, DataplaneError::NestedListSet("ipm-l2".into()));
 
+        // a list:set member naming a missing set is an invalid element
+        let ghost = MemberSet::from_members(hlist.kind, [Member::Set("ipm-ghost".into())]);
+        let (i, m, e) = expect_err(
+            &mut d,
+            &[Op::Add {
+                set: "ipm-l",
+                members: &ghost,
+            }],
+        );
+        assert_eq!((i, m.clone()), (0, Some(Member::Set("ipm-ghost".into()))));
+        assert!(
+            matches!(&e, DataplaneError::InvalidElement { set, element, .. } if set == "ipm-l" && element == "ipm-ghost"),
+            "{e:?}"
+        );
+
         // type mismatch on swap
         let (_, _, e) = expect_err(
             &mut d,

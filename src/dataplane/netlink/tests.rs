@@ -38,31 +38,33 @@ fn proto() -> impl Strategy<Value = Proto> {
 fn kind_and_member() -> impl Strategy<Value = (SetKind, Member)> {
     let fam = prop::sample::select(vec![Family::V4, Family::V6]);
     prop_oneof![
-        fam.clone().prop_flat_map(|f| addr(f)
-            .prop_map(move |a| (SetKind::new(SetType::HashIp, Some(f)), Member::Ip(a)))),
-        fam.clone().prop_flat_map(|f| (addr(f), 0..=f.max_prefix(), any::<bool>()).prop_map(
-            move |(a, p, nm)| (
-                SetKind::new(SetType::HashNet, Some(f)),
-                Member::Net {
-                    addr: mask(a, p),
-                    prefix: p,
-                    nomatch: nm
+        fam.clone()
+            .prop_flat_map(|f| addr(f)
+                .prop_map(move |a| (SetKind::new(SetType::HashIp, Some(f)), Member::Ip(a)))),
+        fam.clone()
+            .prop_flat_map(|f| (addr(f), 0..=f.max_prefix(), any::<bool>()).prop_map(
+                move |(a, p, nm)| (
+                    SetKind::new(SetType::HashNet, Some(f)),
+                    Member::Net {
+                        addr: mask(a, p),
+                        prefix: p,
+                        nomatch: nm
+                    }
+                )
+            )),
+        fam.prop_flat_map(
+            |f| (addr(f), proto(), any::<u16>()).prop_map(move |(a, pr, port)| (
+                SetKind::new(SetType::HashIpPort, Some(f)),
+                Member::IpPort {
+                    addr: a,
+                    proto: pr,
+                    port
                 }
-            )
-        )),
-        fam.prop_flat_map(|f| (addr(f), proto(), any::<u16>()).prop_map(move |(a, pr, port)| (
-            SetKind::new(SetType::HashIpPort, Some(f)),
-            Member::IpPort {
-                addr: a,
-                proto: pr,
-                port
-            }
-        ))),
+            ))
+        ),
         any::<[u8; 6]>().prop_map(|m| (SetKind::new(SetType::HashMac, None), Member::Mac(m))),
-        "[A-Za-z0-9_.:-]{1,31}".prop_map(|n| (
-            SetKind::new(SetType::ListSet, None),
-            Member::Set(n.into())
-        )),
+        "[A-Za-z0-9_.:-]{1,31}"
+            .prop_map(|n| (SetKind::new(SetType::ListSet, None), Member::Set(n.into()))),
     ]
 }
 
@@ -218,7 +220,11 @@ fn decode_adt_messages(buf: &[u8], kind: SetKind) -> (Vec<(u32, Member)>, usize)
     let mut adt_len = 0;
     for msg in wire::messages(buf) {
         let msg = msg.unwrap();
-        assert_eq!(msg.flags, NLM_F_REQUEST | NLM_F_ACK, "no NLM_F_EXCL: exist semantics");
+        assert_eq!(
+            msg.flags,
+            NLM_F_REQUEST | NLM_F_ACK,
+            "no NLM_F_EXCL: exist semantics"
+        );
         let mut saw_lineno = false;
         for a in wire::nf_attrs(msg.payload).unwrap() {
             let a = a.unwrap();
@@ -255,7 +261,10 @@ fn check_split(members: &MemberSet, max_adt: usize) -> usize {
     while let Some(chunk) = enc.next_message(&mut buf, messages as u32 + 1) {
         messages += 1;
         let (elems, adt_len) = decode_adt_messages(&buf, members.kind());
-        assert!(adt_len <= max_adt.max(256), "ADT nest of {adt_len} > {max_adt}");
+        assert!(
+            adt_len <= max_adt.max(256),
+            "ADT nest of {adt_len} > {max_adt}"
+        );
         assert!(adt_len <= u16::MAX as usize);
         assert_eq!(elems.len() as u32, chunk.count);
         assert!(chunk.count > 0);
@@ -314,10 +323,8 @@ fn empty_member_set_sends_nothing() {
 #[test]
 fn error_reply_names_the_failing_element() {
     let kind = SetKind::new(SetType::HashIp, Some(Family::V4));
-    let members = MemberSet::from_members(
-        kind,
-        (0..10u32).map(|i| Member::Ip(IpAddr::V4(i.into()))),
-    );
+    let members =
+        MemberSet::from_members(kind, (0..10u32).map(|i| Member::Ip(IpAddr::V4(i.into()))));
     let mut req = Vec::new();
     AdtEncoder::new(IPSET_CMD_ADD, "s", 7, members.iter(), codec::MAX_ADT_LEN)
         .next_message(&mut req, 42)
@@ -378,7 +385,10 @@ fn requests_always_carry_protocol_and_set_name() {
     let data = get(IPSET_ATTR_DATA);
     assert!(data.nested);
     let size = data.attrs().map(|a| a.unwrap()).next().unwrap();
-    assert_eq!((size.ty, size.net_order, size.be32()), (IPSET_ATTR_SIZE, true, Ok(8)));
+    assert_eq!(
+        (size.ty, size.net_order, size.be32()),
+        (IPSET_ATTR_SIZE, true, Ok(8))
+    );
 }
 
 #[test]
