@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod model;
+pub mod netlink;
 pub mod select;
 
 use std::fmt;

@@ -1,0 +1,607 @@
+//! The ipset message layer: building requests from typed values and decoding
+//! the kernel's replies into typed values. Everything here is pure (no
+//! socket), so it is unit-, property- and fuzz-tested.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use super::consts::*;
+use super::wire::{self, Attr, DecodeError};
+use crate::ipset::member::mask;
+use crate::ipset::{Family, Member, MemberSet, Proto, SetHeader, SetKind, SetType};
+
+/// The largest `nla_len` of the IPSET_ATTR_ADT nest (a u16).
+pub const MAX_ADT_LEN: usize = u16::MAX as usize;
+
+pub fn nfproto(family: Option<Family>) -> u8 {
+    match family {
+        Some(Family::V4) => NFPROTO_IPV4,
+        Some(Family::V6) => NFPROTO_IPV6,
+        None => NFPROTO_UNSPEC,
+    }
+}
+
+/// The family byte a set of this kind is created (and probed) with: hash
+/// types carry their address family, list:set and hash:mac none.
+pub fn kernel_family(kind: SetKind) -> u8 {
+    if kind.set_type.has_family() {
+        nfproto(kind.family)
+    } else {
+        NFPROTO_UNSPEC
+    }
+}
+
+/// Whether `name` can be sent as a set name (the kernel's NLA_NUL_STRING of
+/// at most 31 bytes; empty and NUL-containing names never name a set).
+pub fn valid_set_name(name: &str) -> bool {
+    !name.is_empty() && name.len() < IPSET_MAXNAMELEN && !name.contains('\0')
+}
+
+// ---------------------------------------------------------------- requests
+
+/// A request with the mandatory PROTOCOL attribute; `attrs` adds the rest.
+pub fn request(
+    buf: &mut Vec<u8>,
+    cmd: u8,
+    flags: u16,
+    seq: u32,
+    proto: u8,
+    attrs: impl FnOnce(&mut Vec<u8>),
+) {
+    let start = wire::begin_msg(buf, msg_type(cmd), NLM_F_REQUEST | flags, seq, NFPROTO_IPV4);
+    wire::put_u8(buf, IPSET_ATTR_PROTOCOL, proto);
+    attrs(buf);
+    wire::end_msg(buf, start);
+}
+
+fn put_ip(buf: &mut Vec<u8>, ty: u16, addr: &IpAddr) {
+    let n = wire::begin_nest(buf, ty);
+    match addr {
+        IpAddr::V4(a) => wire::put_attr(
+            buf,
+            IPSET_ATTR_IPADDR_IPV4 | NLA_F_NET_BYTEORDER,
+            &a.octets(),
+        ),
+        IpAddr::V6(a) => wire::put_attr(
+            buf,
+            IPSET_ATTR_IPADDR_IPV6 | NLA_F_NET_BYTEORDER,
+            &a.octets(),
+        ),
+    }
+    // An address nest is 12 or 24 bytes: it always fits.
+    let _ = wire::end_nest(buf, n);
+}
+
+/// Append one element as an IPSET_ATTR_DATA nest; `lineno` (when not 0) is
+/// what the kernel reports back when this element fails.
+pub fn encode_element(buf: &mut Vec<u8>, m: &Member, lineno: u32) {
+    let n = wire::begin_nest(buf, IPSET_ATTR_DATA);
+    match m {
+        Member::Ip(a) => put_ip(buf, IPSET_ATTR_IP, a),
+        Member::Net {
+            addr,
+            prefix,
+            nomatch,
+        } => {
+            put_ip(buf, IPSET_ATTR_IP, addr);
+            wire::put_u8(buf, IPSET_ATTR_CIDR, *prefix);
+            if *nomatch {
+                wire::put_be32(buf, IPSET_ATTR_CADT_FLAGS, IPSET_FLAG_NOMATCH);
+            }
+        }
+        Member::IpPort { addr, proto, port } => {
+            put_ip(buf, IPSET_ATTR_IP, addr);
+            wire::put_be16(buf, IPSET_ATTR_PORT, *port);
+            wire::put_u8(buf, IPSET_ATTR_PROTO, proto.number());
+        }
+        Member::Mac(mac) => wire::put_attr(buf, IPSET_ATTR_ETHER, mac),
+        Member::Set(name) => wire::put_str(buf, IPSET_ATTR_NAME, name),
+    }
+    if lineno != 0 {
+        wire::put_u32_host(buf, IPSET_ATTR_CADT_LINENO, lineno);
+    }
+    // One element is well under 100 bytes.
+    let _ = wire::end_nest(buf, n);
+}
+
+/// The IPSET_ATTR_DATA of a CREATE request.
+pub fn encode_create_data(buf: &mut Vec<u8>, header: &SetHeader) {
+    let n = wire::begin_nest(buf, IPSET_ATTR_DATA);
+    if header.kind.set_type == SetType::ListSet {
+        wire::put_be32(buf, IPSET_ATTR_SIZE, header.max_elem);
+    } else {
+        if let Some(h) = header.hash_size {
+            wire::put_be32(buf, IPSET_ATTR_HASHSIZE, h);
+        }
+        wire::put_be32(buf, IPSET_ATTR_MAXELEM, header.max_elem);
+    }
+    let _ = wire::end_nest(buf, n);
+}
+
+/// A complete CREATE request.
+pub fn create_request(
+    buf: &mut Vec<u8>,
+    seq: u32,
+    proto: u8,
+    name: &str,
+    header: &SetHeader,
+    revision: u8,
+) {
+    request(
+        buf,
+        IPSET_CMD_CREATE,
+        NLM_F_ACK | NLM_F_EXCL,
+        seq,
+        proto,
+        |b| {
+            wire::put_str(b, IPSET_ATTR_SETNAME, name);
+            wire::put_str(b, IPSET_ATTR_TYPENAME, header.kind.set_type.as_str());
+            wire::put_u8(b, IPSET_ATTR_REVISION, revision);
+            wire::put_u8(b, IPSET_ATTR_FAMILY, kernel_family(header.kind));
+            encode_create_data(b, header);
+        },
+    );
+}
+
+/// Streams the ADD/DEL messages of one operation: each message holds as
+/// many elements as fit in one IPSET_ATTR_ADT nest of at most `max_adt`
+/// bytes. Elements are numbered (IPSET_ATTR_LINENO) from 1 in iteration
+/// order, across messages.
+pub struct AdtEncoder<'a, I: Iterator<Item = Member>> {
+    cmd: u8,
+    set: &'a str,
+    proto: u8,
+    members: I,
+    max_adt: usize,
+    next_lineno: u32,
+    /// An element encoded but not yet placed (it did not fit the last message).
+    pending: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+/// What one ADT message holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdtChunk {
+    pub first_lineno: u32,
+    pub count: u32,
+}
+
+impl<'a, I: Iterator<Item = Member>> AdtEncoder<'a, I> {
+    pub fn new(cmd: u8, set: &'a str, proto: u8, members: I, max_adt: usize) -> Self {
+        AdtEncoder {
+            cmd,
+            set,
+            proto,
+            members,
+            max_adt: max_adt.clamp(256, MAX_ADT_LEN),
+            next_lineno: 1,
+            pending: Vec::new(),
+            scratch: Vec::with_capacity(128),
+        }
+    }
+
+    /// Append the next message to `buf`; `None` when every member was sent.
+    pub fn next_message(&mut self, buf: &mut Vec<u8>, seq: u32) -> Option<AdtChunk> {
+        if self.pending.is_empty() {
+            let m = self.members.next()?;
+            encode_element(&mut self.pending, &m, self.next_lineno);
+        }
+        let first_lineno = self.next_lineno;
+        let mut count = 0u32;
+        // Add/Del never use NLM_F_EXCL: the kernel then applies "exist"
+        // semantics (adding a present or deleting an absent element is fine).
+        let start = wire::begin_msg(
+            buf,
+            msg_type(self.cmd),
+            NLM_F_REQUEST | NLM_F_ACK,
+            seq,
+            NFPROTO_IPV4,
+        );
+        wire::put_u8(buf, IPSET_ATTR_PROTOCOL, self.proto);
+        wire::put_str(buf, IPSET_ATTR_SETNAME, self.set);
+        // Batch mode needs a command-level LINENO; the kernel overwrites it
+        // with the failing element's number in its error reply.
+        wire::put_u32_host(buf, IPSET_ATTR_LINENO, 0);
+        let adt = wire::begin_nest(buf, IPSET_ATTR_ADT);
+        loop {
+            if self.pending.is_empty() {
+                match self.members.next() {
+                    Some(m) => {
+                        self.scratch.clear();
+                        encode_element(&mut self.scratch, &m, self.next_lineno);
+                        std::mem::swap(&mut self.scratch, &mut self.pending);
+                    }
+                    None => break,
+                }
+            }
+            if buf.len() - adt + self.pending.len() > self.max_adt && count > 0 {
+                break;
+            }
+            buf.extend_from_slice(&self.pending);
+            self.pending.clear();
+            self.next_lineno = self.next_lineno.wrapping_add(1);
+            count += 1;
+        }
+        // The loop keeps the nest within max_adt <= u16::MAX.
+        let _ = wire::end_nest(buf, adt);
+        wire::end_msg(buf, start);
+        Some(AdtChunk {
+            first_lineno,
+            count,
+        })
+    }
+}
+
+// ---------------------------------------------------------------- replies
+
+/// The protocol versions the kernel reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProtocolReply {
+    pub max: u8,
+    pub min: u8,
+}
+
+pub fn decode_protocol_reply(payload: &[u8]) -> Result<ProtocolReply, DecodeError> {
+    let mut max = None;
+    let mut min = None;
+    for a in wire::nf_attrs(payload)? {
+        let a = a?;
+        match a.ty {
+            IPSET_ATTR_PROTOCOL => max = Some(a.u8()?),
+            IPSET_ATTR_PROTOCOL_MIN => min = Some(a.u8()?),
+            _ => {}
+        }
+    }
+    let max = max.ok_or(DecodeError("protocol reply without IPSET_ATTR_PROTOCOL"))?;
+    Ok(ProtocolReply {
+        max,
+        min: min.unwrap_or(max),
+    })
+}
+
+/// The revisions of a set type the kernel reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TypeReply {
+    pub max_revision: u8,
+    pub min_revision: u8,
+}
+
+pub fn decode_type_reply(payload: &[u8]) -> Result<TypeReply, DecodeError> {
+    let mut max = None;
+    let mut min = None;
+    for a in wire::nf_attrs(payload)? {
+        let a = a?;
+        match a.ty {
+            IPSET_ATTR_REVISION => max = Some(a.u8()?),
+            IPSET_ATTR_REVISION_MIN => min = Some(a.u8()?),
+            _ => {}
+        }
+    }
+    let max = max.ok_or(DecodeError("type reply without IPSET_ATTR_REVISION"))?;
+    Ok(TypeReply {
+        max_revision: max,
+        min_revision: min.unwrap_or(max),
+    })
+}
+
+/// The failing element number an ipset batch error reply carries: the
+/// kernel echoes the request with its command-level LINENO overwritten.
+pub fn decode_error_lineno(echoed: &wire::NlMsg<'_>) -> Option<u32> {
+    let attrs = wire::nf_attrs(echoed.payload).ok()?;
+    for a in attrs {
+        let a = a.ok()?;
+        if a.ty == IPSET_ATTR_LINENO {
+            return a.u32_host().ok().filter(|&l| l != 0);
+        }
+    }
+    None
+}
+
+fn decode_ip(a: &Attr<'_>) -> Result<IpAddr, DecodeError> {
+    for inner in a.attrs() {
+        let inner = inner?;
+        match (inner.ty, inner.data.len()) {
+            (IPSET_ATTR_IPADDR_IPV4, 4) => {
+                let d = inner.data;
+                return Ok(IpAddr::V4(Ipv4Addr::new(d[0], d[1], d[2], d[3])));
+            }
+            (IPSET_ATTR_IPADDR_IPV6, 16) => {
+                let mut o = [0u8; 16];
+                o.copy_from_slice(inner.data);
+                return Ok(IpAddr::V6(Ipv6Addr::from(o)));
+            }
+            _ => {}
+        }
+    }
+    Err(DecodeError("IP attribute without an address"))
+}
+
+fn family_of(a: &IpAddr) -> Family {
+    match a {
+        IpAddr::V4(_) => Family::V4,
+        IpAddr::V6(_) => Family::V6,
+    }
+}
+
+/// Decode one element (the payload of an IPSET_ATTR_DATA nest) of a set of
+/// `kind`. Elements with anything this project does not manage (timeouts,
+/// counters, comments, ...) are errors: the caller counts them unparsable.
+pub fn decode_element(kind: SetKind, data: &[u8]) -> Result<Member, DecodeError> {
+    let mut ip = None;
+    let mut cidr = None;
+    let mut port = None;
+    let mut proto = None;
+    let mut ether = None;
+    let mut name = None;
+    let mut cadt_flags = 0u32;
+    for a in wire::attrs(data) {
+        let a = a?;
+        match a.ty {
+            IPSET_ATTR_IP => ip = Some(decode_ip(&a)?),
+            IPSET_ATTR_CIDR => cidr = Some(a.u8()?),
+            IPSET_ATTR_PORT => port = Some(a.be16()?),
+            IPSET_ATTR_PROTO => proto = Some(a.u8()?),
+            IPSET_ATTR_CADT_FLAGS => cadt_flags = a.be32()?,
+            IPSET_ATTR_CADT_LINENO => {}
+            IPSET_ATTR_ETHER => {
+                let b: [u8; 6] = a
+                    .data
+                    .get(..6)
+                    .and_then(|s| s.try_into().ok())
+                    .ok_or(DecodeError("short MAC address"))?;
+                ether = Some(b);
+            }
+            IPSET_ATTR_NAME => name = Some(a.str()?),
+            _ => return Err(DecodeError("element has an unmanaged extension")),
+        }
+    }
+    if cadt_flags & !IPSET_FLAG_NOMATCH != 0
+        || (cadt_flags != 0 && kind.set_type != SetType::HashNet)
+    {
+        return Err(DecodeError("element has unmanaged flags"));
+    }
+    let check_family = |a: IpAddr| -> Result<IpAddr, DecodeError> {
+        match kind.family {
+            Some(f) if f != family_of(&a) => Err(DecodeError("element of the wrong family")),
+            _ => Ok(a),
+        }
+    };
+    match kind.set_type {
+        SetType::HashIp => {
+            let a = check_family(ip.ok_or(DecodeError("hash:ip element without IP"))?)?;
+            if cidr.is_some_and(|c| c != family_of(&a).max_prefix()) {
+                return Err(DecodeError("hash:ip element with a network"));
+            }
+            Ok(Member::Ip(a))
+        }
+        SetType::HashNet => {
+            let a = check_family(ip.ok_or(DecodeError("hash:net element without IP"))?)?;
+            let max = family_of(&a).max_prefix();
+            let prefix = cidr.unwrap_or(max);
+            if prefix > max || mask(a, prefix) != a {
+                return Err(DecodeError("hash:net element with a bad prefix"));
+            }
+            Ok(Member::Net {
+                addr: a,
+                prefix,
+                nomatch: cadt_flags & IPSET_FLAG_NOMATCH != 0,
+            })
+        }
+        SetType::HashIpPort => {
+            let a = check_family(ip.ok_or(DecodeError("hash:ip,port element without IP"))?)?;
+            let proto = Proto::from_number(proto.ok_or(DecodeError("element without protocol"))?)
+                .ok_or(DecodeError("element with an unmanaged protocol"))?;
+            Ok(Member::IpPort {
+                addr: a,
+                proto,
+                port: port.ok_or(DecodeError("element without port"))?,
+            })
+        }
+        SetType::HashMac => Ok(Member::Mac(
+            ether.ok_or(DecodeError("hash:mac element without MAC"))?,
+        )),
+        SetType::ListSet => {
+            let n = name.ok_or(DecodeError("list:set element without name"))?;
+            if valid_set_name(n) {
+                Ok(Member::Set(n.into()))
+            } else {
+                Err(DecodeError("list:set element with a bad name"))
+            }
+        }
+    }
+}
+
+/// A set header as the kernel lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RawHeader {
+    pub type_name: String,
+    pub family: u8,
+    pub revision: u8,
+    pub hash_size: Option<u32>,
+    pub max_elem: Option<u32>,
+    pub size: Option<u32>,
+    pub netmask: Option<u8>,
+    pub references: u32,
+    pub elements: Option<u32>,
+}
+
+impl RawHeader {
+    /// The typed header, or `None` for a set this project does not manage
+    /// (unknown type or family, a netmask that changes matching).
+    pub fn typed(&self) -> Option<SetHeader> {
+        let set_type: SetType = self.type_name.parse().ok()?;
+        let family = if set_type.has_family() {
+            Some(match self.family {
+                NFPROTO_IPV4 => Family::V4,
+                NFPROTO_IPV6 => Family::V6,
+                _ => return None,
+            })
+        } else {
+            None
+        };
+        if let Some(nm) = self.netmask {
+            let host = family.map_or(32, Family::max_prefix);
+            if nm != host {
+                return None;
+            }
+        }
+        let max_elem = if set_type == SetType::ListSet {
+            self.size?
+        } else {
+            self.max_elem?
+        };
+        Some(SetHeader {
+            kind: SetKind::new(set_type, family),
+            max_elem,
+            hash_size: if set_type == SetType::ListSet {
+                None
+            } else {
+                self.hash_size
+            },
+        })
+    }
+}
+
+fn decode_header_data(h: &mut RawHeader, data: &[u8]) -> Result<(), DecodeError> {
+    for a in wire::attrs(data) {
+        let a = a?;
+        match a.ty {
+            IPSET_ATTR_HASHSIZE => h.hash_size = Some(a.be32()?),
+            IPSET_ATTR_MAXELEM => h.max_elem = Some(a.be32()?),
+            IPSET_ATTR_SIZE => h.size = Some(a.be32()?),
+            IPSET_ATTR_NETMASK => h.netmask = Some(a.u8()?),
+            IPSET_ATTR_REFERENCES => h.references = a.be32()?,
+            IPSET_ATTR_ELEMENTS => h.elements = Some(a.be32()?),
+            IPSET_ATTR_MEMSIZE => {}
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Decode the create data we send, as the kernel would list it back (used
+/// by round-trip tests): the header fields of a DATA nest payload.
+pub fn decode_create_data(
+    type_name: &str,
+    family: u8,
+    data: &[u8],
+) -> Result<Option<SetHeader>, DecodeError> {
+    let mut h = RawHeader {
+        type_name: type_name.to_string(),
+        family,
+        ..RawHeader::default()
+    };
+    decode_header_data(&mut h, data)?;
+    Ok(h.typed())
+}
+
+/// Accumulates the multi-part reply of a LIST dump of one set.
+#[derive(Debug, Default)]
+pub struct ListAccumulator {
+    pub name: Option<String>,
+    pub header: Option<RawHeader>,
+    /// `None` until a header of a managed type was seen.
+    pub members: Option<MemberSet>,
+    pub unparsable: usize,
+}
+
+impl ListAccumulator {
+    /// Feed the payload of one IPSET_CMD_LIST message.
+    pub fn feed(&mut self, payload: &[u8]) -> Result<(), DecodeError> {
+        let mut adt: Option<&[u8]> = None;
+        let mut saw_header = false;
+        let mut raw = RawHeader::default();
+        for a in wire::nf_attrs(payload)? {
+            let a = a?;
+            match a.ty {
+                IPSET_ATTR_SETNAME => {
+                    let n = a.str()?;
+                    match &self.name {
+                        Some(prev) if prev != n => {
+                            return Err(DecodeError("dump of one set returned another set"));
+                        }
+                        Some(_) => {}
+                        None => self.name = Some(n.to_string()),
+                    }
+                }
+                IPSET_ATTR_TYPENAME => {
+                    raw.type_name = a.str()?.to_string();
+                    saw_header = true;
+                }
+                IPSET_ATTR_FAMILY => raw.family = a.u8()?,
+                IPSET_ATTR_REVISION => raw.revision = a.u8()?,
+                IPSET_ATTR_DATA => decode_header_data(&mut raw, a.data)?,
+                IPSET_ATTR_ADT => adt = Some(a.data),
+                _ => {}
+            }
+        }
+        if saw_header && self.header.is_none() {
+            if let Some(h) = raw.typed() {
+                // A capacity hint only: bounded so no input allocates much.
+                let cap = raw.elements.unwrap_or(0).min(1 << 20) as usize;
+                self.members = Some(MemberSet::with_capacity(h.kind, cap));
+            }
+            self.header = Some(raw);
+        }
+        if let Some(adt) = adt {
+            let Some(members) = self.members.as_mut() else {
+                // Elements of a set we cannot type: count them all.
+                if self.header.is_none() {
+                    return Err(DecodeError("elements before the set header"));
+                }
+                self.unparsable += wire::attrs(adt).count();
+                return Ok(());
+            };
+            let kind = members.kind();
+            for e in wire::attrs(adt) {
+                let e = e?;
+                if e.ty != IPSET_ATTR_DATA {
+                    self.unparsable += 1;
+                    continue;
+                }
+                match decode_element(kind, e.data) {
+                    Ok(m) => {
+                        if !members.insert(m) {
+                            self.unparsable += 1;
+                        }
+                    }
+                    Err(_) => self.unparsable += 1,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The set name of one message of a names-only dump.
+pub fn decode_setname(payload: &[u8]) -> Result<Option<&str>, DecodeError> {
+    for a in wire::nf_attrs(payload)? {
+        let a = a?;
+        if a.ty == IPSET_ATTR_SETNAME {
+            return a.str().map(Some);
+        }
+    }
+    Ok(None)
+}
+
+/// Run every decoder over arbitrary bytes: the fuzz entry point. It must
+/// never panic, whatever the input.
+pub fn fuzz_decode(data: &[u8]) {
+    for msg in wire::messages(data) {
+        let Ok(msg) = msg else { break };
+        let _ = decode_protocol_reply(msg.payload);
+        let _ = decode_type_reply(msg.payload);
+        let _ = decode_setname(msg.payload);
+        if let Ok((_, Some(echo))) = wire::parse_error(msg.payload) {
+            let _ = decode_error_lineno(&echo);
+        }
+        let mut acc = ListAccumulator::default();
+        let _ = acc.feed(msg.payload);
+        let _ = acc.feed(msg.payload);
+    }
+    for t in SetType::ALL {
+        for f in [None, Some(Family::V4), Some(Family::V6)] {
+            let _ = decode_element(SetKind::new(t, f), data);
+            let _ = decode_create_data(t.as_str(), nfproto(f), data);
+        }
+    }
+}
