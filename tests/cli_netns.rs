@@ -84,11 +84,23 @@ impl Netns {
     }
 
     fn ipsetmgr(&self, backend: &str, args: &[&str]) -> (bool, String) {
-        let out = Command::new(BIN)
-            .args(["--netns", &self.name, "--backend", backend])
-            .args(args)
-            .output()
-            .expect("run ipsetmgr");
+        self.ipsetmgr_with_path(backend, args, None)
+    }
+
+    /// Run the binary with its own PATH (`Some`) to hide tools from it.
+    fn ipsetmgr_with_path(
+        &self,
+        backend: &str,
+        args: &[&str],
+        path: Option<&str>,
+    ) -> (bool, String) {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--netns", &self.name, "--backend", backend])
+            .args(args);
+        if let Some(p) = path {
+            cmd.env("PATH", p);
+        }
+        let out = cmd.output().expect("run ipsetmgr");
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -500,4 +512,40 @@ fn dry_run_changes_nothing() {
         let (ok, out) = ns.ipsetmgr(backend, &["sets"]);
         assert!(ok && out.contains("No sets with prefix"), "{out}");
     }
+}
+
+#[test]
+fn netlink_needs_no_ipset_binary() {
+    let Some(ns) = Netns::new("nobinary") else {
+        return;
+    };
+    let empty = tempfile::tempdir().unwrap();
+    let path = empty.path().to_str().unwrap();
+    // The binary cannot find `ipset` (nor anything else) on this PATH.
+    let (ok, out) = ns.ipsetmgr_with_path("cli", &["sets"], Some(path));
+    assert!(
+        !ok && out.contains("ipset binary"),
+        "the cli backend really needs the binary: {out}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    write_policy(
+        dir.path(),
+        "p.yaml",
+        &policy_yaml("nobin", "hash:net", &["10.0.0.0/8", "192.0.2.1"]),
+    );
+    let (ok, out) = ns.ipsetmgr_with_path(
+        "netlink",
+        &["apply", "-f", dir.path().to_str().unwrap()],
+        Some(path),
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains("netlink backend"), "{out}");
+    assert!(!out.contains("falling back"), "{out}");
+    assert_eq!(
+        ns.saved("ipm4-nobin").unwrap().1,
+        ["10.0.0.0/8", "192.0.2.1"]
+    );
+    let (ok, out) = ns.ipsetmgr_with_path("netlink", &["sets"], Some(path));
+    assert!(ok && out.contains("ipm4-nobin"), "{out}");
 }

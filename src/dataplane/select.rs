@@ -2,12 +2,13 @@
 
 use super::Dataplane;
 use super::cli::CliDataplane;
+use super::netlink::NetlinkDataplane;
 
 /// The backends a user can choose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
-    /// Native netlink (no `ipset` binary needed); falls back to cli when the
-    /// kernel's ipset netlink protocol is unavailable.
+    /// Native netlink (no `ipset` binary needed); falls back to cli, saying
+    /// why, when the kernel's ipset netlink protocol is unavailable.
     Netlink,
     /// The `ipset` binary (`ipset restore` batches, `ipset list` reads).
     Cli,
@@ -15,20 +16,29 @@ pub enum Backend {
 
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    #[error("the ipset binary is needed for the cli backend but was not found: {0}")]
+    #[error("the ipset binary is needed for the cli backend but could not be run: {0}")]
     NoBinary(String),
+    #[error("netlink backend unavailable ({netlink}) and the cli fallback failed too: {cli}")]
+    NoBackend { netlink: String, cli: String },
 }
 
 /// Open the chosen backend.
 pub fn open(choice: Backend) -> Result<Box<dyn Dataplane>, OpenError> {
     match choice {
-        Backend::Netlink => {
-            eprintln!(
-                "note: the netlink backend is not part of this build yet; using the ipset binary"
-            );
-            open_cli()
-        }
         Backend::Cli => open_cli(),
+        Backend::Netlink => match NetlinkDataplane::new() {
+            Ok(nl) => Ok(Box::new(nl)),
+            Err(e) => {
+                eprintln!(
+                    "netlink backend unavailable ({e}); falling back to the ipset binary (cli backend)"
+                );
+                tracing::warn!(error = %e, "netlink backend unavailable; using the cli backend");
+                open_cli().map_err(|cli| OpenError::NoBackend {
+                    netlink: e.to_string(),
+                    cli: cli.to_string(),
+                })
+            }
+        },
     }
 }
 
