@@ -147,7 +147,36 @@ pub enum MemberError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Parsed {
     pub family: Option<Family>,
-    pub members: Vec<Member>,
+    pub members: OneOrTwo,
+}
+
+/// One member, or the two halves of a `/0`; no heap allocation per member
+/// (policies can hold millions).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OneOrTwo {
+    first: Member,
+    second: Option<Member>,
+}
+
+impl OneOrTwo {
+    pub fn one(m: Member) -> OneOrTwo {
+        OneOrTwo {
+            first: m,
+            second: None,
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Member> {
+        std::iter::once(&self.first).chain(self.second.as_ref())
+    }
+}
+
+impl IntoIterator for OneOrTwo {
+    type Item = Member;
+    type IntoIter = std::iter::Chain<std::iter::Once<Member>, std::option::IntoIter<Member>>;
+    fn into_iter(self) -> Self::IntoIter {
+        std::iter::once(self.first).chain(self.second)
+    }
 }
 
 fn family_of(addr: &IpAddr) -> Family {
@@ -191,7 +220,7 @@ impl Member {
         }
         let one = |m: Member| Parsed {
             family: m.family(),
-            members: vec![m],
+            members: OneOrTwo::one(m),
         };
         match set_type {
             SetType::HashIp => parse_host(body)
@@ -216,7 +245,7 @@ impl Member {
         }
         let parsed = Member::parse_user(set_type, line)?;
         // /0 never comes from the kernel, so there is exactly one member.
-        parsed.members.into_iter().next().ok_or(MemberError::Empty)
+        Ok(parsed.members.first)
     }
 }
 
@@ -317,24 +346,24 @@ fn parse_net(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
             IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(128, 0, 0, 0)),
             IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(1u128 << 127)),
         };
-        vec![
-            Member::Net {
+        OneOrTwo {
+            first: Member::Net {
                 addr: mask(addr, 0),
                 prefix: 1,
                 nomatch,
             },
-            Member::Net {
+            second: Some(Member::Net {
                 addr: upper,
                 prefix: 1,
                 nomatch,
-            },
-        ]
+            }),
+        }
     } else {
-        vec![Member::Net {
+        OneOrTwo::one(Member::Net {
             addr: mask(addr, prefix),
             prefix,
             nomatch,
-        }]
+        })
     };
     Ok(Parsed {
         family: Some(family),
