@@ -5,6 +5,7 @@ pub mod commands;
 pub mod dataplane;
 pub mod ipset;
 pub mod manager;
+pub mod memory;
 pub mod netns;
 pub mod policy;
 pub mod server;

@@ -113,6 +113,7 @@ pub fn spawn<D: Dataplane + 'static>(
                         }
                         seq = Some(latest);
                         manager.set_desired(sets, held);
+                        crate::memory::release_free_memory();
                     }
                     Err(RecvTimeoutError::Timeout) => {
                         if Instant::now() >= next_resync {

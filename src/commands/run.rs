@@ -61,21 +61,9 @@ pub fn run(dp: Box<dyn Dataplane>, naming: Naming, args: &RunArgs) -> Result<(),
     while !stop.load(Ordering::Relaxed) {
         if reload {
             reload = false;
-            let files = load(
-                std::slice::from_ref(&args.policy_dir),
-                &naming,
-                args.labels.as_ref(),
-            );
-            if files.load_errors.is_empty() {
-                for e in &files.compiled.errors {
-                    tracing::error!("{e}");
-                }
-                mgr.set_desired(files.compiled.sets, files.compiled.held);
-            } else {
-                for e in &files.load_errors {
-                    tracing::error!("{e}; keeping the kernel as it is until the files load again");
-                }
-            }
+            apply_files(&mut mgr, &naming, args);
+            // The member strings and parser buffers are gone now.
+            crate::memory::release_free_memory();
         }
         if Instant::now() >= next_resync {
             mgr.queue_resync();
@@ -112,6 +100,26 @@ pub fn run(dp: Box<dyn Dataplane>, naming: Naming, args: &RunArgs) -> Result<(),
     }
     tracing::info!("stopping; kernel sets are left as they are");
     Ok(())
+}
+
+/// Load the policy directory and hand it to the manager, unless a file does
+/// not load (then the kernel is kept as it is).
+fn apply_files<D: Dataplane>(mgr: &mut Manager<D>, naming: &Naming, args: &RunArgs) {
+    let files = load(
+        std::slice::from_ref(&args.policy_dir),
+        naming,
+        args.labels.as_ref(),
+    );
+    if files.load_errors.is_empty() {
+        for e in &files.compiled.errors {
+            tracing::error!("{e}");
+        }
+        mgr.set_desired(files.compiled.sets, files.compiled.held);
+    } else {
+        for e in &files.load_errors {
+            tracing::error!("{e}; keeping the kernel as it is until the files load again");
+        }
+    }
 }
 
 fn log_outcome<D: Dataplane>(mgr: &Manager<D>, outcome: &crate::manager::ApplyOutcome) {
