@@ -24,7 +24,8 @@ use super::worker::{self, Command, Report, WorkerHandle};
 use crate::dataplane::Dataplane;
 use crate::ipset::Naming;
 use crate::manager::Manager;
-use crate::policy::{IPSetPolicy, NodeStatus, compile};
+use crate::policy::compile::{MemberCache, compile_cached};
+use crate::policy::{IPSetPolicy, NodeStatus};
 
 /// One change from the API server.
 // Inputs are moved once from the watch into the store; boxing the larger
@@ -135,6 +136,8 @@ pub struct Agent {
     node_init: Option<Option<BTreeMap<String, String>>>,
 
     recompile_at: Option<Instant>,
+    /// Parsed members per policy generation (see `MemberCache`).
+    member_cache: MemberCache,
     seq: u64,
     snapshot: Option<Snapshot>,
     last_report: Option<Report>,
@@ -175,6 +178,7 @@ impl Agent {
             labels: None,
             node_init: None,
             recompile_at: None,
+            member_cache: MemberCache::default(),
             seq: 0,
             snapshot: None,
             last_report: None,
@@ -326,13 +330,24 @@ impl Agent {
             tracing::debug!("initial list of policies not done; not applying");
             return;
         }
-        let policies: Vec<IPSetPolicy> = self.store.values().cloned().collect();
-        let compiled = compile(&policies, &self.settings.naming, Some(labels));
+        let compiled = compile_cached(
+            self.store.values(),
+            &self.settings.naming,
+            Some(labels),
+            &mut self.member_cache,
+        );
         for e in &compiled.errors {
             tracing::warn!("{e}");
         }
         self.seq += 1;
-        self.snapshot = Some(Snapshot::new(self.seq, &policies, &compiled));
+        self.snapshot = Some(Snapshot::new(self.seq, self.store.values(), &compiled));
+        // Parsed members now live in the cache (shared with the manager);
+        // the strings would only double the footprint of big policies.
+        for p in self.store.values_mut() {
+            if !p.spec.members.is_empty() && self.member_cache.is_cached(p) {
+                p.spec.members = Vec::new();
+            }
+        }
         self.worker.send(Command::Desired {
             seq: self.seq,
             sets: compiled.sets,

@@ -30,7 +30,11 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn new(seq: u64, policies: &[IPSetPolicy], compiled: &Compiled) -> Snapshot {
+    pub fn new<'a>(
+        seq: u64,
+        policies: impl IntoIterator<Item = &'a IPSetPolicy>,
+        compiled: &Compiled,
+    ) -> Snapshot {
         let mut snap = Snapshot {
             seq,
             ..Snapshot::default()

@@ -1,5 +1,6 @@
 //! What the manager knows and wants for one kernel set.
 
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use crate::dataplane::DataplaneError;
@@ -35,7 +36,7 @@ pub struct Failure {
 pub struct SetState {
     pub policy: String,
     pub header: SetHeader,
-    pub members: MemberSet,
+    pub members: Arc<MemberSet>,
     pub kernel: Belief,
     pub pending_adds: MemberSet,
     pub pending_dels: MemberSet,
@@ -50,7 +51,7 @@ pub struct SetState {
 }
 
 impl SetState {
-    pub fn new(policy: String, header: SetHeader, members: MemberSet) -> SetState {
+    pub fn new(policy: String, header: SetHeader, members: Arc<MemberSet>) -> SetState {
         let kind = header.kind;
         SetState {
             policy,
@@ -69,7 +70,7 @@ impl SetState {
 
     /// Take a new desired state: a delta when only members changed, a full
     /// rewrite when the header changed. Returns whether anything changed.
-    pub fn update(&mut self, policy: String, header: SetHeader, members: MemberSet) -> bool {
+    pub fn update(&mut self, policy: String, header: SetHeader, members: Arc<MemberSet>) -> bool {
         self.policy = policy;
         if header.kind != self.header.kind || header.max_elem != self.header.max_elem {
             self.header = header;
@@ -81,6 +82,10 @@ impl SetState {
             return true;
         }
         self.header.hash_size = header.hash_size;
+        if Arc::ptr_eq(&members, &self.members) {
+            // The same compiled set (a cached policy): nothing to diff.
+            return false;
+        }
         let adds = members.difference(&self.members);
         let dels = self.members.difference(&members);
         if adds.is_empty() && dels.is_empty() {

@@ -462,3 +462,20 @@ fn memberset_of_a_million_ipv4_is_compact() {
     }
     assert_eq!(s.len(), 1_000_000);
 }
+
+#[test]
+fn an_unchanged_shared_member_set_is_not_diffed() {
+    let mut h = Harness::new();
+    let c = compile(
+        &[policy("a", SetType::HashIp, &["10.0.0.1"])],
+        &Naming::default(),
+        None,
+    );
+    h.mgr.set_desired(c.sets.clone(), Vec::new());
+    assert!(h.mgr.apply_updates().applied);
+    let batches = h.kernel.stats().batches;
+    // The same Arc again (a cached policy): nothing to send.
+    h.mgr.set_desired(c.sets, Vec::new());
+    assert!(h.mgr.apply_updates().applied);
+    assert_eq!(h.kernel.stats().batches, batches);
+}

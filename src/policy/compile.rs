@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 use super::selector::{self, SelectorError};
 use super::spec::{FamilySpec, IPSetPolicy};
@@ -26,7 +27,53 @@ pub struct DesiredSet {
     pub name: String,
     pub policy: String,
     pub header: SetHeader,
-    pub members: MemberSet,
+    /// Shared with the compile cache and the manager: a million members are
+    /// held once, and an unchanged policy is recognised without a diff.
+    pub members: Arc<MemberSet>,
+}
+
+/// Compiled results of hash-type policies, keyed by policy identity and
+/// generation. With it an agent parses a policy's members once per
+/// generation, and may then drop the member strings from its copy of the
+/// policy (see [`MemberCache::is_cached`]).
+#[derive(Debug, Default)]
+pub struct MemberCache {
+    entries: HashMap<String, CacheEntry>,
+}
+
+#[derive(Debug)]
+struct CacheEntry {
+    key: CacheKey,
+    result: Result<Vec<DesiredSet>, Vec<PolicyError>>,
+}
+
+/// Every spec change bumps the generation; the uid tells a recreated policy
+/// of the same name apart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct CacheKey {
+    uid: Option<String>,
+    generation: i64,
+}
+
+impl CacheKey {
+    /// Only server objects (with a generation) and hash types are cached:
+    /// list:set members resolve against other policies on every compile.
+    fn of(p: &IPSetPolicy) -> Option<CacheKey> {
+        let generation = p.metadata.generation?;
+        (p.spec.set_type != SetType::ListSet).then(|| CacheKey {
+            uid: p.metadata.uid.clone(),
+            generation,
+        })
+    }
+}
+
+impl MemberCache {
+    /// Whether `p`'s compiled result is cached for its current generation:
+    /// its member strings are then no longer needed by [`compile_cached`].
+    pub fn is_cached(&self, p: &IPSetPolicy) -> bool {
+        let name = p.metadata.name.as_deref().unwrap_or("");
+        CacheKey::of(p).is_some_and(|k| self.entries.get(name).is_some_and(|e| e.key == k))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -138,14 +185,31 @@ fn max_elem(policy: &IPSetPolicy) -> u32 {
 
 /// Compile `policies` for one node. `node_labels`: `None` ignores node
 /// selectors (file mode without labels), `Some` evaluates them.
-pub fn compile(
-    policies: &[IPSetPolicy],
+pub fn compile<'a>(
+    policies: impl IntoIterator<Item = &'a IPSetPolicy>,
     naming: &Naming,
     node_labels: Option<&BTreeMap<String, String>>,
 ) -> Compiled {
+    compile_cached(policies, naming, node_labels, &mut MemberCache::default())
+}
+
+/// [`compile`], reusing and filling `cache`. Entries of policies absent from
+/// `policies`, or present with another generation, are dropped.
+pub fn compile_cached<'a>(
+    policies: impl IntoIterator<Item = &'a IPSetPolicy>,
+    naming: &Naming,
+    node_labels: Option<&BTreeMap<String, String>>,
+    cache: &mut MemberCache,
+) -> Compiled {
+    let policies: Vec<&IPSetPolicy> = policies.into_iter().collect();
+    cache.entries.retain(|name, entry| {
+        policies.iter().any(|p| {
+            p.metadata.name.as_deref() == Some(name) && CacheKey::of(p).as_ref() == Some(&entry.key)
+        })
+    });
     let mut out = Compiled::default();
     let mut seen: HashMap<&str, usize> = HashMap::new();
-    for p in policies {
+    for p in &policies {
         *seen
             .entry(p.metadata.name.as_deref().unwrap_or(""))
             .or_default() += 1;
@@ -154,7 +218,7 @@ pub fn compile(
     // Selection first: list:set references resolve against selected policies.
     let mut selected: HashMap<&str, &IPSetPolicy> = HashMap::new();
     let mut candidates = Vec::new();
-    for p in policies {
+    for &p in &policies {
         let name = p.metadata.name.as_deref().unwrap_or("");
         let fail = |kind| PolicyError {
             policy: name.to_string(),
@@ -191,7 +255,21 @@ pub fn compile(
     }
 
     for (name, p) in candidates {
-        match compile_one(name, p, naming, &selected) {
+        let result = match (CacheKey::of(p), cache.entries.get(name)) {
+            (Some(key), Some(entry)) if entry.key == key => entry.result.clone(),
+            (key, _) => {
+                let result = compile_one(name, p, naming, &selected);
+                if let Some(key) = key {
+                    let entry = CacheEntry {
+                        key,
+                        result: result.clone(),
+                    };
+                    cache.entries.insert(name.to_string(), entry);
+                }
+                result
+            }
+        };
+        match result {
             Ok(sets) => out.sets.extend(sets),
             Err(errs) => {
                 out.errors.extend(errs);
@@ -312,7 +390,7 @@ fn compile_one(
                 },
                 hash_size: p.spec.hash_size.filter(|_| set_type.is_hash()),
             },
-            members,
+            members: Arc::new(members),
         })
         .collect())
 }
@@ -467,6 +545,45 @@ mod tests {
         assert!(kinds.contains(&("s", PolicyErrorKind::ListSetSelf)));
         assert!(kinds.contains(&("m", PolicyErrorKind::ListSetMissing("nope".into()))));
         assert!(kinds.contains(&("v6", PolicyErrorKind::ListSetFamily("a".into(), Family::V6))));
+    }
+
+    #[test]
+    fn cache_reuses_parsed_members_per_generation() {
+        let mut p = policy(
+            "big",
+            SetType::HashIp,
+            FamilySpec::IPv4,
+            &["10.0.0.1", "10.0.0.2"],
+        );
+        p.metadata.generation = Some(1);
+        p.metadata.uid = Some("u1".into());
+        let naming = Naming::default();
+        let mut cache = MemberCache::default();
+        let first = compile_cached([&p], &naming, None, &mut cache);
+        assert!(cache.is_cached(&p));
+
+        // The agent drops the strings; the cached result is still complete
+        // and shares the same member set.
+        let mut stripped = p.clone();
+        stripped.spec.members.clear();
+        let again = compile_cached([&stripped], &naming, None, &mut cache);
+        assert_eq!(again.sets[0].members.len(), 2);
+        assert!(Arc::ptr_eq(&first.sets[0].members, &again.sets[0].members));
+
+        // A new generation is parsed again; a vanished policy is evicted.
+        let mut next = p.clone();
+        next.metadata.generation = Some(2);
+        next.spec.members = vec!["10.0.0.3".into()];
+        let third = compile_cached([&next], &naming, None, &mut cache);
+        assert_eq!(third.sets[0].members.sorted_strings(), ["10.0.0.3"]);
+        assert!(!cache.is_cached(&p));
+        compile_cached(std::iter::empty(), &naming, None, &mut cache);
+        assert!(!cache.is_cached(&next));
+
+        // File-mode policies (no generation) and list:sets are never cached.
+        let file = policy("file", SetType::HashIp, FamilySpec::IPv4, &["10.0.0.1"]);
+        compile_cached([&file], &naming, None, &mut cache);
+        assert!(!cache.is_cached(&file));
     }
 
     #[test]
