@@ -549,3 +549,90 @@ fn netlink_needs_no_ipset_binary() {
     let (ok, out) = ns.ipsetmgr_with_path("netlink", &["sets"], Some(path));
     assert!(ok && out.contains("ipm4-nobin"), "{out}");
 }
+
+/// Poll until `check` holds (or fail after `secs`).
+fn eventually(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+#[test]
+fn run_follows_the_directory_and_repairs_drift() {
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("run-{backend}")) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_policy(
+            dir.path(),
+            "a.yaml",
+            &policy_yaml("live", "hash:ip", &["10.0.0.1"]),
+        );
+        let mut child = Command::new(BIN)
+            .args([
+                "--netns",
+                &ns.name,
+                "--backend",
+                backend,
+                "run",
+                "--resync-interval",
+                "1s",
+                "--policy-dir",
+            ])
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let members = |ns: &Netns| ns.saved("ipm4-live").map(|(_, m)| m);
+        eventually(10, "set created", || {
+            members(&ns) == Some(vec!["10.0.0.1".into()])
+        });
+
+        write_policy(
+            dir.path(),
+            "a.yaml",
+            &policy_yaml("live", "hash:ip", &["10.0.0.1", "10.0.0.9"]),
+        );
+        eventually(10, "member added", || {
+            members(&ns) == Some(vec!["10.0.0.1".into(), "10.0.0.9".into()])
+        });
+
+        // Drift is repaired by the periodic resync.
+        ns.sh(&["ipset", "add", "ipm4-live", "192.0.2.66"]);
+        eventually(10, "drift repaired", || {
+            members(&ns) == Some(vec!["10.0.0.1".into(), "10.0.0.9".into()])
+        });
+
+        // A file that does not parse freezes the kernel as it is.
+        std::fs::write(dir.path().join("broken.yaml"), "spec: [").unwrap();
+        std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        assert!(
+            members(&ns).is_some(),
+            "kept while the directory does not load"
+        );
+
+        // Fixed, and the last policy gone: its set is deleted.
+        std::fs::remove_file(dir.path().join("broken.yaml")).unwrap();
+        eventually(10, "set deleted", || ns.set_names().is_empty());
+
+        // SIGTERM: a clean exit that leaves the kernel alone.
+        write_policy(
+            dir.path(),
+            "b.yaml",
+            &policy_yaml("stay", "hash:ip", &["10.0.0.2"]),
+        );
+        eventually(10, "second set", || ns.saved("ipm4-stay").is_some());
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{status}");
+        assert_eq!(ns.set_names(), ["ipm4-stay"]);
+    }
+}

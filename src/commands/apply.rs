@@ -33,7 +33,7 @@ pub fn apply(
     args: &ApplyArgs,
     out: &mut dyn Write,
 ) -> std::io::Result<bool> {
-    let mut files = load(&args.paths, &naming, args.labels.as_ref());
+    let mut files = load(&args.paths, &naming, args.labels.as_ref(), false);
     let mut ok = files.load_errors.is_empty() && files.compiled.errors.is_empty();
     for e in &files.load_errors {
         writeln!(out, "error: {e}")?;
@@ -84,7 +84,10 @@ pub fn apply(
             "Planned operations (dry run, nothing sent to the kernel):"
         )?;
         if plan.is_empty() {
-            writeln!(out, "  none: the kernel already matches")?;
+            writeln!(
+                out,
+                "  none: the kernel already matches the loaded policies"
+            )?;
         }
         for line in plan {
             writeln!(out, "  {line}")?;

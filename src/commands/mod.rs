@@ -21,17 +21,20 @@ pub struct FilePolicies {
 }
 
 /// Read and compile every policy under `paths`. A file that fails to load
-/// does not stop the others.
+/// does not stop the others. `allow_empty`: a directory without policy files
+/// means "no policies" (a watched directory whose last file was removed)
+/// rather than an error (a mistyped path given to `apply`).
 pub fn load(
     paths: &[PathBuf],
     naming: &Naming,
     labels: Option<&BTreeMap<String, String>>,
+    allow_empty: bool,
 ) -> FilePolicies {
     let mut policies = Vec::new();
     let mut load_errors = Vec::new();
     for path in paths {
         let files = match crate::policy::load::policy_files(path) {
-            Ok(f) if f.is_empty() => {
+            Ok(f) if f.is_empty() && !allow_empty => {
                 load_errors.push(LoadError::Empty(path.clone()));
                 continue;
             }

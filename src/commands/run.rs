@@ -109,6 +109,7 @@ fn apply_files<D: Dataplane>(mgr: &mut Manager<D>, naming: &Naming, args: &RunAr
         std::slice::from_ref(&args.policy_dir),
         naming,
         args.labels.as_ref(),
+        true,
     );
     if files.load_errors.is_empty() {
         for e in &files.compiled.errors {
