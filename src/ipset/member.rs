@@ -34,17 +34,17 @@ impl Proto {
         }
     }
 
+    pub const ALL: [Proto; 6] = [
+        Proto::Tcp,
+        Proto::Udp,
+        Proto::Sctp,
+        Proto::Udplite,
+        Proto::Icmp,
+        Proto::Icmpv6,
+    ];
+
     pub fn from_number(n: u8) -> Option<Proto> {
-        [
-            Proto::Tcp,
-            Proto::Udp,
-            Proto::Sctp,
-            Proto::Udplite,
-            Proto::Icmp,
-            Proto::Icmpv6,
-        ]
-        .into_iter()
-        .find(|p| p.number() == n)
+        Proto::ALL.into_iter().find(|p| p.number() == n)
     }
 
     /// The name `ipset list` prints.

@@ -24,14 +24,7 @@ fn addr(family: Family) -> impl Strategy<Value = IpAddr> {
 }
 
 fn proto() -> impl Strategy<Value = Proto> {
-    prop::sample::select(vec![
-        Proto::Tcp,
-        Proto::Udp,
-        Proto::Sctp,
-        Proto::Udplite,
-        Proto::Icmp,
-        Proto::Icmpv6,
-    ])
+    prop::sample::select(Proto::ALL.to_vec())
 }
 
 /// A kind and a member of that kind.
