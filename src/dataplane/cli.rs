@@ -15,7 +15,9 @@ use std::process::{Child, Command, Stdio};
 
 use super::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
 use crate::ipset::member::mask;
-use crate::ipset::{Family, MAX_SET_NAME_LEN, Member, MemberSet, SetHeader, SetKind, SetType};
+use crate::ipset::{
+    Family, MAX_SET_NAME_LEN, Member, SetHeader, SetKind, SetType, SnapshotBuilder,
+};
 
 /// The `ipset` command-line tool as a [`Dataplane`].
 #[derive(Clone, Debug)]
@@ -691,7 +693,7 @@ pub fn parse_listing(
     // Members section.
     let mut members = header.as_ref().map(|h| {
         let cap = entries.unwrap_or(0).min(1 << 24) as usize;
-        MemberSet::with_capacity(h.kind, cap)
+        SnapshotBuilder::with_capacity(h.kind, cap)
     });
     let set_type = header.as_ref().map(|h| h.kind.set_type);
     let mut unparsable = 0usize;
@@ -722,12 +724,7 @@ pub fn parse_listing(
             .ok()
             .and_then(|l| parse_member(t, l))
         {
-            Some(m) => {
-                if !ms.insert(m) {
-                    // Duplicate or of the wrong family: not what we expect.
-                    unparsable += 1;
-                }
-            }
+            Some(m) => ms.push(m),
             None => unparsable += 1,
         }
     }
@@ -740,6 +737,12 @@ pub fn parse_listing(
             )));
         }
     }
+    // Duplicates or members of the wrong family are not what we expect.
+    let members = members.map(|b| {
+        let (set, refused) = b.finish();
+        unparsable += refused;
+        set
+    });
     Ok(KernelSet {
         header,
         members,
@@ -751,6 +754,7 @@ pub fn parse_listing(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ipset::MemberSet;
     use std::net::Ipv4Addr;
 
     fn v4(t: SetType) -> SetKind {

@@ -4,6 +4,11 @@
 //! that fit in 64 bits (every IPv4 kind and MAC) are packed into a `u64`
 //! and stored in a hash set of integers; other kinds are stored as
 //! [`Member`] values. Packing is private: callers only see [`Member`].
+//!
+//! Sets read back from the kernel are built with [`SnapshotBuilder`] into a
+//! sorted vector instead: appending and sorting a million integers is several
+//! times cheaper than a million random-access hash inserts, and a snapshot
+//! is only ever looked up and iterated. Any mutation turns it into a hash set.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -15,6 +20,8 @@ use super::types::{Family, SetKind, SetType};
 #[derive(Clone, Debug)]
 enum Store {
     Packed(FxHashSet<u64>),
+    /// Packed, sorted and without duplicates (a kernel snapshot).
+    Sorted(Vec<u64>),
     Full(FxHashSet<Member>),
 }
 
@@ -115,7 +122,16 @@ impl MemberSet {
     pub fn len(&self) -> usize {
         match &self.store {
             Store::Packed(s) => s.len(),
+            Store::Sorted(v) => v.len(),
             Store::Full(s) => s.len(),
+        }
+    }
+
+    /// A sorted snapshot becomes a hash set before its first mutation.
+    fn thaw(&mut self) {
+        if let Store::Sorted(v) = &mut self.store {
+            let set: FxHashSet<u64> = std::mem::take(v).into_iter().collect();
+            self.store = Store::Packed(set);
         }
     }
 
@@ -126,29 +142,55 @@ impl MemberSet {
     /// Insert; returns whether it was new. A member of another kind is
     /// refused (returns false): callers validate members against the kind.
     pub fn insert(&mut self, m: Member) -> bool {
+        self.thaw();
         match &mut self.store {
             Store::Packed(s) => pack(self.kind, &m).is_some_and(|v| s.insert(v)),
             Store::Full(s) => s.insert(m),
+            // Not reached after thaw(); kept correct rather than panicking.
+            Store::Sorted(v) => pack(self.kind, &m).is_some_and(|x| match v.binary_search(&x) {
+                Ok(_) => false,
+                Err(i) => {
+                    v.insert(i, x);
+                    true
+                }
+            }),
         }
     }
 
     pub fn remove(&mut self, m: &Member) -> bool {
+        self.thaw();
         match &mut self.store {
             Store::Packed(s) => pack(self.kind, m).is_some_and(|v| s.remove(&v)),
             Store::Full(s) => s.remove(m),
+            // Not reached after thaw(); kept correct rather than panicking.
+            Store::Sorted(v) => pack(self.kind, m)
+                .and_then(|x| v.binary_search(&x).ok())
+                .map(|i| v.remove(i))
+                .is_some(),
         }
     }
 
     pub fn contains(&self, m: &Member) -> bool {
         match &self.store {
             Store::Packed(s) => pack(self.kind, m).is_some_and(|v| s.contains(&v)),
+            Store::Sorted(v) => pack(self.kind, m).is_some_and(|x| v.binary_search(&x).is_ok()),
             Store::Full(s) => s.contains(m),
+        }
+    }
+
+    /// Whether the packed value `v` is present (packed stores only).
+    fn contains_packed(&self, v: u64) -> bool {
+        match &self.store {
+            Store::Packed(s) => s.contains(&v),
+            Store::Sorted(sorted) => sorted.binary_search(&v).is_ok(),
+            Store::Full(_) => false,
         }
     }
 
     pub fn clear(&mut self) {
         match &mut self.store {
             Store::Packed(s) => s.clear(),
+            Store::Sorted(v) => v.clear(),
             Store::Full(s) => s.clear(),
         }
     }
@@ -156,26 +198,84 @@ impl MemberSet {
     /// Members in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = Member> + '_ {
         let kind = self.kind;
-        let (packed, full) = match &self.store {
-            Store::Packed(s) => (Some(s.iter().map(move |v| unpack(kind, *v))), None),
-            Store::Full(s) => (None, Some(s.iter().cloned())),
+        let (packed, sorted, full) = match &self.store {
+            Store::Packed(s) => (Some(s.iter().map(move |v| unpack(kind, *v))), None, None),
+            Store::Sorted(v) => (None, Some(v.iter().map(move |v| unpack(kind, *v))), None),
+            Store::Full(s) => (None, None, Some(s.iter().cloned())),
         };
         packed
             .into_iter()
             .flatten()
+            .chain(sorted.into_iter().flatten())
             .chain(full.into_iter().flatten())
     }
 
     /// Members of `self` that are not in `other`, without unpacking when both
     /// sides are packed (the hot path of resync).
     pub fn difference<'a>(&'a self, other: &'a MemberSet) -> Vec<Member> {
-        match (&self.store, &other.store) {
-            (Store::Packed(a), Store::Packed(b)) if self.kind == other.kind => a
+        let kind = self.kind;
+        let packed_other = matches!(other.store, Store::Packed(_) | Store::Sorted(_));
+        match &self.store {
+            Store::Packed(a) if packed_other && kind == other.kind => a
                 .iter()
-                .filter(|v| !b.contains(v))
-                .map(|v| unpack(self.kind, *v))
+                .filter(|v| !other.contains_packed(**v))
+                .map(|v| unpack(kind, *v))
+                .collect(),
+            Store::Sorted(a) if packed_other && kind == other.kind => a
+                .iter()
+                .filter(|v| !other.contains_packed(**v))
+                .map(|v| unpack(kind, *v))
                 .collect(),
             _ => self.iter().filter(|m| !other.contains(m)).collect(),
+        }
+    }
+
+    /// `(self - other, other - self)`. When one side is a kernel snapshot
+    /// (sorted), the other is sorted once and both are merged in one pass:
+    /// far cheaper for a million members than a million lookups each way.
+    pub fn diff_both(&self, other: &MemberSet) -> (Vec<Member>, Vec<Member>) {
+        let any_sorted =
+            matches!(self.store, Store::Sorted(_)) || matches!(other.store, Store::Sorted(_));
+        let (Some(a), Some(b)) = (self.sorted_packed(), other.sorted_packed()) else {
+            return (self.difference(other), other.difference(self));
+        };
+        if !any_sorted || self.kind != other.kind {
+            return (self.difference(other), other.difference(self));
+        }
+        let kind = self.kind;
+        let (mut only_a, mut only_b) = (Vec::new(), Vec::new());
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            match a[i].cmp(&b[j]) {
+                std::cmp::Ordering::Less => {
+                    only_a.push(unpack(kind, a[i]));
+                    i += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    only_b.push(unpack(kind, b[j]));
+                    j += 1;
+                }
+                std::cmp::Ordering::Equal => {
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        only_a.extend(a[i..].iter().map(|v| unpack(kind, *v)));
+        only_b.extend(b[j..].iter().map(|v| unpack(kind, *v)));
+        (only_a, only_b)
+    }
+
+    /// The packed values in ascending order (borrowed for snapshots).
+    fn sorted_packed(&self) -> Option<std::borrow::Cow<'_, [u64]>> {
+        match &self.store {
+            Store::Sorted(v) => Some(std::borrow::Cow::Borrowed(v)),
+            Store::Packed(s) => {
+                let mut v: Vec<u64> = s.iter().copied().collect();
+                v.sort_unstable();
+                Some(std::borrow::Cow::Owned(v))
+            }
+            Store::Full(_) => None,
         }
     }
 
@@ -184,6 +284,78 @@ impl MemberSet {
         let mut v: Vec<Member> = self.iter().collect();
         v.sort();
         v.iter().map(|m| m.to_string()).collect()
+    }
+}
+
+/// Builds a [`MemberSet`] from members read back from the kernel.
+#[derive(Debug)]
+pub struct SnapshotBuilder {
+    kind: SetKind,
+    packed: Vec<u64>,
+    full: FxHashSet<Member>,
+    refused: usize,
+}
+
+impl SnapshotBuilder {
+    /// `n` is a capacity hint (the kernel's announced entry count).
+    pub fn with_capacity(kind: SetKind, n: usize) -> SnapshotBuilder {
+        let (packed, full) = if packable(kind) {
+            (Vec::with_capacity(n), FxHashSet::default())
+        } else {
+            (
+                Vec::new(),
+                FxHashSet::with_capacity_and_hasher(n, Default::default()),
+            )
+        };
+        SnapshotBuilder {
+            kind,
+            packed,
+            full,
+            refused: 0,
+        }
+    }
+
+    pub fn kind(&self) -> SetKind {
+        self.kind
+    }
+
+    /// Add one member; members of another kind and duplicates are counted
+    /// (see [`SnapshotBuilder::finish`]) instead of stored.
+    pub fn push(&mut self, m: Member) {
+        if packable(self.kind) {
+            match pack(self.kind, &m) {
+                Some(v) => self.packed.push(v),
+                None => self.refused += 1,
+            }
+        } else if !self.full.insert(m) {
+            self.refused += 1;
+        }
+    }
+
+    /// The set, and how many members were refused (wrong kind or duplicate).
+    pub fn finish(mut self) -> (MemberSet, usize) {
+        if !packable(self.kind) {
+            let store = Store::Full(self.full);
+            return (
+                MemberSet {
+                    kind: self.kind,
+                    store,
+                },
+                self.refused,
+            );
+        }
+        self.packed.sort_unstable();
+        let before = self.packed.len();
+        self.packed.dedup();
+        let refused = self.refused + before - self.packed.len();
+        let store = Store::Sorted(self.packed);
+        (
+            MemberSet {
+                kind: self.kind,
+                store,
+            },
+            refused,
+        )
     }
 }
 
@@ -233,6 +405,35 @@ mod tests {
         assert!(a.contains(&ip("10.0.0.2")));
         assert!(!a.contains(&Member::Ip("::1".parse().unwrap())));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn snapshots_behave_like_hash_sets() {
+        let k = v4(SetType::HashIp);
+        let ip = |s: &str| Member::Ip(s.parse().unwrap());
+        let mut b = SnapshotBuilder::with_capacity(k, 4);
+        for m in ["10.0.0.3", "10.0.0.1", "10.0.0.3", "10.0.0.2"] {
+            b.push(ip(m));
+        }
+        b.push(Member::Ip("::1".parse().unwrap()));
+        let (mut snap, refused) = b.finish();
+        assert_eq!(refused, 2, "one duplicate, one of the wrong family");
+        let hashed = MemberSet::from_members(k, [ip("10.0.0.1"), ip("10.0.0.2"), ip("10.0.0.3")]);
+        assert_eq!(snap, hashed);
+        assert!(snap.contains(&ip("10.0.0.2")) && !snap.contains(&ip("10.0.0.9")));
+        let desired = MemberSet::from_members(k, [ip("10.0.0.1"), ip("10.0.0.9")]);
+        assert_eq!(desired.difference(&snap), vec![ip("10.0.0.9")]);
+        let (missing, mut surplus) = desired.diff_both(&snap);
+        surplus.sort();
+        assert_eq!(missing, vec![ip("10.0.0.9")]);
+        assert_eq!(surplus, vec![ip("10.0.0.2"), ip("10.0.0.3")]);
+        let mut extra = snap.difference(&desired);
+        extra.sort();
+        assert_eq!(extra, vec![ip("10.0.0.2"), ip("10.0.0.3")]);
+        // Mutation turns the snapshot into a hash set, keeping its content.
+        assert!(snap.insert(ip("10.0.0.4")));
+        assert!(snap.remove(&ip("10.0.0.1")));
+        assert_eq!(snap.sorted_strings(), ["10.0.0.2", "10.0.0.3", "10.0.0.4"]);
     }
 
     #[test]

@@ -100,8 +100,7 @@ fn reconcile(s: &mut SetState, kernel: Option<KernelSet>) -> usize {
             return usize::from(!rewrite_queued);
         }
     };
-    let missing = s.members.difference(&members);
-    let extra = members.difference(&s.members);
+    let (missing, extra) = s.members.diff_both(&members);
     // Differences we had not already queued are drift.
     let problems = if rewrite_queued {
         0

@@ -7,7 +7,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::consts::*;
 use super::wire::{self, Attr, DecodeError};
 use crate::ipset::member::mask;
-use crate::ipset::{Family, Member, MemberSet, Proto, SetHeader, SetKind, SetType};
+use crate::ipset::{
+    Family, Member, MemberSet, Proto, SetHeader, SetKind, SetType, SnapshotBuilder,
+};
 
 /// The largest `nla_len` of the IPSET_ATTR_ADT nest (a u16).
 pub const MAX_ADT_LEN: usize = u16::MAX as usize;
@@ -500,11 +502,23 @@ pub struct ListAccumulator {
     pub name: Option<String>,
     pub header: Option<RawHeader>,
     /// `None` until a header of a managed type was seen.
-    pub members: Option<MemberSet>,
+    pub members: Option<SnapshotBuilder>,
     pub unparsable: usize,
 }
 
 impl ListAccumulator {
+    /// The members read, and the count of entries that could not be
+    /// represented (unparsable, duplicate or of the wrong family).
+    pub fn into_members(self) -> (Option<MemberSet>, usize) {
+        match self.members {
+            Some(b) => {
+                let (set, refused) = b.finish();
+                (Some(set), self.unparsable + refused)
+            }
+            None => (None, self.unparsable),
+        }
+    }
+
     /// Feed the payload of one IPSET_CMD_LIST message.
     pub fn feed(&mut self, payload: &[u8]) -> Result<(), DecodeError> {
         let mut adt: Option<&[u8]> = None;
@@ -538,7 +552,7 @@ impl ListAccumulator {
             if let Some(h) = raw.typed() {
                 // A capacity hint only: bounded so no input allocates much.
                 let cap = raw.elements.unwrap_or(0).min(1 << 20) as usize;
-                self.members = Some(MemberSet::with_capacity(h.kind, cap));
+                self.members = Some(SnapshotBuilder::with_capacity(h.kind, cap));
             }
             self.header = Some(raw);
         }
@@ -559,11 +573,7 @@ impl ListAccumulator {
                     continue;
                 }
                 match decode_element(kind, e.data) {
-                    Ok(m) => {
-                        if !members.insert(m) {
-                            self.unparsable += 1;
-                        }
-                    }
+                    Ok(m) => members.push(m),
                     Err(_) => self.unparsable += 1,
                 }
             }

@@ -702,15 +702,16 @@ impl Dataplane for NetlinkDataplane {
                 ));
             }
         }
-        let Some(raw) = acc.header else {
+        let Some(raw) = acc.header.take() else {
             return Err(DataplaneError::Protocol(format!(
                 "the kernel listed set {name} without a header"
             )));
         };
+        let (members, unparsable_members) = acc.into_members();
         Ok(Some(KernelSet {
             header: raw.typed(),
-            members: acc.members,
-            unparsable_members: acc.unparsable,
+            members,
+            unparsable_members,
             references: raw.references,
         }))
     }

@@ -176,11 +176,12 @@ proptest! {
                 acc.feed(msg.unwrap().payload).unwrap();
             }
         }
-        let raw = acc.header.unwrap();
+        let raw = acc.header.take().unwrap();
         prop_assert_eq!(raw.references, 3);
         prop_assert_eq!(raw.typed(), Some(h));
-        prop_assert_eq!(acc.unparsable, 0);
-        prop_assert_eq!(acc.members, Some(MemberSet::from_members(kind, members)));
+        let (got, unparsable) = acc.into_members();
+        prop_assert_eq!(unparsable, 0);
+        prop_assert_eq!(got, Some(MemberSet::from_members(kind, members)));
     }
 
     /// Arbitrary bytes never make any decoder panic.
