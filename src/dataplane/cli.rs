@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use super::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
 use crate::ipset::member::mask;
 use crate::ipset::{
-    Family, MAX_SET_NAME_LEN, Member, SetHeader, SetKind, SetType, SnapshotBuilder,
+    Family, MAX_SET_NAME_LEN, Member, MemberSetBuilder, SetHeader, SetKind, SetType,
 };
 
 /// The `ipset` command-line tool as a [`Dataplane`].
@@ -693,7 +693,7 @@ pub fn parse_listing(
     // Members section.
     let mut members = header.as_ref().map(|h| {
         let cap = entries.unwrap_or(0).min(1 << 24) as usize;
-        SnapshotBuilder::with_capacity(h.kind, cap)
+        MemberSetBuilder::with_capacity(h.kind, cap)
     });
     let set_type = header.as_ref().map(|h| h.kind.set_type);
     let mut unparsable = 0usize;

@@ -5,10 +5,11 @@
 //! and stored in a hash set of integers; other kinds are stored as
 //! [`Member`] values. Packing is private: callers only see [`Member`].
 //!
-//! Sets read back from the kernel are built with [`SnapshotBuilder`] into a
-//! sorted vector instead: appending and sorting a million integers is several
-//! times cheaper than a million random-access hash inserts, and a snapshot
-//! is only ever looked up and iterated. Any mutation turns it into a hash set.
+//! Sets built in bulk (compiled policies, sets read back from the kernel) go
+//! through [`MemberSetBuilder`] into a sorted vector instead: appending and
+//! sorting a million integers is several times cheaper than a million
+//! random-access hash inserts, and such sets are only ever looked up,
+//! iterated and diffed. Any mutation turns one into a hash set.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -287,18 +288,18 @@ impl MemberSet {
     }
 }
 
-/// Builds a [`MemberSet`] from members read back from the kernel.
+/// Builds a [`MemberSet`] in bulk (a compiled policy, a kernel listing).
 #[derive(Debug)]
-pub struct SnapshotBuilder {
+pub struct MemberSetBuilder {
     kind: SetKind,
     packed: Vec<u64>,
     full: FxHashSet<Member>,
     refused: usize,
 }
 
-impl SnapshotBuilder {
+impl MemberSetBuilder {
     /// `n` is a capacity hint (the kernel's announced entry count).
-    pub fn with_capacity(kind: SetKind, n: usize) -> SnapshotBuilder {
+    pub fn with_capacity(kind: SetKind, n: usize) -> MemberSetBuilder {
         let (packed, full) = if packable(kind) {
             (Vec::with_capacity(n), FxHashSet::default())
         } else {
@@ -307,7 +308,7 @@ impl SnapshotBuilder {
                 FxHashSet::with_capacity_and_hasher(n, Default::default()),
             )
         };
-        SnapshotBuilder {
+        MemberSetBuilder {
             kind,
             packed,
             full,
@@ -320,7 +321,7 @@ impl SnapshotBuilder {
     }
 
     /// Add one member; members of another kind and duplicates are counted
-    /// (see [`SnapshotBuilder::finish`]) instead of stored.
+    /// (see [`MemberSetBuilder::finish`]) instead of stored.
     pub fn push(&mut self, m: Member) {
         if packable(self.kind) {
             match pack(self.kind, &m) {
@@ -329,6 +330,16 @@ impl SnapshotBuilder {
             }
         } else if !self.full.insert(m) {
             self.refused += 1;
+        }
+    }
+
+    /// Take over the members pushed into `other` (same kind), e.g. from
+    /// another thread.
+    pub fn absorb(&mut self, other: MemberSetBuilder) {
+        self.packed.extend(other.packed);
+        self.refused += other.refused;
+        for m in other.full {
+            self.push(m);
         }
     }
 
@@ -411,7 +422,7 @@ mod tests {
     fn snapshots_behave_like_hash_sets() {
         let k = v4(SetType::HashIp);
         let ip = |s: &str| Member::Ip(s.parse().unwrap());
-        let mut b = SnapshotBuilder::with_capacity(k, 4);
+        let mut b = MemberSetBuilder::with_capacity(k, 4);
         for m in ["10.0.0.3", "10.0.0.1", "10.0.0.3", "10.0.0.2"] {
             b.push(ip(m));
         }

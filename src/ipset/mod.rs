@@ -7,6 +7,6 @@ pub mod names;
 pub mod types;
 
 pub use member::{Member, MemberError, OneOrTwo, Parsed, Proto};
-pub use member_set::{MemberSet, SnapshotBuilder};
+pub use member_set::{MemberSet, MemberSetBuilder};
 pub use names::{MAX_SET_NAME_LEN, Naming};
 pub use types::{DEFAULT_MAX_ELEM, Family, SetHeader, SetKind, SetType};

@@ -86,8 +86,7 @@ impl SetState {
             // The same compiled set (a cached policy): nothing to diff.
             return false;
         }
-        let adds = members.difference(&self.members);
-        let dels = self.members.difference(&members);
+        let (adds, dels) = members.diff_both(&self.members);
         if adds.is_empty() && dels.is_empty() {
             return false;
         }

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use super::selector::{self, SelectorError};
 use super::spec::{FamilySpec, IPSetPolicy};
 use crate::ipset::{
-    DEFAULT_MAX_ELEM, Family, Member, MemberError, MemberSet, Naming, SetHeader, SetKind, SetType,
+    DEFAULT_MAX_ELEM, Family, Member, MemberError, MemberSet, MemberSetBuilder, Naming, SetHeader,
+    SetKind, SetType,
 };
 
 /// Default size of a list:set (the kernel's default).
@@ -308,49 +309,35 @@ fn compile_one(
         }
     };
 
-    let mut sets: Vec<MemberSet> = fams
-        .iter()
-        .map(|f| {
-            MemberSet::with_capacity(
-                SetKind::new(set_type, *f),
-                p.spec.members.len() / fams.len(),
-            )
-        })
-        .collect();
-    let slot = |f: Option<Family>| fams.iter().position(|x| *x == f);
-
-    for raw in &p.spec.members {
-        if set_type == SetType::ListSet {
+    let builders = if set_type == SetType::ListSet {
+        let mut builders: Vec<MemberSetBuilder> = fams
+            .iter()
+            .map(|f| {
+                MemberSetBuilder::with_capacity(SetKind::new(set_type, *f), p.spec.members.len())
+            })
+            .collect();
+        for raw in &p.spec.members {
             match list_member(name, raw, naming, selected, &fams) {
                 Ok(per_family) => {
                     for (i, m) in per_family.into_iter().enumerate() {
-                        sets[i].insert(m);
+                        builders[i].push(m);
                     }
                 }
                 Err(kind) => reject(raw, kind, &mut errors),
             }
-            continue;
         }
-        match Member::parse_user(set_type, raw) {
-            Ok(parsed) => match slot(parsed.family) {
-                Some(i) => {
-                    for m in parsed.members {
-                        sets[i].insert(m);
-                    }
-                }
-                None => {
-                    let expected = fams[0].unwrap_or(Family::V4);
-                    let found = parsed.family.unwrap_or(Family::V4);
-                    reject(
-                        raw,
-                        PolicyErrorKind::WrongFamily { found, expected },
-                        &mut errors,
-                    );
-                }
-            },
-            Err(e) => reject(raw, e.into(), &mut errors),
+        builders
+    } else {
+        let parsed = parse_members(set_type, &fams, &p.spec.members);
+        let shown = parsed.rejected.len();
+        for (index, kind) in parsed.rejected {
+            reject(&p.spec.members[index], kind, &mut errors);
         }
-    }
+        // Only the first rejections are kept; count the others too.
+        bad_members += parsed.bad - shown;
+        parsed.builders
+    };
+    let sets: Vec<MemberSet> = builders.into_iter().map(|b| b.finish().0).collect();
     if bad_members > errors.len() {
         errors.push(PolicyError {
             policy: name.to_string(),
@@ -393,6 +380,92 @@ fn compile_one(
             members: Arc::new(members),
         })
         .collect())
+}
+
+/// Members of a hash-type policy, parsed and routed to their family's set.
+struct ParsedMembers {
+    builders: Vec<MemberSetBuilder>,
+    /// The first rejections, by index into the member list.
+    rejected: Vec<(usize, PolicyErrorKind)>,
+    /// How many members were rejected in all.
+    bad: usize,
+}
+
+/// Below this many members, parsing on one thread is fast enough.
+const PARALLEL_PARSE_MIN: usize = 100_000;
+
+/// Parse members, on several threads for big policies (parsing a million
+/// members takes a noticeable fraction of a second per core).
+fn parse_members(set_type: SetType, fams: &[Option<Family>], raw: &[String]) -> ParsedMembers {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    if threads < 2 || raw.len() < PARALLEL_PARSE_MIN {
+        return parse_chunk(set_type, fams, raw, 0);
+    }
+    let chunk = raw.len().div_ceil(threads);
+    let parts: Vec<ParsedMembers> = std::thread::scope(|scope| {
+        let handles: Vec<_> = raw
+            .chunks(chunk)
+            .enumerate()
+            .map(|(i, c)| scope.spawn(move || parse_chunk(set_type, fams, c, i * chunk)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    let mut parts = parts.into_iter();
+    let mut all = parts
+        .next()
+        .unwrap_or_else(|| parse_chunk(set_type, fams, &[], 0));
+    for part in parts {
+        for (b, other) in all.builders.iter_mut().zip(part.builders) {
+            b.absorb(other);
+        }
+        all.rejected.extend(part.rejected);
+        all.bad += part.bad;
+    }
+    all.rejected.truncate(MAX_MEMBER_ERRORS);
+    all
+}
+
+fn parse_chunk(
+    set_type: SetType,
+    fams: &[Option<Family>],
+    raw: &[String],
+    offset: usize,
+) -> ParsedMembers {
+    let mut out = ParsedMembers {
+        builders: fams
+            .iter()
+            .map(|f| {
+                MemberSetBuilder::with_capacity(SetKind::new(set_type, *f), raw.len() / fams.len())
+            })
+            .collect(),
+        rejected: Vec::new(),
+        bad: 0,
+    };
+    for (i, r) in raw.iter().enumerate() {
+        let kind = match Member::parse_user(set_type, r) {
+            Ok(parsed) => match fams.iter().position(|x| *x == parsed.family) {
+                Some(slot) => {
+                    for m in parsed.members {
+                        out.builders[slot].push(m);
+                    }
+                    continue;
+                }
+                None => PolicyErrorKind::WrongFamily {
+                    found: parsed.family.unwrap_or(Family::V4),
+                    expected: fams[0].unwrap_or(Family::V4),
+                },
+            },
+            Err(e) => e.into(),
+        };
+        out.bad += 1;
+        if out.rejected.len() < MAX_MEMBER_ERRORS {
+            out.rejected.push((offset + i, kind));
+        }
+    }
+    out
 }
 
 /// Resolve a list:set member (a policy name) to the listed kernel set, one
@@ -545,6 +618,61 @@ mod tests {
         assert!(kinds.contains(&("s", PolicyErrorKind::ListSetSelf)));
         assert!(kinds.contains(&("m", PolicyErrorKind::ListSetMissing("nope".into()))));
         assert!(kinds.contains(&("v6", PolicyErrorKind::ListSetFamily("a".into(), Family::V6))));
+    }
+
+    #[test]
+    fn big_policies_parse_on_several_threads_with_the_same_result() {
+        let n = PARALLEL_PARSE_MIN + 50_000;
+        let mut members: Vec<String> = (0..n as u32)
+            .map(|i| std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string())
+            .collect();
+        members.push("10.0.0.1".into()); // duplicate: silently merged
+        // 15 bad members spread over every chunk.
+        let bad: Vec<usize> = (0..15).map(|k| k * n / 15 + 7).collect();
+        for &i in &bad {
+            members[i] = format!("bad-{i}");
+        }
+        let strs: Vec<&str> = members.iter().map(String::as_str).collect();
+        let mut p = policy("big", SetType::HashIp, FamilySpec::IPv4, &strs);
+        p.spec.max_elem = Some(1_000_000);
+        let c = compile(&[p.clone()], &Naming::default(), None);
+        assert_eq!(c.errors.len(), MAX_MEMBER_ERRORS + 1);
+        for (e, i) in c.errors[..MAX_MEMBER_ERRORS].iter().zip(&bad) {
+            assert_eq!(
+                e.member.as_deref(),
+                Some(format!("bad-{i}").as_str()),
+                "in member order"
+            );
+            assert_eq!(e.kind, PolicyErrorKind::Member(MemberError::HostName));
+        }
+        assert_eq!(c.errors[MAX_MEMBER_ERRORS].kind, PolicyErrorKind::More(5));
+
+        for &i in &bad {
+            members[i] = format!("192.168.0.{}", i % 250);
+        }
+        let strs: Vec<&str> = members.iter().map(String::as_str).collect();
+        p.spec.members = strs.iter().map(|s| s.to_string()).collect();
+        let c = compile(&[p], &Naming::default(), None);
+        assert!(c.errors.is_empty());
+        let serial: std::collections::HashSet<String> = strs
+            .iter()
+            .map(|s| {
+                Member::parse_user(SetType::HashIp, s)
+                    .unwrap()
+                    .members
+                    .iter()
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(c.sets[0].members.len(), serial.len());
+        assert!(
+            c.sets[0]
+                .members
+                .iter()
+                .all(|m| serial.contains(&m.to_string()))
+        );
     }
 
     #[test]

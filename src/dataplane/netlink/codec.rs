@@ -8,7 +8,7 @@ use super::consts::*;
 use super::wire::{self, Attr, DecodeError};
 use crate::ipset::member::mask;
 use crate::ipset::{
-    Family, Member, MemberSet, Proto, SetHeader, SetKind, SetType, SnapshotBuilder,
+    Family, Member, MemberSet, MemberSetBuilder, Proto, SetHeader, SetKind, SetType,
 };
 
 /// The largest `nla_len` of the IPSET_ATTR_ADT nest (a u16).
@@ -502,7 +502,7 @@ pub struct ListAccumulator {
     pub name: Option<String>,
     pub header: Option<RawHeader>,
     /// `None` until a header of a managed type was seen.
-    pub members: Option<SnapshotBuilder>,
+    pub members: Option<MemberSetBuilder>,
     pub unparsable: usize,
 }
 
@@ -552,7 +552,7 @@ impl ListAccumulator {
             if let Some(h) = raw.typed() {
                 // A capacity hint only: bounded so no input allocates much.
                 let cap = raw.elements.unwrap_or(0).min(1 << 20) as usize;
-                self.members = Some(SnapshotBuilder::with_capacity(h.kind, cap));
+                self.members = Some(MemberSetBuilder::with_capacity(h.kind, cap));
             }
             self.header = Some(raw);
         }
