@@ -106,12 +106,14 @@ kubectl -n "$NAMESPACE" get pods -o wide
 
 # --- 5. Tests ----------------------------------------------------------------
 # The suite (tests/e2e.rs) creates IPSetPolicies through the API and, in kind
-# mode, reads each node's kernel with `docker exec <node> ipset save`.
+# mode, reads each node's kernel with `docker exec <node> ipset save`. kind
+# names the worker containers <cluster>-worker and <cluster>-worker2.
 log "running the end-to-end suite"
 (
   cd "$ROOT"
   IPSETMGR_E2E_KUBECONFIG="$KUBECONFIG" \
   IPSETMGR_E2E_MODE=kind \
+  IPSETMGR_E2E_NODES="$CLUSTER_NAME-worker,$CLUSTER_NAME-worker2" \
   IPSETMGR_E2E_KIND_CLUSTER="$CLUSTER_NAME" \
   IPSETMGR_E2E_NAMESPACE="$NAMESPACE" \
     cargo test --test e2e -- --test-threads=1
