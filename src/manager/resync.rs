@@ -14,6 +14,9 @@ impl<D: Dataplane> Manager<D> {
     pub(super) fn full_resync(&mut self) -> Result<(), DataplaneError> {
         let naming = self.config.naming.clone();
         let names = self.dp.list_owned(&|n| naming.owns(n))?;
+        // A set type learned unsupported from a failed batch is tried again
+        // after each full resync (a kernel module may have been loaded).
+        self.unsupported.clear();
         self.existing = names.into_iter().filter(|n| naming.owns(n)).collect();
         let desired: BTreeSet<String> = self.sets.keys().cloned().collect();
         self.read_sets(&desired, true)?;
