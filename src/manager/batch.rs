@@ -78,31 +78,27 @@ pub fn push_ops<'a>(
             if plan == Plan::Recreate {
                 ops.push(Op::Destroy { set: name });
             }
-            ops.push(Op::Create {
-                set: name,
-                header: &s.header,
-            });
-            if !s.members.is_empty() {
-                ops.push(Op::Add {
-                    set: name,
-                    members: &s.members,
-                });
-            }
+            push_create_and_fill(ops, name, s);
         }
         Plan::TempSwap => {
-            ops.push(Op::Create {
-                set: temp,
-                header: &s.header,
-            });
-            if !s.members.is_empty() {
-                ops.push(Op::Add {
-                    set: temp,
-                    members: &s.members,
-                });
-            }
+            push_create_and_fill(ops, temp, s);
             ops.push(Op::Swap { a: name, b: temp });
             ops.push(Op::Destroy { set: temp });
         }
+    }
+}
+
+/// Create `set` with the desired header and add every desired member.
+fn push_create_and_fill<'a>(ops: &mut Vec<Op<'a>>, set: &'a str, s: &'a SetState) {
+    ops.push(Op::Create {
+        set,
+        header: &s.header,
+    });
+    if !s.members.is_empty() {
+        ops.push(Op::Add {
+            set,
+            members: &s.members,
+        });
     }
 }
 
