@@ -91,6 +91,22 @@ enum Command {
     Crd,
 }
 
+/// Open the dataplane from a thread inside `ns`, so a netlink socket binds
+/// to that namespace while the calling thread stays where it is.
+fn open_in_netns(ns: &str, backend: Backend) -> Result<Box<dyn ipsetmgr::dataplane::Dataplane>> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| -> Result<Box<dyn ipsetmgr::dataplane::Dataplane>> {
+                if ipsetmgr::netns::enter(ns)? {
+                    eprintln!("created network namespace {ns}");
+                }
+                Ok(open(backend)?)
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("opening the dataplane in {ns} panicked"))?
+    })
+}
+
 fn parse_label(s: &str) -> Result<(String, String), String> {
     let (k, v) = s
         .split_once('=')
@@ -136,7 +152,10 @@ fn real_main() -> Result<bool> {
     };
     init_logging(cli.log_format, level);
     // Before any other thread exists: setns moves only the calling thread.
-    if let Some(ns) = &cli.netns {
+    // The agent is the exception: only its kernel side goes into the
+    // namespace, so it can still reach the API server.
+    let is_agent = matches!(cli.command, Command::Agent(_));
+    if let Some(ns) = cli.netns.as_deref().filter(|_| !is_agent) {
         let created = ipsetmgr::netns::enter(ns)?;
         if created {
             eprintln!("created network namespace {ns}");
@@ -181,7 +200,11 @@ fn real_main() -> Result<bool> {
         }
         Command::Agent(mut config) => {
             config.set_prefix = naming.prefix().to_string();
-            let dp = open(cli.backend)?;
+            config.dataplane_netns = cli.netns.clone();
+            let dp = match &cli.netns {
+                Some(ns) => open_in_netns(ns, cli.backend)?,
+                None => open(cli.backend)?,
+            };
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(ipsetmgr::run_agent(config, dp))?;
             Ok(true)

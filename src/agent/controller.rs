@@ -105,6 +105,10 @@ pub struct Settings {
     pub request_timeout: Duration,
     /// Wait before retrying a failed status write.
     pub write_retry: Duration,
+    /// Network namespace the manager thread works in (`--netns`); the API
+    /// client stays in the agent's own namespace, where the API server is
+    /// reachable.
+    pub dataplane_netns: Option<String>,
 }
 
 impl Settings {
@@ -117,6 +121,7 @@ impl Settings {
             min_write_interval: Duration::from_secs(1),
             request_timeout: Duration::from_secs(10),
             write_retry: Duration::from_secs(5),
+            dataplane_netns: None,
         }
     }
 }
@@ -164,7 +169,13 @@ impl Agent {
         observed: Observed,
     ) -> Agent {
         let (tx, reports) = mpsc::unbounded_channel();
-        let worker = worker::spawn(manager, settings.resync_interval, shared.clone(), tx);
+        let worker = worker::spawn(
+            manager,
+            settings.resync_interval,
+            settings.dataplane_netns.clone(),
+            shared.clone(),
+            tx,
+        );
         Agent {
             api: Api::all(client.clone()),
             client,

@@ -71,6 +71,10 @@ pub struct AgentConfig {
     /// Address of the /healthz, /readyz and /metrics listener.
     #[arg(long, env = "IPSETMGR_LISTEN", default_value = "0.0.0.0:9477")]
     pub listen: SocketAddr,
+    /// Network namespace for the kernel side only; filled from the global
+    /// `--netns` flag.
+    #[arg(skip)]
+    pub dataplane_netns: Option<String>,
     /// Namespace of the summary-writer Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "ipsetmgr-system")]
     pub lease_namespace: String,
@@ -84,6 +88,7 @@ impl AgentConfig {
             set_prefix: "ipm".into(),
             resync_interval: Duration::from_secs(60),
             listen: ([0, 0, 0, 0], 9477).into(),
+            dataplane_netns: None,
             lease_namespace: "ipsetmgr-system".into(),
         }
     }
@@ -164,7 +169,8 @@ pub async fn run_agent(config: AgentConfig, dataplane: Box<dyn Dataplane>) -> an
     );
     let observed = controller::Observed::default();
     let inputs = controller::watch_inputs(client.clone(), &config.node_name, observed.clone());
-    let settings = controller::Settings::new(&config.node_name, naming, config.resync_interval);
+    let mut settings = controller::Settings::new(&config.node_name, naming, config.resync_interval);
+    settings.dataplane_netns = config.dataplane_netns.clone();
     tracing::info!(node = %config.node_name, listen = %config.listen, "agent starting");
     let agent = controller::Agent::new(client, settings, manager, shared, observed);
     agent.run(inputs, shutdown_signal()).await;

@@ -64,6 +64,7 @@ impl WorkerHandle {
 pub fn spawn<D: Dataplane + 'static>(
     mut manager: Manager<D>,
     resync_interval: Duration,
+    netns: Option<String>,
     shared: Arc<Shared>,
     reports: UnboundedSender<Report>,
 ) -> WorkerHandle {
@@ -71,6 +72,15 @@ pub fn spawn<D: Dataplane + 'static>(
     let join = std::thread::Builder::new()
         .name("ipset-manager".into())
         .spawn(move || {
+            // setns moves only this thread: the kernel work (and any `ipset`
+            // process it starts) happens in the namespace, the API client
+            // does not.
+            if let Some(ns) = &netns
+                && let Err(e) = crate::netns::enter(ns)
+            {
+                tracing::error!(error = %e, "manager thread cannot enter its network namespace; not touching any kernel");
+                return;
+            }
             let mut seq: Option<u64> = None;
             let mut first = true;
             let mut next_resync = Instant::now() + resync_interval;
