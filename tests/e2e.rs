@@ -284,11 +284,16 @@ async fn e2e_agents_converge() {
             Agents(
                 [a, b]
                     .iter()
-                    .map(|n| {
+                    .enumerate()
+                    .map(|(i, n)| {
+                        // Only the kernel side enters the netns; the
+                        // listeners share the host's, so each needs a port.
+                        let listen = format!("127.0.0.1:{}", 19480 + i);
                         Command::new(&bin)
                             .args(["agent", "--node-name", n])
                             .args(["--kubeconfig", &env.kubeconfig])
                             .args(["--netns", &netns(n)])
+                            .args(["--listen", &listen])
                             .args(["--lease-namespace", "default"])
                             .args(["--resync-interval", "10s"])
                             .spawn()
