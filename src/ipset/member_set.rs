@@ -448,6 +448,16 @@ mod tests {
     }
 
     #[test]
+    fn a_million_distinct_ipv4_members_stay_distinct() {
+        let kind = v4(SetType::HashIp);
+        let mut s = MemberSet::with_capacity(kind, 1_000_000);
+        for i in 0..1_000_000u32 {
+            s.insert(Member::Ip(Ipv4Addr::from(0x0a00_0000 + i).into()));
+        }
+        assert_eq!(s.len(), 1_000_000);
+    }
+
+    #[test]
     fn ipv6_members_use_full_storage() {
         let k = SetKind::new(SetType::HashIp, Some(Family::V6));
         let mut s = MemberSet::new(k);
