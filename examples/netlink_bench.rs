@@ -68,19 +68,19 @@ fn main() {
                 script.push('\n');
             }
 
+            let fill = [
+                Op::Create {
+                    set: "bench",
+                    header: &header,
+                },
+                Op::Add {
+                    set: "bench",
+                    members: &members,
+                },
+            ];
             let nl_add = best(|| {
                 let t = Instant::now();
-                d.apply(&[
-                    Op::Create {
-                        set: "bench",
-                        header: &header,
-                    },
-                    Op::Add {
-                        set: "bench",
-                        members: &members,
-                    },
-                ])
-                .expect("netlink fill");
+                d.apply(&fill).expect("netlink fill");
                 let e = t.elapsed();
                 d.apply(&[Op::Destroy { set: "bench" }]).unwrap();
                 e
@@ -105,17 +105,7 @@ fn main() {
             });
 
             // Read back the same set.
-            d.apply(&[
-                Op::Create {
-                    set: "bench",
-                    header: &header,
-                },
-                Op::Add {
-                    set: "bench",
-                    members: &members,
-                },
-            ])
-            .unwrap();
+            d.apply(&fill).unwrap();
             let nl_read = best(|| {
                 let t = Instant::now();
                 let ks = d.read_set("bench").unwrap().unwrap();
