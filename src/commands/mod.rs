@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::ipset::Naming;
-use crate::policy::{Compiled, IPSetPolicy, LoadError, compile, load_policies};
+use crate::policy::load::{load_file, policy_files};
+use crate::policy::{Compiled, IPSetPolicy, LoadError, compile};
 
 /// Policies read from files, compiled for this host.
 pub struct FilePolicies {
@@ -33,7 +34,7 @@ pub fn load(
     let mut policies = Vec::new();
     let mut load_errors = Vec::new();
     for path in paths {
-        let files = match crate::policy::load::policy_files(path) {
+        let files = match policy_files(path) {
             Ok(f) if f.is_empty() && !allow_empty => {
                 load_errors.push(LoadError::Empty(path.clone()));
                 continue;
@@ -45,7 +46,7 @@ pub fn load(
             }
         };
         for f in files {
-            match load_policies(&f) {
+            match load_file(&f) {
                 Ok(loaded) => policies.extend(loaded.into_iter().map(|l| l.policy)),
                 Err(e) => load_errors.push(e),
             }

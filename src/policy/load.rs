@@ -178,18 +178,22 @@ pub fn load_policies(path: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
     }
     let mut all = Vec::new();
     for f in files {
-        let text = std::fs::read_to_string(&f).map_err(|source| LoadError::Io {
-            path: f.clone(),
-            source,
-        })?;
-        let is_json = f.extension().is_some_and(|e| e == "json");
-        all.extend(if is_json {
-            parse_json_policies(&text, &f)?
-        } else {
-            parse_policies(&text, &f)?
-        });
+        all.extend(load_file(&f)?);
     }
     Ok(all)
+}
+
+/// Load the policies of one file: JSON for `*.json`, YAML otherwise.
+pub fn load_file(f: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
+    let text = std::fs::read_to_string(f).map_err(|source| LoadError::Io {
+        path: f.to_path_buf(),
+        source,
+    })?;
+    if f.extension().is_some_and(|e| e == "json") {
+        parse_json_policies(&text, f)
+    } else {
+        parse_policies(&text, f)
+    }
 }
 
 #[cfg(test)]
