@@ -126,6 +126,10 @@ pub enum MemberError {
     PortRange,
     #[error("not a valid port (expected 0-65535)")]
     BadPort,
+    #[error(
+        "numbers must not have leading zeros (ipset(8) would read them as octal: 010 is 8 there)"
+    )]
+    LeadingZero,
     #[error("protocol {0:?} is not supported (use tcp, udp, sctp, udplite, icmp or icmpv6)")]
     UnsupportedProtocol(String),
     #[error("expected ADDRESS,PROTO:PORT (for example 10.0.0.1,tcp:80)")]
@@ -289,13 +293,25 @@ fn parse_addr(s: &str) -> Result<IpAddr, MemberError> {
     }
 }
 
-fn parse_prefix(p: &str, family: Family) -> Result<u8, MemberError> {
-    if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || p.len() > 3 {
-        return Err(MemberError::BadCidr("prefix length must be a number"));
+/// A decimal number as ipset(8) reads it unambiguously: digits only, at
+/// most `max_len` of them, and no leading zero. ipset parses numbers with
+/// `strtoul(.., 0)`, so `010` means 8 there; accepting it here as 10 would
+/// silently give the two tools different meanings for the same text.
+fn plain_decimal(s: &str, max_len: usize) -> Option<u32> {
+    let digits_only = !s.is_empty() && s.len() <= max_len && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits_only || (s.len() > 1 && s.starts_with('0')) {
+        return None;
     }
-    let n: u8 = p
-        .parse()
-        .map_err(|_| MemberError::BadCidr("prefix length must be a number"))?;
+    s.parse().ok()
+}
+
+fn parse_prefix(p: &str, family: Family) -> Result<u8, MemberError> {
+    if p.len() > 1 && p.starts_with('0') && p.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(MemberError::LeadingZero);
+    }
+    let n = plain_decimal(p, 3)
+        .and_then(|n| u8::try_from(n).ok())
+        .ok_or(MemberError::BadCidr("prefix length must be a number"))?;
     if n > family.max_prefix() {
         return Err(MemberError::BadCidr(
             "prefix length too long for the family",
@@ -394,23 +410,42 @@ fn parse_ip_port(s: &str) -> Result<Member, MemberError> {
             ));
         }
         let (t, c) = match port_s.split_once('/') {
-            Some((t, c)) => (
-                t.parse::<u8>().map_err(|_| MemberError::BadIcmp)?,
-                c.parse::<u8>().map_err(|_| MemberError::BadIcmp)?,
-            ),
+            Some((t, c)) => (icmp_number(t)?, icmp_number(c)?),
             None => icmp::lookup(table, port_s).ok_or(MemberError::BadIcmp)?,
         };
         (t as u16) << 8 | c as u16
     } else {
-        if port_s.contains('-') && port_s.len() > 1 {
-            return Err(MemberError::PortRange);
-        }
-        if port_s.is_empty() || !port_s.bytes().all(|b| b.is_ascii_digit()) || port_s.len() > 5 {
-            return Err(MemberError::BadPort);
-        }
-        port_s.parse::<u16>().map_err(|_| MemberError::BadPort)?
+        parse_port(port_s)?
     };
     Ok(Member::IpPort { addr, proto, port })
+}
+
+/// One ICMP type or code: 0-255, no leading zero.
+fn icmp_number(s: &str) -> Result<u8, MemberError> {
+    if s.len() > 1 && s.starts_with('0') && s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(MemberError::LeadingZero);
+    }
+    plain_decimal(s, 3)
+        .and_then(|n| u8::try_from(n).ok())
+        .ok_or(MemberError::BadIcmp)
+}
+
+/// A single port: 0-65535, no leading zero. `a-b` with two numbers is a
+/// range (refused with its own message); anything else with a dash, such
+/// as `-1`, is just not a port.
+fn parse_port(s: &str) -> Result<u16, MemberError> {
+    let is_range = s
+        .split_once('-')
+        .is_some_and(|(a, b)| plain_decimal(a, 5).is_some() && plain_decimal(b, 5).is_some());
+    if is_range {
+        return Err(MemberError::PortRange);
+    }
+    if s.len() > 1 && s.starts_with('0') && s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(MemberError::LeadingZero);
+    }
+    plain_decimal(s, 5)
+        .and_then(|n| u16::try_from(n).ok())
+        .ok_or(MemberError::BadPort)
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6], MemberError> {
@@ -583,6 +618,54 @@ mod tests {
             canon(SetType::HashIpPort, "::1,icmp:8/0"),
             Err(MemberError::ProtoFamilyMismatch(..))
         ));
+    }
+
+    #[test]
+    fn leading_zeros_are_refused_where_ipset_reads_octal() {
+        for (t, input) in [
+            (SetType::HashIpPort, "10.0.0.1,tcp:010"),
+            (SetType::HashIpPort, "10.0.0.1,010"),
+            (SetType::HashIpPort, "10.0.0.1,icmp:010/0"),
+            (SetType::HashIpPort, "10.0.0.1,icmp:8/00"),
+            (SetType::HashNet, "10.0.0.0/010"),
+            (SetType::HashIp, "1.2.3.4/032"),
+            (SetType::HashIpPort, "1.2.3.4/032,80"),
+        ] {
+            assert_eq!(canon(t, input), Err(MemberError::LeadingZero), "{input}");
+        }
+        // A single zero is a number like any other.
+        assert_eq!(
+            canon(SetType::HashIpPort, "10.0.0.1,udp:0").unwrap(),
+            ["10.0.0.1,udp:0"]
+        );
+        assert_eq!(
+            canon(SetType::HashIpPort, "10.0.0.1,icmp:0/0").unwrap(),
+            ["10.0.0.1,icmp:echo-reply"]
+        );
+        assert_eq!(
+            canon(SetType::HashNet, "10.0.0.0/8").unwrap(),
+            ["10.0.0.0/8"]
+        );
+    }
+
+    #[test]
+    fn only_two_numbers_make_a_port_range() {
+        assert_eq!(
+            canon(SetType::HashIpPort, "10.0.0.1,udp:-1"),
+            Err(MemberError::BadPort)
+        );
+        assert_eq!(
+            canon(SetType::HashIpPort, "10.0.0.1,udp:1-"),
+            Err(MemberError::BadPort)
+        );
+        assert_eq!(
+            canon(SetType::HashIpPort, "10.0.0.1,udp:1-2"),
+            Err(MemberError::PortRange)
+        );
+        assert_eq!(
+            canon(SetType::HashIpPort, "10.0.0.1,-"),
+            Err(MemberError::BadPort)
+        );
     }
 
     #[test]
