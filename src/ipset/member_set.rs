@@ -280,6 +280,65 @@ impl MemberSet {
         }
     }
 
+    /// Pairs of members that the kernel would store as ONE entry: the same
+    /// hash:net network once with and once without `nomatch` (the flag is
+    /// not part of the kernel's key). Such a set cannot be held faithfully:
+    /// every write would flip the flag. At most `limit` pairs, each as
+    /// (without nomatch, with nomatch).
+    pub fn nomatch_conflicts(&self, limit: usize) -> Vec<(Member, Member)> {
+        if self.kind.set_type != SetType::HashNet {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        match &self.store {
+            Store::Sorted(v) => {
+                // The flag is the lowest bit of the packed value, so a
+                // conflicting pair is adjacent once sorted.
+                for w in v.windows(2) {
+                    if out.len() == limit {
+                        break;
+                    }
+                    if w[0] >> 1 == w[1] >> 1 {
+                        out.push((unpack(self.kind, w[0]), unpack(self.kind, w[1])));
+                    }
+                }
+            }
+            Store::Packed(set) => {
+                for &x in set {
+                    if out.len() == limit {
+                        break;
+                    }
+                    if x & 1 == 0 && set.contains(&(x | 1)) {
+                        out.push((unpack(self.kind, x), unpack(self.kind, x | 1)));
+                    }
+                }
+            }
+            Store::Full(set) => {
+                for m in set {
+                    if out.len() == limit {
+                        break;
+                    }
+                    if let Member::Net {
+                        addr,
+                        prefix,
+                        nomatch: false,
+                    } = m
+                    {
+                        let flagged = Member::Net {
+                            addr: *addr,
+                            prefix: *prefix,
+                            nomatch: true,
+                        };
+                        if set.contains(&flagged) {
+                            out.push((m.clone(), flagged));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Sorted canonical strings: for stable output and tests.
     pub fn sorted_strings(&self) -> Vec<String> {
         let mut v: Vec<Member> = self.iter().collect();
@@ -455,6 +514,47 @@ mod tests {
             s.insert(Member::Ip(Ipv4Addr::from(0x0a00_0000 + i).into()));
         }
         assert_eq!(s.len(), 1_000_000);
+    }
+
+    #[test]
+    fn nomatch_conflicts_are_found_in_every_store() {
+        let net = |s: &str| Member::parse_user(SetType::HashNet, s).unwrap().members;
+        let items = [
+            "10.0.0.0/8",
+            "10.0.0.0/8 nomatch",
+            "10.9.0.0/16 nomatch",
+            "10.8.0.0/16",
+        ];
+        let want = (
+            net("10.0.0.0/8").into_iter().next().unwrap(),
+            net("10.0.0.0/8 nomatch").into_iter().next().unwrap(),
+        );
+        let kind = v4(SetType::HashNet);
+        let mut b = MemberSetBuilder::with_capacity(kind, 4);
+        for i in items {
+            net(i).into_iter().for_each(|m| b.push(m));
+        }
+        let (sorted, _) = b.finish();
+        assert_eq!(sorted.nomatch_conflicts(10), vec![want.clone()]);
+        let hashed = MemberSet::from_members(kind, items.iter().flat_map(|i| net(i)));
+        assert_eq!(hashed.nomatch_conflicts(10), vec![want]);
+
+        let v6 = SetKind::new(SetType::HashNet, Some(Family::V6));
+        let full = MemberSet::from_members(
+            v6,
+            [
+                "2001:db8::/32",
+                "2001:db8::/32 nomatch",
+                "2001:db9::/32 nomatch",
+            ]
+            .iter()
+            .flat_map(|i| net(i)),
+        );
+        let found = full.nomatch_conflicts(10);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].0.to_string(), "2001:db8::/32");
+        assert_eq!(found[0].1.to_string(), "2001:db8::/32 nomatch");
+        assert!(full.nomatch_conflicts(0).is_empty());
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //!
 //! Main sets are `<prefix>4-<policy>`, `<prefix>6-<policy>` or
 //! `<prefix>x-<policy>`; temp sets are `<prefix>t-<suffix>`. Names longer than
-//! the kernel's 31 bytes keep a readable head and end in `-` plus 6 hex
-//! characters of a hash of the full policy name. Anything else is foreign.
+//! the kernel's 31 bytes keep a readable head and end in `-` plus 10 hex
+//! characters (40 bits) of a hash of the full policy name: two policies
+//! meet on one name only by deliberate search, and the compiler still
+//! detects it when they do. Anything else is foreign.
 
 use sha2::{Digest, Sha256};
 
@@ -11,6 +13,8 @@ use super::types::Family;
 
 /// The kernel's limit on set names (IPSET_MAXNAMELEN - 1).
 pub const MAX_SET_NAME_LEN: usize = 31;
+/// Bytes of the policy name's SHA-256 kept in a shortened set name.
+const HASH_BYTES: usize = 5;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid set prefix {0:?}: it must be 1 to 8 ASCII letters or digits")]
@@ -59,7 +63,7 @@ impl Naming {
             return full;
         }
         let digest = Sha256::digest(policy.as_bytes());
-        let suffix = hex::encode(&digest[..3]);
+        let suffix = hex::encode(&digest[..HASH_BYTES]);
         // Policy names are ASCII (Kubernetes names), so byte slicing is safe;
         // still cut on a char boundary to never panic on odd input.
         let mut head_len = MAX_SET_NAME_LEN - 1 - suffix.len();
@@ -121,9 +125,9 @@ mod tests {
             Some(Family::V4),
         );
         assert!(a.len() <= MAX_SET_NAME_LEN);
-        assert!(a.starts_with("ipm4-a-very-long-policy-"), "{a}");
+        assert!(a.starts_with("ipm4-a-very-long-pol"), "{a}");
         assert!(!a.contains("--"), "{a}");
-        assert_eq!(a.rsplit('-').next().unwrap().len(), 6);
+        assert_eq!(a.rsplit('-').next().unwrap().len(), 2 * HASH_BYTES);
         assert_ne!(a, b);
         assert_eq!(
             a,

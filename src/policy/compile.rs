@@ -21,6 +21,12 @@ pub const DEFAULT_LIST_SIZE: u32 = 8;
 const MIN_LIST_SIZE: u32 = 4;
 /// At most this many member errors are reported per policy.
 const MAX_MEMBER_ERRORS: usize = 10;
+/// The largest `hashSize` accepted. The kernel allocates the whole table at
+/// creation (8 bytes per bucket: 512 MiB here) and grows it by itself as
+/// members are added, so a larger initial size only fails with ENOMEM.
+pub const MAX_HASH_SIZE: u32 = 1 << 26;
+/// The smallest `hashSize` the kernel accepts (IPSET_MIMINAL_HASHSIZE).
+pub const MIN_HASH_SIZE: u32 = 64;
 
 /// One kernel set this node should hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,6 +105,20 @@ pub enum PolicyErrorKind {
     Selector(#[from] SelectorError),
     #[error("is defined more than once")]
     Duplicate,
+    #[error(
+        "its kernel set name {set} is also the name of policy {other:?}'s set (the shortened names share their hash); rename one of the two policies"
+    )]
+    NameCollision { set: String, other: String },
+    #[error(
+        "conflicts with member {other:?}: both are the network {network}, which the kernel holds as one entry, either matching or excluded (nomatch); keep only one of them"
+    )]
+    NomatchConflict { other: String, network: String },
+    #[error("{field} must be {range} (got {value})")]
+    OutOfRange {
+        field: &'static str,
+        range: String,
+        value: u32,
+    },
     #[error("and {0} more bad members")]
     More(usize),
 }
@@ -255,7 +275,13 @@ pub fn compile_cached<'a>(
         candidates.push((name, p));
     }
 
+    let collisions = name_collisions(&candidates, naming);
     for (name, p) in candidates {
+        if let Some(errs) = collisions.get(name) {
+            out.errors.extend(errs.iter().cloned());
+            hold(&mut out.held, naming, p);
+            continue;
+        }
         let result = match (CacheKey::of(p), cache.entries.get(name)) {
             (Some(key), Some(entry)) if entry.key == key => entry.result.clone(),
             (key, _) => {
@@ -279,6 +305,105 @@ pub fn compile_cached<'a>(
         }
     }
     out
+}
+
+/// Policies whose kernel set names coincide with another policy's: the
+/// shortened form of a long name keeps only a hash of the rest, so two
+/// names can meet. Both policies fail (neither may silently take the other's
+/// set).
+fn name_collisions(
+    candidates: &[(&str, &IPSetPolicy)],
+    naming: &Naming,
+) -> HashMap<String, Vec<PolicyError>> {
+    let mut owners: HashMap<String, Vec<&str>> = HashMap::new();
+    for (name, p) in candidates {
+        for f in families(p.spec.family, p.spec.set_type) {
+            let set = naming.main_set_name(name, f);
+            let list = owners.entry(set).or_default();
+            if !list.contains(name) {
+                list.push(name);
+            }
+        }
+    }
+    let mut errors: HashMap<String, Vec<PolicyError>> = HashMap::new();
+    let mut clashing: Vec<(&String, &Vec<&str>)> =
+        owners.iter().filter(|(_, o)| o.len() > 1).collect();
+    clashing.sort();
+    for (set, policies) in clashing {
+        for &policy in policies {
+            let other = policies
+                .iter()
+                .find(|o| **o != policy)
+                .copied()
+                .unwrap_or("");
+            errors
+                .entry(policy.to_string())
+                .or_default()
+                .push(PolicyError {
+                    policy: policy.to_string(),
+                    member: None,
+                    kind: PolicyErrorKind::NameCollision {
+                        set: set.clone(),
+                        other: other.to_string(),
+                    },
+                });
+        }
+    }
+    errors
+}
+
+/// `maxElem` and `hashSize` within what the kernel can hold.
+fn check_header_fields(name: &str, p: &IPSetPolicy) -> Vec<PolicyError> {
+    let mut errors = Vec::new();
+    let mut check = |field: &'static str, value: Option<u32>, min: u32, max: u32| {
+        if let Some(v) = value
+            && !(min..=max).contains(&v)
+        {
+            errors.push(PolicyError {
+                policy: name.to_string(),
+                member: None,
+                kind: PolicyErrorKind::OutOfRange {
+                    field,
+                    range: format!("between {min} and {max}"),
+                    value: v,
+                },
+            });
+        }
+    };
+    check("maxElem", p.spec.max_elem, 1, u32::MAX);
+    check("hashSize", p.spec.hash_size, MIN_HASH_SIZE, MAX_HASH_SIZE);
+    errors
+}
+
+/// Errors for members that the kernel would merge into one entry (the same
+/// network with and without `nomatch`), naming both as the user wrote them.
+fn nomatch_conflict_errors(name: &str, sets: &[MemberSet], raw: &[String]) -> Vec<PolicyError> {
+    let mut errors = Vec::new();
+    for set in sets {
+        for (plain, flagged) in set.nomatch_conflicts(MAX_MEMBER_ERRORS) {
+            let network = plain.to_string();
+            // Only on this error path: find the user's spelling of each side.
+            let spelling = |want: &crate::ipset::Member| {
+                raw.iter()
+                    .find(|r| {
+                        Member::parse_user(SetType::HashNet, r)
+                            .is_ok_and(|p| p.members.iter().any(|m| m == want))
+                    })
+                    .cloned()
+                    .unwrap_or_else(|| want.to_string())
+            };
+            errors.push(PolicyError {
+                policy: name.to_string(),
+                member: Some(spelling(&plain)),
+                kind: PolicyErrorKind::NomatchConflict {
+                    other: spelling(&flagged),
+                    network,
+                },
+            });
+        }
+    }
+    errors.truncate(MAX_MEMBER_ERRORS);
+    errors
 }
 
 fn hold(held: &mut Vec<String>, naming: &Naming, p: &IPSetPolicy) {
@@ -344,6 +469,10 @@ fn compile_one(
             member: None,
             kind: PolicyErrorKind::More(bad_members - errors.len()),
         });
+    }
+    errors.extend(check_header_fields(name, p));
+    if bad_members == 0 && set_type == SetType::HashNet {
+        errors.extend(nomatch_conflict_errors(name, &sets, &p.spec.members));
     }
     let max = max_elem(p);
     for s in &sets {
@@ -618,6 +747,80 @@ mod tests {
         assert!(kinds.contains(&("s", PolicyErrorKind::ListSetSelf)));
         assert!(kinds.contains(&("m", PolicyErrorKind::ListSetMissing("nope".into()))));
         assert!(kinds.contains(&("v6", PolicyErrorKind::ListSetFamily("a".into(), Family::V6))));
+    }
+
+    #[test]
+    fn a_network_with_and_without_nomatch_is_rejected_naming_both() {
+        for (plain, flagged, network) in [
+            ("10.0.0.0/8", "10.0.0.0/8 nomatch", "10.0.0.0/8"),
+            ("10.1.2.3/8", "10.0.0.0/8 nomatch", "10.0.0.0/8"),
+            ("2001:db8::1/32", "2001:db8::/32 nomatch", "2001:db8::/32"),
+        ] {
+            let p = policy(
+                "flip",
+                SetType::HashNet,
+                FamilySpec::Dual,
+                &[plain, "192.168.0.0/16", flagged],
+            );
+            let c = compile(&[p], &Naming::default(), None);
+            assert!(c.sets.is_empty(), "{:?}", c.sets);
+            assert_eq!(c.errors.len(), 1, "{:?}", c.errors);
+            let msg = c.errors[0].to_string();
+            assert!(msg.contains(&format!("member \"{plain}\"")), "{msg}");
+            assert!(msg.contains(&format!("{flagged:?}")), "{msg}");
+            assert!(msg.contains(&format!("network {network}")), "{msg}");
+            assert!(c.held.contains(&"ipm4-flip".to_string()));
+        }
+        // Different networks, one excluded from the other, are the point of nomatch.
+        let ok = policy(
+            "carve",
+            SetType::HashNet,
+            FamilySpec::IPv4,
+            &["10.0.0.0/8", "10.1.0.0/16 nomatch"],
+        );
+        assert!(compile(&[ok], &Naming::default(), None).errors.is_empty());
+    }
+
+    #[test]
+    fn policies_sharing_a_kernel_set_name_both_fail() {
+        let naming = Naming::default();
+        let long = "a-very-long-policy-name-for-the-edge-nodes";
+        let shortened = naming.main_set_name(long, Some(Family::V4));
+        // A short policy named exactly like the long one's shortened set.
+        let short = shortened.strip_prefix("ipm4-").unwrap();
+        let a = policy(long, SetType::HashIp, FamilySpec::IPv4, &["10.0.0.1"]);
+        let b = policy(short, SetType::HashIp, FamilySpec::IPv4, &["10.0.0.2"]);
+        let other = policy("other", SetType::HashIp, FamilySpec::IPv4, &["10.0.0.3"]);
+        let c = compile(&[a, b, other], &naming, None);
+        assert_eq!(c.sets.len(), 1);
+        assert_eq!(c.sets[0].policy, "other");
+        let failed: Vec<&str> = c.errors.iter().map(|e| e.policy.as_str()).collect();
+        assert_eq!(failed.len(), 2, "{:?}", c.errors);
+        assert!(failed.contains(&long) && failed.contains(&short));
+        for e in &c.errors {
+            assert!(e.to_string().contains(&shortened), "{e}");
+        }
+        assert!(c.held.contains(&shortened));
+    }
+
+    #[test]
+    fn header_fields_out_of_the_kernels_range_are_rejected() {
+        for (max_elem, hash_size, field) in [
+            (Some(0), None, "maxElem"),
+            (None, Some(4_294_967_295), "hashSize"),
+            (None, Some(16), "hashSize"),
+        ] {
+            let mut p = policy("f", SetType::HashIp, FamilySpec::IPv4, &[]);
+            p.spec.max_elem = max_elem;
+            p.spec.hash_size = hash_size;
+            let c = compile(&[p], &Naming::default(), None);
+            assert!(c.sets.is_empty());
+            let msg = c.errors[0].to_string();
+            assert!(msg.contains(&format!("{field} must be between")), "{msg}");
+        }
+        let mut p = policy("f", SetType::HashIp, FamilySpec::IPv4, &[]);
+        p.spec.hash_size = Some(MAX_HASH_SIZE);
+        assert!(compile(&[p], &Naming::default(), None).errors.is_empty());
     }
 
     #[test]
