@@ -34,18 +34,12 @@ pub fn load(
     let mut policies = Vec::new();
     let mut load_errors = Vec::new();
     for path in paths {
-        let files = match policy_files(path) {
-            Ok(f) if f.is_empty() && !allow_empty => {
-                load_errors.push(LoadError::Empty(path.clone()));
-                continue;
-            }
-            Ok(f) => f,
-            Err(e) => {
-                load_errors.push(e);
-                continue;
-            }
-        };
-        for f in files {
+        let found = policy_files(path);
+        if found.files.is_empty() && found.errors.is_empty() && !allow_empty {
+            load_errors.push(LoadError::Empty(path.clone()));
+        }
+        load_errors.extend(found.errors);
+        for f in found.files {
             match load_file(&f) {
                 Ok(loaded) => policies.extend(loaded.into_iter().map(|l| l.policy)),
                 Err(e) => load_errors.push(e),

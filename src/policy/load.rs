@@ -3,14 +3,25 @@
 //! for machine-generated lists: it parses about 20 times faster than YAML,
 //! which matters for policies with millions of members.
 
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
 use super::spec::{IPSetPolicy, IPSetPolicySpec};
+use kube::Resource;
 
-const API_VERSION: &str = "ipsetmgr.io/v1alpha1";
-const KIND: &str = "IPSetPolicy";
+/// The most bytes read from one policy file. A million IPv4 members are
+/// about 15 MB of YAML; the bound is there so that a path to `/dev/zero` or
+/// a runaway generator fails with a clear error instead of exhausting memory.
+pub const MAX_FILE_BYTES: u64 = 256 << 20;
+/// Kubernetes object names are DNS subdomains of at most this many bytes.
+const MAX_NAME_LEN: usize = 253;
+/// Parser messages can quote input; they are cut to this many bytes.
+const MAX_MESSAGE_LEN: usize = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -19,6 +30,16 @@ pub enum LoadError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{path}: not a regular file ({kind}); skipped")]
+    NotRegular { path: PathBuf, kind: &'static str },
+    #[error("{path}: larger than {limit} bytes; not read (policy files are bounded)")]
+    TooLarge { path: PathBuf, limit: u64 },
+    #[error("{path}: not valid UTF-8 (byte {offset})")]
+    NotUtf8 { path: PathBuf, offset: usize },
+    #[error(
+        "{path}: contains no policies (an empty or truncated file is an error, never zero policies; delete the file to remove its policies)"
+    )]
+    NoPolicies { path: PathBuf },
     #[error("{path}: {message}")]
     Yaml { path: PathBuf, message: String },
     #[error("{path}: document {index}: {message}")]
@@ -33,8 +54,10 @@ pub enum LoadError {
     Empty(PathBuf),
 }
 
+/// One document of a policy file. Unknown fields are errors: a typo such as
+/// `member:` must not quietly yield an empty set.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Document {
     api_version: Option<String>,
     kind: Option<String>,
@@ -42,9 +65,18 @@ struct Document {
     spec: Option<IPSetPolicySpec>,
 }
 
+/// What a policy file's metadata may say. Labels and annotations are
+/// accepted (and ignored) so a manifest written for the cluster also loads.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Metadata {
     name: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    annotations: BTreeMap<String, String>,
 }
 
 /// A policy with the file it came from, for error messages.
@@ -54,51 +86,124 @@ pub struct LoadedPolicy {
     pub source: PathBuf,
 }
 
-/// Policy files at `path`: the file itself, or every `*.yaml`/`*.yml`/`*.json` below a
-/// directory, sorted so runs are reproducible.
-pub fn policy_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
-    let io = |source| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let meta = std::fs::metadata(path).map_err(io)?;
-    if meta.is_file() {
-        return Ok(vec![path.to_path_buf()]);
+/// The policy files under one path, and what could not be used.
+#[derive(Debug, Default)]
+pub struct Found {
+    pub files: Vec<PathBuf>,
+    pub errors: Vec<LoadError>,
+}
+
+fn has_policy_extension(p: &Path) -> bool {
+    p.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+}
+
+fn is_hidden(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with('.'))
+}
+
+/// What a non-regular, non-directory file is, for messages.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "not a file"
     }
-    let mut files = Vec::new();
-    let mut stack = vec![path.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let entries = std::fs::read_dir(&dir).map_err(|source| LoadError::Io {
-            path: dir.clone(),
-            source,
-        })?;
-        for entry in entries {
-            let p = entry
-                .map_err(|source| LoadError::Io {
-                    path: dir.clone(),
-                    source,
-                })?
-                .path();
-            let hidden = p
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with('.'));
-            if hidden {
+}
+
+/// A file's identity, so that one reached through several names (symlinks,
+/// a looping directory) is read once.
+fn identity(meta: &std::fs::Metadata) -> (u64, u64) {
+    (meta.dev(), meta.ino())
+}
+
+/// Policy files at `path`: the file itself, or every `*.yaml`/`*.yml`/
+/// `*.json` below a directory (hidden names skipped), sorted so runs are
+/// reproducible. Symlinks are followed, but each real directory is walked
+/// once and each real file listed once, so symlink loops neither repeat
+/// files nor hang the walk. FIFOs, sockets and devices are never opened:
+/// opening a FIFO blocks until a writer appears.
+pub fn policy_files(path: &Path) -> Found {
+    let mut found = Found::default();
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(source) => {
+            found.errors.push(LoadError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+            return found;
+        }
+    };
+    if meta.is_file() {
+        found.files.push(path.to_path_buf());
+        return found;
+    }
+    if !meta.is_dir() {
+        found.errors.push(LoadError::NotRegular {
+            path: path.to_path_buf(),
+            kind: file_kind(&meta),
+        });
+        return found;
+    }
+    let mut walked: HashSet<(u64, u64)> = HashSet::new();
+    let mut listed: HashSet<(u64, u64)> = HashSet::new();
+    let mut stack = vec![(path.to_path_buf(), identity(&meta))];
+    while let Some((dir, id)) = stack.pop() {
+        if !walked.insert(id) {
+            continue;
+        }
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(source) => {
+                found.errors.push(LoadError::Io { path: dir, source });
                 continue;
             }
-            if p.is_dir() {
-                stack.push(p);
-            } else if p
-                .extension()
-                .and_then(|e| e.to_str())
-                .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
-            {
-                files.push(p);
+        };
+        for entry in entries {
+            let p = match entry {
+                Ok(e) => e.path(),
+                Err(source) => {
+                    found.errors.push(LoadError::Io {
+                        path: dir.clone(),
+                        source,
+                    });
+                    continue;
+                }
+            };
+            if is_hidden(&p) {
+                continue;
+            }
+            match std::fs::metadata(&p) {
+                Ok(m) if m.is_dir() => stack.push((p, identity(&m))),
+                _ if !has_policy_extension(&p) => {}
+                Ok(m) if m.is_file() => {
+                    if listed.insert(identity(&m)) {
+                        found.files.push(p);
+                    }
+                }
+                Ok(m) => found.errors.push(LoadError::NotRegular {
+                    path: p,
+                    kind: file_kind(&m),
+                }),
+                // A dangling symlink with a policy name: say so.
+                Err(source) => found.errors.push(LoadError::Io { path: p, source }),
             }
         }
     }
-    files.sort();
-    Ok(files)
+    found.files.sort();
+    found
 }
 
 fn yaml_options() -> serde_saphyr::Options {
@@ -115,18 +220,40 @@ fn yaml_options() -> serde_saphyr::Options {
     options
 }
 
+/// A parser message, bounded: parsers quote input, and a policy file may
+/// hold a megabyte on one line.
+fn bounded(message: String) -> String {
+    if message.len() <= MAX_MESSAGE_LEN {
+        return message;
+    }
+    let mut cut = MAX_MESSAGE_LEN;
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}... (message cut)", &message[..cut])
+}
+
+fn strip_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
+}
+
 /// Parse every `IPSetPolicy` document of one YAML text.
 pub fn parse_policies(text: &str, path: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
-    let docs: Vec<Document> = serde_saphyr::from_multiple_with_options(text, yaml_options())
-        .map_err(|e| LoadError::Yaml {
-            path: path.to_path_buf(),
-            message: e.to_string(),
+    let docs: Vec<Option<Document>> =
+        serde_saphyr::from_multiple_with_options(strip_bom(text), yaml_options()).map_err(|e| {
+            LoadError::Yaml {
+                path: path.to_path_buf(),
+                message: bounded(e.to_string()),
+            }
         })?;
-    policies_of(docs, path)
+    // Empty documents (`---` alone, `~`) are not policies; a file of
+    // nothing but those is refused below like an empty file.
+    policies_of(docs.into_iter().flatten().collect(), path)
 }
 
 /// Parse a JSON text: one policy object, or an array of them.
 pub fn parse_json_policies(text: &str, path: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
+    let text = strip_bom(text);
     let docs = if text.trim_start().starts_with('[') {
         serde_json::from_str::<Vec<Document>>(text)
     } else {
@@ -134,12 +261,19 @@ pub fn parse_json_policies(text: &str, path: &Path) -> Result<Vec<LoadedPolicy>,
     }
     .map_err(|e| LoadError::Json {
         path: path.to_path_buf(),
-        message: e.to_string(),
+        message: bounded(e.to_string()),
     })?;
     policies_of(docs, path)
 }
 
 fn policies_of(docs: Vec<Document>, path: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
+    if docs.is_empty() {
+        return Err(LoadError::NoPolicies {
+            path: path.to_path_buf(),
+        });
+    }
+    let api_version = IPSetPolicy::api_version(&());
+    let kind = IPSetPolicy::kind(&());
     let mut out = Vec::with_capacity(docs.len());
     for (i, doc) in docs.into_iter().enumerate() {
         let index = i + 1;
@@ -148,17 +282,25 @@ fn policies_of(docs: Vec<Document>, path: &Path) -> Result<Vec<LoadedPolicy>, Lo
             index,
             message,
         };
-        if doc.api_version.as_deref() != Some(API_VERSION) || doc.kind.as_deref() != Some(KIND) {
+        if doc.api_version.as_deref() != Some(&*api_version) || doc.kind.as_deref() != Some(&*kind)
+        {
             return Err(bad(format!(
-                "expected apiVersion {API_VERSION} and kind {KIND}, found {} {}",
-                doc.api_version.as_deref().unwrap_or("(none)"),
-                doc.kind.as_deref().unwrap_or("(none)")
+                "expected apiVersion {api_version} and kind {kind}, found {} {}",
+                doc.api_version.as_deref().map_or("(none)", shorten),
+                doc.kind.as_deref().map_or("(none)", shorten)
             )));
         }
         let name = doc
             .metadata
             .and_then(|m| m.name)
             .ok_or_else(|| bad("metadata.name is required".into()))?;
+        if name.len() > MAX_NAME_LEN {
+            return Err(bad(format!(
+                "metadata.name {:?}... is {} bytes long; at most {MAX_NAME_LEN}",
+                shorten(&name),
+                name.len()
+            )));
+        }
         let spec = doc
             .spec
             .ok_or_else(|| bad(format!("policy {name:?} has no spec")))?;
@@ -170,29 +312,76 @@ fn policies_of(docs: Vec<Document>, path: &Path) -> Result<Vec<LoadedPolicy>, Lo
     Ok(out)
 }
 
-/// Load every policy from a file or directory.
+/// The first characters of a value shown in a message.
+fn shorten(s: &str) -> &str {
+    let mut cut = s.len().min(40);
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &s[..cut]
+}
+
+/// Load every policy from a file or directory; any file that does not load
+/// is an error.
 pub fn load_policies(path: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
-    let files = policy_files(path)?;
-    if files.is_empty() {
+    let found = policy_files(path);
+    if let Some(e) = found.errors.into_iter().next() {
+        return Err(e);
+    }
+    if found.files.is_empty() {
         return Err(LoadError::Empty(path.to_path_buf()));
     }
     let mut all = Vec::new();
-    for f in files {
+    for f in found.files {
         all.extend(load_file(&f)?);
     }
     Ok(all)
 }
 
-/// Load the policies of one file: JSON for `*.json`, YAML otherwise.
-pub fn load_file(f: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
-    let text = std::fs::read_to_string(f).map_err(|source| LoadError::Io {
+/// Read at most [`MAX_FILE_BYTES`] of a regular file. The file is opened
+/// non-blocking, so a FIFO put in its place after the directory walk cannot
+/// hang the caller either; anything but a regular file is refused.
+fn read_bounded(f: &Path) -> Result<Vec<u8>, LoadError> {
+    let io = |source| LoadError::Io {
         path: f.to_path_buf(),
         source,
+    };
+    let file: File = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(f)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(LoadError::NotRegular {
+            path: f.to_path_buf(),
+            kind: file_kind(&meta),
+        });
+    }
+    let mut bytes = Vec::with_capacity(meta.len().min(MAX_FILE_BYTES) as usize + 1);
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(LoadError::TooLarge {
+            path: f.to_path_buf(),
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Load the policies of one file: JSON for `*.json`, YAML otherwise.
+pub fn load_file(f: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
+    let bytes = read_bounded(f)?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| LoadError::NotUtf8 {
+        path: f.to_path_buf(),
+        offset: e.valid_up_to(),
     })?;
     if f.extension().is_some_and(|e| e == "json") {
-        parse_json_policies(&text, f)
+        parse_json_policies(text, f)
     } else {
-        parse_policies(&text, f)
+        parse_policies(text, f)
     }
 }
 
@@ -222,6 +411,181 @@ mod tests {
         assert_eq!(got[1].policy.metadata.name.as_deref(), Some("k"));
         let e = parse_json_policies("{\"kind\":", Path::new("bad.json")).unwrap_err();
         assert!(e.to_string().starts_with("bad.json: "), "{e}");
+    }
+
+    const HEAD: &str = "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {name: a}\n";
+
+    fn yaml(body: &str) -> Result<Vec<LoadedPolicy>, LoadError> {
+        parse_policies(&format!("{HEAD}{body}"), Path::new("p.yaml"))
+    }
+
+    #[test]
+    fn empty_files_are_errors_never_zero_policies() {
+        for text in [
+            "",
+            "---\n",
+            "~\n",
+            "---\n~\n---\n",
+            "# only a comment\n",
+            "\u{feff}",
+        ] {
+            let e = parse_policies(text, Path::new("e.yaml")).unwrap_err();
+            assert!(matches!(e, LoadError::NoPolicies { .. }), "{text:?}: {e}");
+            assert!(
+                e.to_string().starts_with("e.yaml: contains no policies"),
+                "{e}"
+            );
+        }
+        for text in ["[]", " [ ] "] {
+            let e = parse_json_policies(text, Path::new("e.json")).unwrap_err();
+            assert!(matches!(e, LoadError::NoPolicies { .. }), "{text:?}: {e}");
+        }
+        assert!(parse_json_policies("", Path::new("e.json")).is_err());
+        // An empty document next to a policy is just a separator.
+        let two = format!("---\n{HEAD}spec: {{type: hash:ip}}\n---\n");
+        assert_eq!(parse_policies(&two, Path::new("x.yaml")).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn unknown_fields_are_errors_naming_the_field() {
+        let e = yaml("spec:\n  type: hash:ip\n  member: [10.0.0.1]\n").unwrap_err();
+        assert!(e.to_string().contains("member"), "{e}");
+        // Flow style splits at the comma: `port` becomes an unknown key.
+        let e = yaml("spec: {type: hash:ip,port}\n").unwrap_err();
+        assert!(e.to_string().contains("port"), "{e}");
+        let e = parse_policies(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {name: a, namespace: x}\nspec: {type: hash:ip}\n",
+            Path::new("m.yaml"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("namespace"), "{e}");
+        let e = parse_policies(
+            &format!("{HEAD}spec: {{type: hash:ip}}\nstatuss: {{}}\n"),
+            Path::new("t.yaml"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("statuss"), "{e}");
+        let e = parse_json_policies(
+            r#"{"apiVersion":"ipsetmgr.io/v1alpha1","kind":"IPSetPolicy","metadata":{"name":"j"},"spec":{"type":"hash:ip","memebrs":[]}}"#,
+            Path::new("j.json"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("memebrs"), "{e}");
+        // Labels and annotations of a cluster manifest are fine.
+        let ok = parse_policies(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {name: a, labels: {team: x}, annotations: {a: b}}\nspec: {type: hash:ip}\n",
+            Path::new("l.yaml"),
+        );
+        assert!(ok.is_ok(), "{:?}", ok.err());
+    }
+
+    #[test]
+    fn numbers_must_be_integers_in_range() {
+        for (body, needle) in [
+            ("spec: {type: hash:ip, maxElem: \"100\"}\n", "maxElem"),
+            ("spec: {type: hash:ip, maxElem: 8589934592}\n", "8589934592"),
+            ("spec: {type: hash:ip, hashSize: -1}\n", "-1"),
+        ] {
+            let e = yaml(body).unwrap_err();
+            assert!(e.to_string().contains(needle), "{body}: {e}");
+        }
+        let p = yaml("spec: {type: hash:ip, maxElem: 100, hashSize: 1024}\n").unwrap();
+        assert_eq!(p[0].policy.spec.max_elem, Some(100));
+        assert_eq!(p[0].policy.spec.hash_size, Some(1024));
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_accepted_in_yaml_and_json() {
+        let y = format!("\u{feff}{HEAD}spec: {{type: hash:ip}}\n");
+        assert_eq!(parse_policies(&y, Path::new("b.yaml")).unwrap().len(), 1);
+        let j = "\u{feff}{\"apiVersion\":\"ipsetmgr.io/v1alpha1\",\"kind\":\"IPSetPolicy\",\"metadata\":{\"name\":\"j\"},\"spec\":{\"type\":\"hash:ip\"}}";
+        assert_eq!(
+            parse_json_policies(j, Path::new("b.json")).unwrap().len(),
+            1
+        );
+    }
+
+    #[test]
+    fn overlong_names_are_refused_without_echoing_them() {
+        let name = "a".repeat(70_000);
+        let text = format!(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {{name: {name}}}\nspec: {{type: hash:ip}}\n"
+        );
+        let e = parse_policies(&text, Path::new("n.yaml")).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("70000 bytes long; at most 253"),
+            "{}",
+            &msg[..200.min(msg.len())]
+        );
+        assert!(msg.len() < 300, "message is bounded: {} bytes", msg.len());
+    }
+
+    fn tmp() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
+    }
+
+    fn policy_text(name: &str) -> String {
+        format!(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {{name: {name}}}\nspec: {{type: hash:ip}}\n"
+        )
+    }
+
+    #[test]
+    fn fifos_and_devices_are_skipped_with_an_error_never_opened() {
+        let d = tmp();
+        std::fs::write(d.path().join("good.yaml"), policy_text("good")).unwrap();
+        nix::unistd::mkfifo(&d.path().join("pipe.yaml"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", d.path().join("zero.yaml")).unwrap();
+        let found = policy_files(d.path());
+        assert_eq!(found.files, [d.path().join("good.yaml")]);
+        let msgs: Vec<String> = found.errors.iter().map(|e| e.to_string()).collect();
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains("pipe.yaml: not a regular file (a FIFO)")),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains("zero.yaml: not a regular file (a character device)")),
+            "{msgs:?}"
+        );
+        // Given directly, too; and load_file refuses them without blocking.
+        let e = load_file(&d.path().join("pipe.yaml")).unwrap_err();
+        assert!(matches!(e, LoadError::NotRegular { .. }), "{e}");
+        let direct = policy_files(Path::new("/dev/zero"));
+        assert!(matches!(direct.errors[..], [LoadError::NotRegular { .. }]));
+    }
+
+    #[test]
+    fn reads_are_bounded() {
+        let d = tmp();
+        let f = d.path().join("big.yaml");
+        std::fs::write(&f, vec![b'#'; 4096]).unwrap();
+        // The bound itself, through a sparse file just over it.
+        let file = std::fs::File::create(&f).unwrap();
+        file.set_len(MAX_FILE_BYTES + 1).unwrap();
+        let e = load_file(&f).unwrap_err();
+        assert!(matches!(e, LoadError::TooLarge { .. }), "{e}");
+        assert!(e.to_string().contains("larger than 268435456 bytes"), "{e}");
+    }
+
+    #[test]
+    fn symlink_loops_visit_each_directory_once() {
+        let d = tmp();
+        let sub = d.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::write(sub.join("a.yaml"), policy_text("a")).unwrap();
+        std::os::unix::fs::symlink("..", sub.join("up")).unwrap();
+        std::os::unix::fs::symlink(".", sub.join("self")).unwrap();
+        std::os::unix::fs::symlink("../sub", d.path().join("again")).unwrap();
+        // The same file under a second name is one file.
+        std::os::unix::fs::symlink("sub/a.yaml", d.path().join("alias.yaml")).unwrap();
+        let started = std::time::Instant::now();
+        let loaded = load_policies(d.path()).unwrap();
+        assert_eq!(loaded.len(), 1, "{loaded:?}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub enum FamilySpec {
     printcolumn = r#"{"name":"Problems","type":"integer","description":"Discrepancies repaired by the last resync, summed over nodes","jsonPath":".status.summary.problems"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(extend("x-kubernetes-validations" = [
     {
         "rule": "!has(self.hashSize) || self.type.startsWith('hash:')",
@@ -62,13 +62,52 @@ pub struct IPSetPolicySpec {
     pub node_selector: Option<LabelSelector>,
     /// Maximum number of members of each kernel set (default 65536). More members
     /// than this are an error, not a crash.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "integer"
+    )]
+    #[schemars(range(min = 1, max = 4294967295u32))]
     pub max_elem: Option<u32>,
-    /// Initial hash table size of each kernel set (hash types only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 64))]
+    /// Initial hash table size of each kernel set (hash types only; 64 to
+    /// 67108864). The kernel grows the table as members are added.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "integer"
+    )]
+    #[schemars(range(min = 64, max = 67108864u32))]
     pub hash_size: Option<u32>,
+}
+
+/// An optional u32 written as a number. A quoted `"100"` is refused: YAML
+/// would read it as a string everywhere else, and the schema says integer.
+/// Numbers out of range are refused with the value and the bound.
+fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    struct Visitor;
+    impl serde::de::Visitor<'_> for Visitor {
+        type Value = Option<u32>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an integer from 0 to 4294967295 (not a string)")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            u32::try_from(v)
+                .map(Some)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            u32::try_from(v)
+                .map(Some)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    d.deserialize_any(Visitor)
 }
 
 /// Schema of `spec.members`: printable ASCII without spaces (an optional
