@@ -4,6 +4,7 @@ pub mod agent;
 pub mod commands;
 pub mod dataplane;
 pub mod ipset;
+pub mod lock;
 pub mod manager;
 pub mod memory;
 pub mod netns;

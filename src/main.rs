@@ -1,5 +1,6 @@
 //! The `ipsetmgr` command line: file mode (`apply`, `run`, `sets`), the
-//! cluster agent (`agent`) and the CRD (`crd`).
+//! cluster agent (`agent`) and the CRD (`crd`). Commands that write to the
+//! kernel hold the per-namespace lock of [`ipsetmgr::lock`] while they run.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use ipsetmgr::agent::{AgentConfig, parse_duration};
 use ipsetmgr::commands::{apply, run, sets};
 use ipsetmgr::dataplane::select::{Backend, open};
 use ipsetmgr::ipset::Naming;
+use ipsetmgr::lock::{self, LockGuard};
 
 #[derive(Parser)]
 #[command(
@@ -39,6 +41,18 @@ struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, env = "IPSETMGR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// How long a command that writes to the kernel waits for another
+    /// ipsetmgr writing the same prefix in this network namespace (0: fail at
+    /// once).
+    #[arg(
+        long,
+        global = true,
+        env = "IPSETMGR_LOCK_WAIT",
+        value_name = "DURATION",
+        default_value = "30s",
+        value_parser = parse_lock_wait
+    )]
+    lock_wait: Duration,
     #[command(subcommand)]
     command: Command,
 }
@@ -91,20 +105,39 @@ enum Command {
     Crd,
 }
 
-/// Open the dataplane from a thread inside `ns`, so a netlink socket binds
-/// to that namespace while the calling thread stays where it is.
-fn open_in_netns(ns: &str, backend: Backend) -> Result<Box<dyn ipsetmgr::dataplane::Dataplane>> {
+type BoxedDataplane = Box<dyn ipsetmgr::dataplane::Dataplane>;
+
+/// Take the writer lock, then open the dataplane, from a thread inside `ns`:
+/// a netlink socket binds to that namespace and the lock is keyed by it,
+/// while the calling thread stays where it is.
+fn open_in_netns(
+    ns: &str,
+    backend: Backend,
+    naming: &Naming,
+    lock_wait: Duration,
+) -> Result<(LockGuard, BoxedDataplane)> {
     std::thread::scope(|scope| {
         scope
-            .spawn(|| -> Result<Box<dyn ipsetmgr::dataplane::Dataplane>> {
+            .spawn(|| -> Result<(LockGuard, BoxedDataplane)> {
                 if ipsetmgr::netns::enter(ns)? {
                     eprintln!("created network namespace {ns}");
                 }
-                Ok(open(backend)?)
+                // After `enter`: the lock key is this thread's namespace.
+                let guard = lock::acquire(naming, "agent", lock_wait)?;
+                Ok((guard, open(backend)?))
             })
             .join()
             .map_err(|_| anyhow::anyhow!("opening the dataplane in {ns} panicked"))?
     })
+}
+
+/// `--lock-wait`: a duration as elsewhere, but zero ("0", "0s") is allowed
+/// and means "fail at once when the lock is taken".
+fn parse_lock_wait(s: &str) -> Result<Duration, String> {
+    match s.trim() {
+        "0" | "0s" => Ok(Duration::ZERO),
+        other => parse_duration(other),
+    }
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -170,6 +203,12 @@ fn real_main() -> Result<bool> {
             prune,
             node_labels,
         } => {
+            // A dry run only reads, so it never waits for a writer.
+            let _lock = if dry_run {
+                None
+            } else {
+                Some(lock::acquire(&naming, "apply", cli.lock_wait)?)
+            };
             let dp = open(cli.backend)?;
             let args = apply::ApplyArgs {
                 paths,
@@ -184,6 +223,8 @@ fn real_main() -> Result<bool> {
             resync_interval,
             node_labels,
         } => {
+            // Held until `run` returns: the whole lifetime of the process.
+            let _lock = lock::acquire(&naming, "run", cli.lock_wait)?;
             let dp = open(cli.backend)?;
             let args = run::RunArgs {
                 policy_dir,
@@ -201,9 +242,13 @@ fn real_main() -> Result<bool> {
         Command::Agent(mut config) => {
             config.set_prefix = naming.prefix().to_string();
             config.dataplane_netns = cli.netns.clone();
-            let dp = match &cli.netns {
-                Some(ns) => open_in_netns(ns, cli.backend)?,
-                None => open(cli.backend)?,
+            // The guard lives until `run_agent` returns.
+            let (_lock, dp) = match &cli.netns {
+                Some(ns) => open_in_netns(ns, cli.backend, &naming, cli.lock_wait)?,
+                None => (
+                    lock::acquire(&naming, "agent", cli.lock_wait)?,
+                    open(cli.backend)?,
+                ),
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(ipsetmgr::run_agent(config, dp))?;

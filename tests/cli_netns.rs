@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use ipsetmgr::ipset::Naming;
 use ipsetmgr::policy::{compile, load_policies};
@@ -14,6 +15,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_ipsetmgr");
 /// A throwaway named network namespace, deleted on drop.
 struct Netns {
     name: String,
+    /// `IPSETMGR_LOCK_DIR` of the binaries run here, so tests never meet the
+    /// locks of a real ipsetmgr in /run/ipsetmgr.
+    locks: tempfile::TempDir,
 }
 
 impl Netns {
@@ -33,7 +37,44 @@ impl Netns {
             eprintln!("skipped: `ip netns add` failed (no iproute2 or no netns support)");
             return None;
         }
-        Some(Netns { name })
+        let locks = tempfile::tempdir().expect("lock dir");
+        Some(Netns { name, locks })
+    }
+
+    /// The binary, in this namespace, with this backend and lock directory.
+    fn command(&self, backend: &str) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--netns", &self.name, "--backend", backend])
+            .env(ipsetmgr::lock::LOCK_DIR_ENV, self.locks.path());
+        cmd
+    }
+
+    /// `ipsetmgr run --policy-dir DIR` in the background (netlink backend).
+    fn spawn_run(&self, dir: &Path) -> Running {
+        let child = self
+            .command("netlink")
+            .args(["run", "--policy-dir"])
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn ipsetmgr run");
+        Running(Some(child))
+    }
+
+    /// Names of the files in the lock directory, sorted.
+    fn lock_files(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.locks.path())
+            .expect("read lock dir")
+            .map(|e| {
+                e.expect("lock dir entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        v.sort();
+        v
     }
 
     fn exec(&self, args: &[&str]) -> Output {
@@ -94,9 +135,8 @@ impl Netns {
         args: &[&str],
         path: Option<&str>,
     ) -> (bool, String) {
-        let mut cmd = Command::new(BIN);
-        cmd.args(["--netns", &self.name, "--backend", backend])
-            .args(args);
+        let mut cmd = self.command(backend);
+        cmd.args(args);
         if let Some(p) = path {
             cmd.env("PATH", p);
         }
@@ -574,17 +614,9 @@ fn run_follows_the_directory_and_repairs_drift() {
             "a.yaml",
             &policy_yaml("live", "hash:ip", &["10.0.0.1"]),
         );
-        let mut child = Command::new(BIN)
-            .args([
-                "--netns",
-                &ns.name,
-                "--backend",
-                backend,
-                "run",
-                "--resync-interval",
-                "1s",
-                "--policy-dir",
-            ])
+        let mut child = ns
+            .command(backend)
+            .args(["run", "--resync-interval", "1s", "--policy-dir"])
             .arg(dir.path())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -635,4 +667,217 @@ fn run_follows_the_directory_and_repairs_drift() {
         assert!(status.success(), "{status}");
         assert_eq!(ns.set_names(), ["ipm4-stay"]);
     }
+}
+
+/// A background ipsetmgr, killed and reaped when dropped, so a failed
+/// assertion never leaves a process behind that holds its lock.
+struct Running(Option<Child>);
+
+impl Running {
+    fn child(&mut self) -> &mut Child {
+        self.0
+            .as_mut()
+            .expect("the child is only taken by consuming methods")
+    }
+
+    fn pid(&mut self) -> u32 {
+        self.child().id()
+    }
+
+    fn signal(&mut self, sig: libc::c_int) {
+        let pid = self.pid() as libc::pid_t;
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill {pid}");
+    }
+
+    fn still_running(&mut self) -> bool {
+        self.child().try_wait().expect("try_wait").is_none()
+    }
+
+    fn wait(mut self) -> ExitStatus {
+        let mut child = self.0.take().expect("child");
+        child.wait().expect("wait")
+    }
+
+    fn output(mut self) -> Output {
+        let child = self.0.take().expect("child");
+        child.wait_with_output().expect("wait_with_output")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Two policy directories: `held` (set ipm4-held) and `other` (ipm4-other).
+fn two_policy_dirs() -> (tempfile::TempDir, tempfile::TempDir) {
+    let held = tempfile::tempdir().unwrap();
+    write_policy(
+        held.path(),
+        "p.yaml",
+        &policy_yaml("held", "hash:ip", &["10.0.0.1"]),
+    );
+    let other = tempfile::tempdir().unwrap();
+    write_policy(
+        other.path(),
+        "p.yaml",
+        &policy_yaml("other", "hash:ip", &["10.0.0.2"]),
+    );
+    (held, other)
+}
+
+#[test]
+fn a_second_writer_waits_for_the_lock_holder() {
+    let Some(ns) = Netns::new("lock") else {
+        return;
+    };
+    let (held, other) = two_policy_dirs();
+    let other = other.path().to_str().unwrap();
+    let mut run = ns.spawn_run(held.path());
+    let run_pid = run.pid();
+    eventually(10, "run applied its policy", || {
+        ns.set_names() == ["ipm4-held"]
+    });
+
+    // Without waiting: refused at once as a usage error naming the holder,
+    // before it could prune the run's set.
+    let out = ns
+        .command("netlink")
+        .args(["--lock-wait", "0", "apply", "-f", other, "--prune"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("held by pid {run_pid}, ipsetmgr run")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--lock-wait"), "{stderr}");
+    assert_eq!(ns.set_names(), ["ipm4-held"], "the kernel was not touched");
+
+    // Readers take no lock.
+    let (ok, out) = ns.ipsetmgr(
+        "netlink",
+        &["--lock-wait", "0", "apply", "-f", other, "--dry-run"],
+    );
+    assert!(ok && out.contains("create ipm4-other"), "{out}");
+    let (ok, out) = ns.ipsetmgr("netlink", &["--lock-wait", "0", "sets"]);
+    assert!(ok && out.contains("ipm4-held"), "{out}");
+
+    // A patient writer waits, and goes ahead once the holder has exited.
+    let mut waiter = Running(Some(
+        ns.command("netlink")
+            .args(["--lock-wait", "10s", "apply", "-f", other, "--prune"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(waiter.still_running(), "the apply waits for the lock");
+    assert_eq!(ns.set_names(), ["ipm4-held"]);
+    run.signal(libc::SIGTERM);
+    assert!(run.wait().success());
+    let out = waiter.output();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let waiting = format!(
+        "waiting for the lock on ipsets with prefix \"ipm\" in this network namespace \
+         (held by pid {run_pid}, ipsetmgr run)"
+    );
+    assert_eq!(stderr.matches(&waiting).count(), 1, "said once: {stderr}");
+    assert_eq!(ns.set_names(), ["ipm4-other"], "pruned and applied");
+}
+
+#[test]
+fn the_lock_is_per_network_namespace_and_prefix() {
+    let (Some(a), Some(b)) = (Netns::new("lock-a"), Netns::new("lock-b")) else {
+        return;
+    };
+    let (held, _) = two_policy_dirs();
+    let held = held.path();
+    let _run = a.spawn_run(held);
+    eventually(10, "run applied its policy", || {
+        a.set_names() == ["ipm4-held"]
+    });
+
+    // Same lock directory, other namespace: not blocked.
+    let out = b
+        .command("netlink")
+        .env(ipsetmgr::lock::LOCK_DIR_ENV, a.locks.path())
+        .args(["--lock-wait", "0", "apply", "-f"])
+        .arg(held)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(b.set_names(), ["ipm4-held"]);
+    let files = a.lock_files();
+    assert_eq!(files.len(), 2, "one lock file per namespace: {files:?}");
+    assert!(
+        files.iter().all(|f| f.starts_with("ipm-netns-")),
+        "{files:?}"
+    );
+
+    // Same namespace, other prefix: disjoint sets, not blocked either.
+    let (ok, out) = a.ipsetmgr(
+        "netlink",
+        &[
+            "--set-prefix",
+            "alt",
+            "--lock-wait",
+            "0",
+            "apply",
+            "-f",
+            held.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{out}");
+    assert_eq!(a.set_names(), ["alt4-held", "ipm4-held"]);
+}
+
+#[test]
+fn a_killed_holder_leaves_no_stale_lock() {
+    let Some(ns) = Netns::new("lock-kill") else {
+        return;
+    };
+    let (held, _) = two_policy_dirs();
+    let held = held.path().to_str().unwrap();
+    let mut run = ns.spawn_run(Path::new(held));
+    let run_pid = run.pid();
+    eventually(10, "run applied its policy", || {
+        ns.set_names() == ["ipm4-held"]
+    });
+    let [lock_file] = ns.lock_files().try_into().expect("one lock file");
+    let lock_file = ns.locks.path().join(lock_file);
+    assert_eq!(
+        std::fs::read_to_string(&lock_file).unwrap(),
+        format!("{run_pid} run\n")
+    );
+
+    run.signal(libc::SIGKILL);
+    assert!(!run.wait().success());
+    // The file still names the dead process, but the kernel dropped its lock.
+    let start = Instant::now();
+    let out = ns
+        .command("netlink")
+        .args(["--lock-wait", "0", "apply", "-f", held])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("waiting for the lock"), "{stderr}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let content = std::fs::read_to_string(&lock_file).unwrap();
+    assert!(
+        content.ends_with(" apply\n") && !content.starts_with(&format!("{run_pid} ")),
+        "{content}"
+    );
 }
