@@ -5,67 +5,51 @@
 //! other's sets, replacements race. [`acquire`] takes an exclusive lock that
 //! every command writing to the kernel holds until it exits.
 //!
-//! The key is the network namespace as seen by the *calling thread*
-//! (`/proc/thread-self/ns/net`: `setns` moves one thread only, so the thread
-//! that talks to the kernel must take the lock after entering the namespace)
-//! plus the set prefix: managers with different prefixes own disjoint sets and
-//! do not exclude each other.
+//! The lock is a listening unix socket bound to the *abstract* name
+//! `ipsetmgr/lock/<prefix>`. Abstract socket names belong to a network
+//! namespace, so the lock is per namespace by construction, and the socket
+//! must be created by the thread that talks to the kernel (after it entered
+//! `--netns`; `setns` moves one thread only). Managers with different
+//! prefixes own disjoint sets and do not exclude each other.
 //!
-//! The lock is `flock(2)` (through [`File::try_lock`]) on
-//! `<dir>/<prefix>-netns-<dev>-<ino>.lock`, where `<dir>` is `/run/ipsetmgr`
-//! or the absolute path in the environment variable `IPSETMGR_LOCK_DIR`
-//! (tests point it at a temporary directory). The kernel drops an flock when
-//! the last descriptor of its open file goes away, so a process that crashes
-//! or is killed never leaves a stale lock behind; the file itself is never
-//! deleted (a waiter could otherwise lock an unlinked file while a newcomer
-//! locks a fresh one). The holder writes `<pid> <command>` into it, which a
-//! waiting process reads only to say who it is waiting for.
+//! Why not a lock file: the agent runs in a container with a read-only root
+//! file system and no host directories, so a file under `/run` would neither
+//! be writable nor shared with an `ipsetmgr apply` run on the node itself;
+//! the abstract name is shared by everything in the host network namespace.
+//! The kernel frees the name when the socket's last descriptor closes, so a
+//! process that crashes or is killed never leaves a stale lock, and std opens
+//! sockets close-on-exec, so child processes (`ip`, `ipset`) cannot keep it.
+//!
+//! Abstract names have no permissions: any process in the namespace could
+//! bind the name first. A waiter therefore asks the kernel who holds it
+//! (`SO_PEERCRED` of a connection to the listener): a holder that is neither
+//! root nor running as our own user cannot be an ipsetmgr writing ipsets, and
+//! is ignored with a warning rather than allowed to block the agent forever.
 
 use std::fmt;
-use std::fs::{DirBuilder, File, OpenOptions, TryLockError};
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::io::ErrorKind;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
 use crate::ipset::Naming;
 
-/// Where the lock files live unless `IPSETMGR_LOCK_DIR` says otherwise.
-pub const DEFAULT_LOCK_DIR: &str = "/run/ipsetmgr";
-
-/// The environment variable that overrides [`DEFAULT_LOCK_DIR`].
-pub const LOCK_DIR_ENV: &str = "IPSETMGR_LOCK_DIR";
-
 /// How often a waiting process retries the lock.
 const POLL: Duration = Duration::from_millis(100);
 
-/// At most this much of a lock file is read to name its holder: the file is
-/// one short line, and a waiter should not read whatever else was put there.
-const HOLDER_READ_LIMIT: usize = 128;
+/// At most this much of the holder's command line is read to name it.
+const CMDLINE_READ_LIMIT: usize = 4096;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    #[error("cannot identify this thread's network namespace (/proc/thread-self/ns/net): {0}")]
-    Netns(std::io::Error),
-    #[error("{LOCK_DIR_ENV} must be an absolute path, got {0:?}")]
-    RelativeDir(PathBuf),
-    #[error("cannot create the lock directory {path}: {source}")]
-    CreateDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot open the lock file {path}: {source}")]
-    Open {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot lock {path}: {source}")]
-    Lock {
-        path: PathBuf,
+    #[error("cannot take the writer lock {name:?}: {source}")]
+    Socket {
+        name: String,
         source: std::io::Error,
     },
     #[error(
         "another ipsetmgr is writing the ipsets with prefix {prefix:?} in this network namespace \
-         (held by {holder}; lock file {path}); gave up {}; wait longer with --lock-wait DURATION \
+         (held by {holder}); gave up {}; wait longer with --lock-wait DURATION \
          (or IPSETMGR_LOCK_WAIT), or stop that process",
         gave_up(.wait)
     )]
@@ -73,7 +57,6 @@ pub enum LockError {
         prefix: String,
         holder: Holder,
         wait: Duration,
-        path: PathBuf,
     },
 }
 
@@ -85,57 +68,49 @@ fn gave_up(wait: &Duration) -> String {
     }
 }
 
-/// The identity of a network namespace: the device and inode of its nsfs file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NetnsId {
-    pub dev: u64,
-    pub ino: u64,
-}
-
-/// The network namespace of the calling thread (not of the process: after
-/// `setns` on one thread the two differ).
-pub fn current_netns() -> Result<NetnsId, LockError> {
-    let meta = std::fs::metadata("/proc/thread-self/ns/net").map_err(LockError::Netns)?;
-    Ok(NetnsId {
-        dev: meta.dev(),
-        ino: meta.ino(),
-    })
-}
-
-/// Who holds a busy lock, as it recorded itself in the lock file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Who holds a busy lock, as the kernel reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Holder {
+    /// 0 when the holder is in a PID namespace we cannot see.
     pub pid: Option<u32>,
+    pub uid: Option<u32>,
+    /// The ipsetmgr subcommand (`apply`, `run`, `agent`) on its command line.
     pub command: Option<String>,
 }
 
 impl Holder {
-    /// Parse `<pid> <command>`; anything else yields unknown parts. The
-    /// command is cut to a short word of safe characters, since it is printed.
-    fn parse(bytes: &[u8]) -> Holder {
-        let text = String::from_utf8_lossy(bytes);
-        let line = text.lines().next().unwrap_or_default();
-        let (pid, command) = line.split_once(' ').unwrap_or((line, ""));
-        let command: String = command
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
-            .take(32)
-            .collect();
-        Holder {
-            pid: pid.parse().ok(),
-            command: (!command.is_empty()).then_some(command),
-        }
+    /// The subcommand on a NUL-separated command line, if it is one of ours.
+    fn command_of(cmdline: &[u8]) -> Option<String> {
+        cmdline
+            .split(|b| *b == 0)
+            .skip(1)
+            .find_map(|arg| match arg {
+                b"apply" | b"run" | b"agent" | b"controller" => {
+                    Some(String::from_utf8_lossy(arg).into_owned())
+                }
+                _ => None,
+            })
+    }
+
+    /// Whether this holder can be a process that writes ipsets: root, or our
+    /// own user (a non-root user given CAP_NET_ADMIN).
+    fn may_write_ipsets(&self) -> bool {
+        self.uid
+            .is_none_or(|uid| uid == 0 || uid == nix::unistd::geteuid().as_raw())
     }
 }
 
 impl fmt::Display for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.pid, &self.command) {
-            (Some(pid), Some(cmd)) => write!(f, "pid {pid}, ipsetmgr {cmd}"),
-            (Some(pid), None) => write!(f, "pid {pid}"),
-            // The holder has not written its line yet (or the file was altered).
-            (None, _) => write!(f, "a process that did not record its pid"),
+        match (self.pid.filter(|p| *p != 0), &self.command) {
+            (Some(pid), Some(cmd)) => write!(f, "pid {pid}, ipsetmgr {cmd}")?,
+            (Some(pid), None) => write!(f, "pid {pid}")?,
+            (None, _) => f.write_str("a process in another PID namespace")?,
         }
+        if let Some(uid) = self.uid.filter(|u| *u != 0) {
+            write!(f, ", uid {uid}")?;
+        }
+        Ok(())
     }
 }
 
@@ -143,161 +118,139 @@ impl fmt::Display for Holder {
 #[derive(Debug)]
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
-    // Never read: owning the open file is what holds the flock.
-    _file: File,
-    path: PathBuf,
+    /// `None` when a squatter that cannot write ipsets held the name.
+    _listener: Option<UnixListener>,
+    name: String,
 }
 
 impl LockGuard {
-    /// The lock file.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The abstract socket name of the lock.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 }
 
-/// The lock directory: `IPSETMGR_LOCK_DIR` when set and not empty, else
-/// [`DEFAULT_LOCK_DIR`].
-pub fn lock_dir() -> PathBuf {
-    std::env::var_os(LOCK_DIR_ENV)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_LOCK_DIR))
+/// The abstract socket name of the lock for `prefix`.
+pub fn lock_name(prefix: &str) -> String {
+    format!("ipsetmgr/lock/{prefix}")
 }
 
 /// Take the lock for `naming`'s sets in the calling thread's network
-/// namespace, recording `command` as the holder. While another process holds
-/// it, say so once on stderr and retry every 100 ms for up to `wait`
-/// (`Duration::ZERO`: fail at once).
+/// namespace. While another process holds it, say so once on stderr and
+/// retry every 100 ms for up to `wait` (`Duration::ZERO`: fail at once).
 pub fn acquire(naming: &Naming, command: &str, wait: Duration) -> Result<LockGuard, LockError> {
-    let netns = current_netns()?;
-    acquire_in(&lock_dir(), netns, naming.prefix(), command, wait)
+    acquire_named(&lock_name(naming.prefix()), naming.prefix(), command, wait)
 }
 
-/// [`acquire`] with the directory and namespace given, so tests need not
-/// touch the process-wide environment.
-fn acquire_in(
-    dir: &Path,
-    netns: NetnsId,
+/// [`acquire`] under an explicit socket name (tests use their own).
+fn acquire_named(
+    name: &str,
     prefix: &str,
     command: &str,
     wait: Duration,
 ) -> Result<LockGuard, LockError> {
-    // Two processes started from different directories must meet on one file.
-    if !dir.is_absolute() {
-        return Err(LockError::RelativeDir(dir.to_path_buf()));
-    }
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)
-        .map_err(|source| LockError::CreateDir {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    let path = dir.join(format!("{prefix}-netns-{}-{}.lock", netns.dev, netns.ino));
-    let file = open_lock_file(&path)?;
-
+    let socket_error = |source| LockError::Socket {
+        name: name.to_string(),
+        source,
+    };
+    let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(socket_error)?;
     let start = Instant::now();
     let mut announced = false;
     loop {
-        match file.try_lock() {
-            Ok(()) => break,
-            Err(TryLockError::WouldBlock) => {}
-            Err(TryLockError::Error(source)) => return Err(LockError::Lock { path, source }),
+        match UnixListener::bind_addr(&addr) {
+            Ok(listener) => {
+                if announced {
+                    tracing::info!(lock = name, waited = ?start.elapsed(), "acquired the lock");
+                }
+                tracing::debug!(lock = name, command, "holding the writer lock");
+                return Ok(LockGuard {
+                    _listener: Some(listener),
+                    name: name.to_string(),
+                });
+            }
+            Err(e) if e.kind() == ErrorKind::AddrInUse => {}
+            Err(e) => return Err(socket_error(e)),
+        }
+        let holder = holder_of(&addr);
+        if !holder.may_write_ipsets() {
+            tracing::warn!(
+                lock = name,
+                %holder,
+                "the writer lock is held by a process that cannot write ipsets; ignoring it"
+            );
+            return Ok(LockGuard {
+                _listener: None,
+                name: name.to_string(),
+            });
         }
         let waited = start.elapsed();
         if waited >= wait {
             return Err(LockError::Busy {
                 prefix: prefix.to_string(),
-                holder: read_holder(&file),
+                holder,
                 wait,
-                path,
             });
         }
         if !announced {
             announced = true;
-            let holder = read_holder(&file);
             eprintln!(
                 "waiting for the lock on ipsets with prefix {prefix:?} in this network namespace (held by {holder})"
             );
-            tracing::info!(lock = %path.display(), %holder, ?wait, "waiting for the lock");
         }
         std::thread::sleep(POLL.min(wait - waited));
     }
-    if announced {
-        tracing::info!(lock = %path.display(), waited = ?start.elapsed(), "acquired the lock");
-    }
-    record_holder(&file, &path, command);
-    Ok(LockGuard { _file: file, path })
 }
 
-/// Open (or create) the lock file without truncating it: the current
-/// holder's line must survive until the lock is ours.
-fn open_lock_file(path: &Path) -> Result<File, LockError> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        // A symlink planted in the directory must not make us truncate its
-        // target. std opens with O_CLOEXEC, so child processes (`ip`,
-        // `ipset`) never inherit the descriptor and keep the lock alive.
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|source| LockError::Open {
-            path: path.to_path_buf(),
-            source,
-        })
-}
-
-/// Replace the file's content with `<pid> <command>`. Only waiters' messages
-/// depend on it, so a failure is logged, not fatal.
-fn record_holder(file: &File, path: &Path, command: &str) {
-    let line = format!("{} {command}\n", std::process::id());
-    let written = file
-        .set_len(0)
-        .and_then(|()| file.write_all_at(line.as_bytes(), 0));
-    if let Err(e) = written {
-        tracing::warn!(lock = %path.display(), "could not record this process as the lock holder: {e}");
+/// Ask the kernel who listens on `addr`: a connection's `SO_PEERCRED` names
+/// the process that called `listen`. The connection is never accepted; it
+/// only waits in the backlog until we close it. Unknown parts stay `None`.
+fn holder_of(addr: &SocketAddr) -> Holder {
+    let Ok(stream) = UnixStream::connect_addr(addr) else {
+        return Holder::default();
+    };
+    let Ok(cred) =
+        nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+    else {
+        return Holder::default();
+    };
+    let pid = u32::try_from(cred.pid()).ok();
+    let command = pid
+        .filter(|p| *p != 0)
+        .and_then(|p| read_bounded(&format!("/proc/{p}/cmdline")))
+        .and_then(|c: Vec<u8>| Holder::command_of(&c));
+    Holder {
+        pid,
+        uid: Some(cred.uid()),
+        command,
     }
 }
 
-/// The holder's line, read from the start of the file up to
-/// [`HOLDER_READ_LIMIT`] bytes; unreadable means unknown.
-fn read_holder(file: &File) -> Holder {
-    let mut buf = [0u8; HOLDER_READ_LIMIT];
-    let mut len = 0;
-    while len < buf.len() {
-        match file.read_at(&mut buf[len..], len as u64) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => len += n,
-        }
-    }
-    Holder::parse(&buf[..len])
+fn read_bounded(path: &str) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(CMDLINE_READ_LIMIT as u64)
+        .read_to_end(&mut buf)
+        .ok()?;
+    Some(buf)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const NS: NetnsId = NetnsId { dev: 4, ino: 42 };
-
-    fn dir() -> tempfile::TempDir {
-        tempfile::tempdir().expect("temp dir")
+    /// A socket name no other test (or real ipsetmgr) uses.
+    fn unique(tag: &str) -> String {
+        format!("ipsetmgr/lock-test/{}/{tag}", std::process::id())
     }
 
     #[test]
     fn a_second_taker_is_refused_and_told_who_holds_it() {
-        let d = dir();
-        let held = acquire_in(d.path(), NS, "ipm", "run", Duration::ZERO).expect("first");
-        let content = std::fs::read_to_string(held.path()).expect("lock file");
-        assert_eq!(content, format!("{} run\n", std::process::id()));
-
-        // A second open file: flock locks belong to the open file description,
-        // so this conflicts even inside one process.
+        let name = unique("refused");
+        let _held = acquire_named(&name, "ipm", "run", Duration::ZERO).expect("first");
         let start = Instant::now();
-        let err = acquire_in(d.path(), NS, "ipm", "apply", Duration::ZERO).unwrap_err();
+        let err = acquire_named(&name, "ipm", "apply", Duration::ZERO).unwrap_err();
         assert!(
             start.elapsed() < Duration::from_millis(100),
             "wait 0 fails at once"
@@ -306,119 +259,114 @@ mod tests {
             panic!("expected Busy, got {err:?}");
         };
         assert_eq!(holder.pid, Some(std::process::id()));
-        assert_eq!(holder.command.as_deref(), Some("run"));
         let msg = err.to_string();
         assert!(
-            msg.contains(&format!("held by pid {}, ipsetmgr run", std::process::id())),
+            msg.contains(&format!("held by pid {}", std::process::id())),
             "{msg}"
         );
         assert!(msg.contains("--lock-wait"), "{msg}");
         assert!(msg.contains("prefix \"ipm\""), "{msg}");
-        // The refused taker did not overwrite the holder's line.
-        assert_eq!(std::fs::read_to_string(held.path()).unwrap(), content);
     }
 
     #[test]
     fn a_waiting_taker_gets_the_lock_when_the_holder_lets_go() {
-        let d = dir();
-        let held = acquire_in(d.path(), NS, "ipm", "run", Duration::ZERO).expect("first");
+        let name = unique("wait");
+        let held = acquire_named(&name, "ipm", "run", Duration::ZERO).expect("first");
         let release = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
             drop(held);
         });
         let start = Instant::now();
-        let got = acquire_in(d.path(), NS, "ipm", "apply", Duration::from_secs(10))
+        let got = acquire_named(&name, "ipm", "apply", Duration::from_secs(10))
             .expect("acquired after the holder dropped its guard");
         let waited = start.elapsed();
         assert!(waited >= Duration::from_millis(250), "{waited:?}");
         assert!(waited < Duration::from_secs(5), "{waited:?}");
         release.join().expect("release thread");
-        assert_eq!(
-            std::fs::read_to_string(got.path()).unwrap(),
-            format!("{} apply\n", std::process::id())
-        );
+        assert_eq!(got.name(), name);
     }
 
     #[test]
-    fn a_wait_that_runs_out_names_the_holder() {
-        let d = dir();
-        let _held = acquire_in(d.path(), NS, "ipm", "agent", Duration::ZERO).expect("first");
+    fn a_wait_that_runs_out_says_how_long() {
+        let name = unique("timeout");
+        let _held = acquire_named(&name, "ipm", "agent", Duration::ZERO).expect("first");
         let start = Instant::now();
-        let err = acquire_in(d.path(), NS, "ipm", "apply", Duration::from_millis(300)).unwrap_err();
+        let err = acquire_named(&name, "ipm", "apply", Duration::from_millis(300)).unwrap_err();
         assert!(start.elapsed() >= Duration::from_millis(300));
-        let msg = err.to_string();
-        assert!(msg.contains("ipsetmgr agent"), "{msg}");
-        assert!(msg.contains("after waiting 300ms"), "{msg}");
+        assert!(err.to_string().contains("after waiting 300ms"), "{err}");
     }
 
     #[test]
-    fn other_prefixes_and_namespaces_do_not_conflict() {
-        let d = dir();
-        let _a = acquire_in(d.path(), NS, "ipm", "run", Duration::ZERO).expect("ipm");
-        let _b = acquire_in(d.path(), NS, "other", "run", Duration::ZERO).expect("other prefix");
-        let ns2 = NetnsId { ino: 43, ..NS };
-        let _c = acquire_in(d.path(), ns2, "ipm", "run", Duration::ZERO).expect("other netns");
-        let mut files: Vec<String> = std::fs::read_dir(d.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        files.sort();
-        assert_eq!(
-            files,
-            [
-                "ipm-netns-4-42.lock",
-                "ipm-netns-4-43.lock",
-                "other-netns-4-42.lock"
-            ]
+    fn other_prefixes_do_not_conflict() {
+        let _a = acquire_named(&unique("p-ipm"), "ipm", "run", Duration::ZERO).expect("ipm");
+        let _b = acquire_named(&unique("p-other"), "other", "run", Duration::ZERO).expect("other");
+        assert_ne!(lock_name("ipm"), lock_name("other"));
+    }
+
+    #[test]
+    fn the_lock_belongs_to_the_network_namespace() {
+        if !nix::unistd::geteuid().is_root() {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "needs root to create a network namespace (CI=true: this test must run)"
+            );
+            eprintln!("skipped: needs root to create a network namespace");
+            return;
+        }
+        let name = unique("netns");
+        let _here = acquire_named(&name, "ipm", "run", Duration::ZERO).expect("here");
+        let name2 = name.clone();
+        let there = std::thread::spawn(move || {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare");
+            acquire_named(&name2, "ipm", "run", Duration::ZERO).map(|_| ())
+        })
+        .join()
+        .expect("thread");
+        assert!(
+            there.is_ok(),
+            "another namespace has its own lock: {there:?}"
         );
     }
 
     #[test]
-    fn the_directory_is_created_and_must_be_absolute() {
-        let d = dir();
-        let nested = d.path().join("a/b");
-        let g = acquire_in(&nested, NS, "ipm", "run", Duration::ZERO).expect("nested dir");
-        assert!(g.path().starts_with(&nested));
-        let err = acquire_in(Path::new("relative"), NS, "ipm", "run", Duration::ZERO).unwrap_err();
-        assert!(matches!(err, LockError::RelativeDir(_)), "{err:?}");
-    }
-
-    #[test]
-    fn a_symlinked_lock_file_is_not_followed() {
-        let d = dir();
-        let target = d.path().join("precious");
-        std::fs::write(&target, "keep me").unwrap();
-        std::os::unix::fs::symlink(&target, d.path().join("ipm-netns-4-42.lock")).unwrap();
-        let err = acquire_in(d.path(), NS, "ipm", "run", Duration::ZERO).unwrap_err();
-        assert!(matches!(err, LockError::Open { .. }), "{err:?}");
-        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
-    }
-
-    #[test]
-    fn holder_lines_are_parsed_defensively() {
+    fn holder_command_lines_are_read_defensively() {
         assert_eq!(
-            Holder::parse(b"1234 apply\n"),
-            Holder {
-                pid: Some(1234),
-                command: Some("apply".into())
-            }
+            Holder::command_of(b"/usr/bin/ipsetmgr\0--netns\0x\0run\0--policy-dir\0d\0"),
+            Some("run".into())
         );
         assert_eq!(
-            Holder::parse(b"").to_string(),
-            "a process that did not record its pid"
+            Holder::command_of(b"run\0"),
+            None,
+            "the program name is skipped"
         );
-        assert_eq!(Holder::parse(b"77").to_string(), "pid 77");
-        let odd = Holder::parse(b"5 run\x1b[2J; rm -rf /\n");
-        assert_eq!(odd.command.as_deref(), Some("run"));
+        assert_eq!(Holder::command_of(b"evil\0\x1b[2J\0"), None);
+        let h = Holder {
+            pid: Some(0),
+            uid: Some(1000),
+            command: None,
+        };
+        assert_eq!(
+            h.to_string(),
+            "a process in another PID namespace, uid 1000"
+        );
     }
 
     #[test]
-    fn the_calling_threads_namespace_is_stable() {
-        let a = current_netns().expect("own netns");
-        let b = std::thread::spawn(current_netns)
-            .join()
-            .unwrap()
-            .expect("thread netns");
-        assert_eq!(a, b, "a new thread starts in its creator's namespace");
+    fn a_squatter_that_cannot_write_ipsets_does_not_block() {
+        let squatter = Holder {
+            pid: Some(1),
+            uid: Some(nix::unistd::geteuid().as_raw().wrapping_add(4242)),
+            command: None,
+        };
+        let own = Holder {
+            uid: Some(nix::unistd::geteuid().as_raw()),
+            ..squatter.clone()
+        };
+        assert!(!squatter.may_write_ipsets());
+        assert!(own.may_write_ipsets());
+        assert!(
+            Holder::default().may_write_ipsets(),
+            "unknown: assume a writer"
+        );
     }
 }

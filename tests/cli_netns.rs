@@ -15,9 +15,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_ipsetmgr");
 /// A throwaway named network namespace, deleted on drop.
 struct Netns {
     name: String,
-    /// `IPSETMGR_LOCK_DIR` of the binaries run here, so tests never meet the
-    /// locks of a real ipsetmgr in /run/ipsetmgr.
-    locks: tempfile::TempDir,
 }
 
 impl Netns {
@@ -37,15 +34,13 @@ impl Netns {
             eprintln!("skipped: `ip netns add` failed (no iproute2 or no netns support)");
             return None;
         }
-        let locks = tempfile::tempdir().expect("lock dir");
-        Some(Netns { name, locks })
+        Some(Netns { name })
     }
 
-    /// The binary, in this namespace, with this backend and lock directory.
+    /// The binary, in this namespace, with this backend.
     fn command(&self, backend: &str) -> Command {
         let mut cmd = Command::new(BIN);
-        cmd.args(["--netns", &self.name, "--backend", backend])
-            .env(ipsetmgr::lock::LOCK_DIR_ENV, self.locks.path());
+        cmd.args(["--netns", &self.name, "--backend", backend]);
         cmd
     }
 
@@ -60,21 +55,6 @@ impl Netns {
             .spawn()
             .expect("spawn ipsetmgr run");
         Running(Some(child))
-    }
-
-    /// Names of the files in the lock directory, sorted.
-    fn lock_files(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(self.locks.path())
-            .expect("read lock dir")
-            .map(|e| {
-                e.expect("lock dir entry")
-                    .file_name()
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
-        v.sort();
-        v
     }
 
     fn exec(&self, args: &[&str]) -> Output {
@@ -805,10 +785,9 @@ fn the_lock_is_per_network_namespace_and_prefix() {
         a.set_names() == ["ipm4-held"]
     });
 
-    // Same lock directory, other namespace: not blocked.
+    // Other namespace: not blocked.
     let out = b
         .command("netlink")
-        .env(ipsetmgr::lock::LOCK_DIR_ENV, a.locks.path())
         .args(["--lock-wait", "0", "apply", "-f"])
         .arg(held)
         .output()
@@ -819,12 +798,6 @@ fn the_lock_is_per_network_namespace_and_prefix() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(b.set_names(), ["ipm4-held"]);
-    let files = a.lock_files();
-    assert_eq!(files.len(), 2, "one lock file per namespace: {files:?}");
-    assert!(
-        files.iter().all(|f| f.starts_with("ipm-netns-")),
-        "{files:?}"
-    );
 
     // Same namespace, other prefix: disjoint sets, not blocked either.
     let (ok, out) = a.ipsetmgr(
@@ -851,20 +824,15 @@ fn a_killed_holder_leaves_no_stale_lock() {
     let (held, _) = two_policy_dirs();
     let held = held.path().to_str().unwrap();
     let mut run = ns.spawn_run(Path::new(held));
-    let run_pid = run.pid();
     eventually(10, "run applied its policy", || {
         ns.set_names() == ["ipm4-held"]
     });
-    let [lock_file] = ns.lock_files().try_into().expect("one lock file");
-    let lock_file = ns.locks.path().join(lock_file);
-    assert_eq!(
-        std::fs::read_to_string(&lock_file).unwrap(),
-        format!("{run_pid} run\n")
-    );
+    let (ok, out) = ns.ipsetmgr("netlink", &["--lock-wait", "0", "apply", "-f", held]);
+    assert!(!ok && out.contains("held by pid"), "held: {out}");
 
     run.signal(libc::SIGKILL);
     assert!(!run.wait().success());
-    // The file still names the dead process, but the kernel dropped its lock.
+    // The kernel freed the socket name with the dead process.
     let start = Instant::now();
     let out = ns
         .command("netlink")
@@ -875,9 +843,4 @@ fn a_killed_holder_leaves_no_stale_lock() {
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("waiting for the lock"), "{stderr}");
     assert!(start.elapsed() < Duration::from_secs(5));
-    let content = std::fs::read_to_string(&lock_file).unwrap();
-    assert!(
-        content.ends_with(" apply\n") && !content.starts_with(&format!("{run_pid} ")),
-        "{content}"
-    );
 }
