@@ -232,6 +232,52 @@ fn samples_apply_exactly_and_idempotently() {
 }
 
 #[test]
+fn owned_sets_with_options_never_set_are_replaced() {
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("opts-{backend}")) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_policy(
+            dir.path(),
+            "p.yaml",
+            &policy_yaml("pre", "hash:ip", &["10.0.0.1"]),
+        );
+        let path = dir.path().to_str().unwrap();
+        // Each option makes the set match more than the declared address
+        // (a whole /24), or hold other things: all must be repaired.
+        for options in [
+            &["netmask", "24"][..],
+            &["bitmask", "255.255.255.0"],
+            &["timeout", "0"],
+            &["counters"],
+        ] {
+            let _ = ns.exec(&["ipset", "destroy", "ipm4-pre"]);
+            let mut create = vec!["ipset", "create", "ipm4-pre", "hash:ip"];
+            create.extend(options);
+            ns.sh(&create);
+            ns.sh(&["ipset", "add", "ipm4-pre", "10.0.0.1"]);
+            let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+            assert!(ok, "{backend} {options:?}: {out}");
+            assert_eq!(
+                row(&out, "ipm4-pre").unwrap()[5],
+                "replaced",
+                "{backend} {options:?}: {out}"
+            );
+            let (header, members) = ns.saved("ipm4-pre").unwrap();
+            assert!(
+                !header.contains(options[0]),
+                "{backend}: {header} still has {options:?}"
+            );
+            assert_eq!(members, ["10.0.0.1"]);
+            // Repaired for good: the next run changes nothing.
+            let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+            assert!(ok && out.contains("Nothing to change"), "{backend}: {out}");
+        }
+    }
+}
+
+#[test]
 fn drift_is_repaired_and_counted() {
     for backend in backends() {
         let Some(ns) = Netns::new(&format!("drift-{backend}")) else {

@@ -211,13 +211,16 @@ fn foreign_sets_read_as_unmanaged() {
         ipset(&["create", "ipm-netmask", "hash:ip", "netmask", "24"]);
         let ks = d.read_set("ipm-timeout").unwrap().unwrap();
         assert_eq!(ks.unparsable_members, 1);
+        assert_eq!(ks.unmanaged_options, ["timeout 300"]);
         let ks = d.read_set("ipm-bitmap").unwrap().unwrap();
         assert_eq!(
             (ks.header, ks.members, ks.unparsable_members),
             (None, None, 1)
         );
+        // The type is known; the netmask is an option this project never sets.
         let ks = d.read_set("ipm-netmask").unwrap().unwrap();
-        assert_eq!(ks.header, None);
+        assert!(ks.header.is_some());
+        assert_eq!(ks.unmanaged_options, ["netmask 24"]);
     });
 }
 

@@ -492,15 +492,24 @@ struct HeaderWords {
     /// maxelem, or size for list:set.
     max_elem: Option<u32>,
     has_timeout: bool,
+    /// See [`KernelSet::unmanaged_options`].
+    unmanaged: Vec<String>,
 }
 
+/// Header options that carry a value (`netmask 24`), as `ipset list`
+/// prints them; the value is part of the option's description.
+const VALUED_OPTIONS: [&str; 4] = ["netmask", "bitmask", "timeout", "markmask"];
+
 /// Parse the header line's words: `family inet hashsize 1024 maxelem 65536
-/// bucketsize 12 initval 0x..` (hash types) or `size 8` (list:set).
+/// bucketsize 12 initval 0x..` (hash types) or `size 8` (list:set). Any
+/// other word is an option this project never sets, recorded as unmanaged:
+/// a future option may change matching, so it is never assumed harmless.
 fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
     let mut family = None;
     let mut hashsize = None;
     let mut maxelem = None;
     let mut has_timeout = false;
+    let mut unmanaged = Vec::new();
     let mut it = words.split_ascii_whitespace();
     let num = |v: Option<&str>, key: &str| -> Result<u32, DataplaneError> {
         v.and_then(|v| v.parse::<u32>().ok())
@@ -517,10 +526,21 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
             }
             "hashsize" => hashsize = Some(num(it.next(), "hashsize")?),
             "maxelem" | "size" => maxelem = Some(num(it.next(), w)?),
-            "timeout" => has_timeout = true,
-            // Other words (bucketsize, initval, flags such as counters, and
-            // whatever future revisions add) do not change what we compare.
-            _ => {}
+            // The kernel's own bucket size and hash seed: set for every set.
+            "bucketsize" | "initval" => {
+                it.next();
+            }
+            _ if VALUED_OPTIONS.contains(&w) => {
+                let value = it.next().unwrap_or("");
+                // A host-length netmask is the default: nothing changes.
+                let host_mask = w == "netmask"
+                    && (value == "32" && family != Some(Family::V6) || value == "128");
+                if !host_mask {
+                    unmanaged.push(format!("{w} {value}"));
+                }
+                has_timeout |= w == "timeout";
+            }
+            _ => unmanaged.push(w.to_string()),
         }
     }
     Ok(HeaderWords {
@@ -528,6 +548,7 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
         hash_size: hashsize,
         max_elem: maxelem,
         has_timeout,
+        unmanaged,
     })
 }
 
@@ -661,6 +682,7 @@ pub fn parse_listing(
         hash_size,
         max_elem,
         has_timeout,
+        unmanaged,
     } = header.ok_or_else(|| protocol("ipset list output has no Header: line"))?;
     let references =
         references.ok_or_else(|| protocol("ipset list output has no References: line"))?;
@@ -747,6 +769,7 @@ pub fn parse_listing(
         header,
         members,
         unparsable_members: unparsable,
+        unmanaged_options: unmanaged,
         references,
     })
 }

@@ -140,6 +140,11 @@ pub struct KernelSet {
     /// Member lines that could not be parsed for the header's type (for
     /// example entries with options such as timeouts). Any forces a rewrite.
     pub unparsable_members: usize,
+    /// Header options this project never sets (`netmask 24`, `bitmask ..`,
+    /// `timeout`, `counters`, `comment`, `skbinfo`, `markmask`, ...), as the
+    /// kernel reports them. Each changes what the set matches or holds, so
+    /// any forces a replacement, just as a wrong type or maxelem does.
+    pub unmanaged_options: Vec<String>,
     /// Kernel reference count (iptables rules, list:sets).
     pub references: u32,
 }

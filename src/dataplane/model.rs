@@ -16,6 +16,8 @@ pub struct ModelSet {
     pub members: MemberSet,
     /// References from outside the project (an iptables rule).
     pub external_refs: u32,
+    /// Header options set out of band (`netmask 24`), reported as unmanaged.
+    pub options: Vec<String>,
 }
 
 /// A fault to inject.
@@ -121,6 +123,7 @@ impl ModelDataplane {
                 header,
                 members,
                 external_refs: 0,
+                options: Vec::new(),
             },
         );
     }
@@ -174,6 +177,7 @@ impl State {
                         header: header.clone(),
                         members: MemberSet::new(header.kind),
                         external_refs: 0,
+                        options: Vec::new(),
                     },
                 );
             }
@@ -321,6 +325,7 @@ impl Dataplane for ModelDataplane {
             header: Some(set.header.clone()),
             members: Some(set.members.clone()),
             unparsable_members: 0,
+            unmanaged_options: set.options.clone(),
             references: refs,
         }))
     }

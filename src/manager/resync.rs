@@ -58,7 +58,7 @@ impl<D: Dataplane> Manager<D> {
             let Some(s) = self.sets.get_mut(name) else {
                 continue;
             };
-            let problems = reconcile(s, kernel);
+            let problems = reconcile(name, s, kernel);
             if count_problems {
                 s.problems = problems;
             }
@@ -69,7 +69,7 @@ impl<D: Dataplane> Manager<D> {
 
 /// Compare one set with what the kernel holds and queue the repair.
 /// Returns the number of discrepancies against what we believed.
-fn reconcile(s: &mut SetState, kernel: Option<KernelSet>) -> usize {
+fn reconcile(name: &str, s: &mut SetState, kernel: Option<KernelSet>) -> usize {
     let believed_present = matches!(s.kernel, Belief::Present { .. });
     // A rewrite we queued ourselves (header change) is not drift.
     let rewrite_queued = s.replace && believed_present;
@@ -91,7 +91,15 @@ fn reconcile(s: &mut SetState, kernel: Option<KernelSet>) -> usize {
         .header
         .as_ref()
         .is_some_and(|h| s.header.compatible_with(h))
+        && k.unmanaged_options.is_empty()
         && k.unparsable_members == 0;
+    if !k.unmanaged_options.is_empty() {
+        tracing::info!(
+            set = name,
+            options = ?k.unmanaged_options,
+            "kernel set has header options this tool never sets; replacing it"
+        );
+    }
     let members = match (header_ok, k.members) {
         (true, Some(m)) if m.kind() == s.header.kind => m,
         _ => {

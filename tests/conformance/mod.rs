@@ -42,6 +42,7 @@ macro_rules! conformance_tests {
             batch_failing_midway_names_op_and_member,
             create_existing_and_missing_sets,
             list_owned_filters_and_leaves_foreign_sets,
+            header_options_never_set_are_reported,
             read_missing_set_is_none,
             empty_batches,
             large_round_trip_100k,
@@ -155,6 +156,11 @@ fn assert_kernel_set(dp: &mut dyn Dataplane, name: &str, h: &SetHeader, m: &Memb
         "{name}: header {kh:?} not compatible with {h:?}"
     );
     assert_eq!(k.unparsable_members, 0, "{name}: unparsable members");
+    assert_eq!(
+        k.unmanaged_options,
+        Vec::<String>::new(),
+        "{name}: a set we created has no unmanaged options"
+    );
     let km = k.members.expect("members");
     assert_eq!(km.sorted_strings(), m.sorted_strings(), "{name}: members");
     if km.kind() == m.kind() {
@@ -744,6 +750,56 @@ pub fn list_owned_filters_and_leaves_foreign_sets(dp: &mut dyn Dataplane) {
     assert_eq!(dp.list_owned(&|_| false).unwrap(), Vec::<String>::new());
     // The foreign set is untouched.
     assert_kernel_set(dp, "KUBE-TEST", &h, &m);
+}
+
+/// Sets created out of band with options this project never sets are read
+/// with those options named (the manager then replaces them); the kernel's
+/// defaults (a host-length netmask) are not options.
+pub fn header_options_never_set_are_reported(dp: &mut dyn Dataplane) {
+    let cases: [(&str, &[&str]); 10] = [
+        ("hash:ip", &[]),
+        ("hash:ip netmask 32", &[]),
+        ("hash:ip family inet6 netmask 128", &[]),
+        ("hash:ip netmask 24", &["netmask 24"]),
+        ("hash:ip bitmask 255.255.255.0", &["bitmask"]),
+        ("hash:ip timeout 0", &["timeout"]),
+        ("hash:net counters", &["counters"]),
+        ("hash:net comment", &["comment"]),
+        ("hash:ip,port skbinfo", &["skbinfo"]),
+        ("hash:net counters comment", &["counters", "comment"]),
+    ];
+    for (i, (create, want)) in cases.iter().enumerate() {
+        let name = format!("ipm4-opt{i}");
+        let mut args = vec!["create", name.as_str()];
+        args.extend(create.split(' '));
+        let out = Command::new("ipset")
+            .args(&args)
+            .output()
+            .expect("the ipset binary creates sets with options this project never sets");
+        assert!(
+            out.status.success(),
+            "ipset {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let k = read(dp, &name);
+        assert!(k.header.is_some(), "{create}: the type is still known");
+        for w in *want {
+            assert!(
+                k.unmanaged_options.iter().any(|o| o.starts_with(w)),
+                "{} backend, {create}: {:?} lacks {w}",
+                dp.name(),
+                k.unmanaged_options
+            );
+        }
+        if want.is_empty() {
+            assert!(
+                k.unmanaged_options.is_empty(),
+                "{} backend, {create}: {:?}",
+                dp.name(),
+                k.unmanaged_options
+            );
+        }
+    }
 }
 
 pub fn read_missing_set_is_none(dp: &mut dyn Dataplane) {

@@ -424,11 +424,31 @@ pub struct RawHeader {
     pub netmask: Option<u8>,
     pub references: u32,
     pub elements: Option<u32>,
+    /// Other options this project never sets (see [`RawHeader::unmanaged_options`]).
+    pub unmanaged: Vec<String>,
 }
 
 impl RawHeader {
-    /// The typed header, or `None` for a set this project does not manage
-    /// (unknown type or family, a netmask that changes matching).
+    /// Header options this project never sets, as
+    /// [`KernelSet::unmanaged_options`] describes them. A host-length
+    /// netmask is the default and changes nothing.
+    ///
+    /// [`KernelSet::unmanaged_options`]: crate::dataplane::KernelSet::unmanaged_options
+    pub fn unmanaged_options(&self) -> Vec<String> {
+        let host = if self.family == NFPROTO_IPV6 { 128 } else { 32 };
+        let netmask = self
+            .netmask
+            .filter(|nm| *nm != host)
+            .map(|nm| format!("netmask {nm}"));
+        netmask
+            .into_iter()
+            .chain(self.unmanaged.iter().cloned())
+            .collect()
+    }
+
+    /// The typed header, or `None` for a set of a type or family this
+    /// project does not manage. Unmanaged options do not hide the type (a set
+    /// with them is replaced through a swap); see [`RawHeader::unmanaged`].
     pub fn typed(&self) -> Option<SetHeader> {
         let set_type: SetType = self.type_name.parse().ok()?;
         let family = if set_type.has_family() {
@@ -440,12 +460,6 @@ impl RawHeader {
         } else {
             None
         };
-        if let Some(nm) = self.netmask {
-            let host = family.map_or(32, Family::max_prefix);
-            if nm != host {
-                return None;
-            }
-        }
         let max_elem = if set_type == SetType::ListSet {
             self.size?
         } else {
@@ -463,6 +477,24 @@ impl RawHeader {
     }
 }
 
+/// Header attributes that say nothing about what the set matches: the
+/// kernel reports them for every set (its own hash seed, bucket size and
+/// bookkeeping).
+const HARMLESS_HEADER_ATTRS: [u16; 4] = [
+    IPSET_ATTR_INITVAL,
+    IPSET_ATTR_BUCKETSIZE,
+    IPSET_ATTR_MEMSIZE,
+    IPSET_ATTR_LINENO,
+];
+
+/// The extension flags of a header's IPSET_ATTR_CADT_FLAGS, by name.
+const EXTENSION_FLAGS: [(u32, &str); 4] = [
+    (IPSET_FLAG_WITH_COUNTERS, "counters"),
+    (IPSET_FLAG_WITH_COMMENT, "comment"),
+    (IPSET_FLAG_WITH_FORCEADD, "forceadd"),
+    (IPSET_FLAG_WITH_SKBINFO, "skbinfo"),
+];
+
 fn decode_header_data(h: &mut RawHeader, data: &[u8]) -> Result<(), DecodeError> {
     for a in wire::attrs(data) {
         let a = a?;
@@ -470,11 +502,29 @@ fn decode_header_data(h: &mut RawHeader, data: &[u8]) -> Result<(), DecodeError>
             IPSET_ATTR_HASHSIZE => h.hash_size = Some(a.be32()?),
             IPSET_ATTR_MAXELEM => h.max_elem = Some(a.be32()?),
             IPSET_ATTR_SIZE => h.size = Some(a.be32()?),
-            IPSET_ATTR_NETMASK => h.netmask = Some(a.u8()?),
             IPSET_ATTR_REFERENCES => h.references = a.be32()?,
             IPSET_ATTR_ELEMENTS => h.elements = Some(a.be32()?),
-            IPSET_ATTR_MEMSIZE => {}
-            _ => {}
+            IPSET_ATTR_NETMASK => h.netmask = Some(a.u8()?),
+            IPSET_ATTR_CADT_FLAGS => {
+                let flags = a.be32()?;
+                let mut rest = flags;
+                for (bit, name) in EXTENSION_FLAGS {
+                    if flags & bit != 0 {
+                        h.unmanaged.push(name.to_string());
+                        rest &= !bit;
+                    }
+                }
+                if rest != 0 {
+                    h.unmanaged.push(format!("flags {rest:#x}"));
+                }
+            }
+            IPSET_ATTR_TIMEOUT => h.unmanaged.push(format!("timeout {}", a.be32()?)),
+            IPSET_ATTR_BITMASK => h.unmanaged.push("bitmask".into()),
+            IPSET_ATTR_MARKMASK => h.unmanaged.push("markmask".into()),
+            t if HARMLESS_HEADER_ATTRS.contains(&t) => {}
+            // Whatever a newer kernel adds may change matching: never
+            // assume it does not.
+            t => h.unmanaged.push(format!("header attribute {t}")),
         }
     }
     Ok(())

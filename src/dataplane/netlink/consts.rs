@@ -67,10 +67,14 @@ pub const IPSET_ATTR_TIMEOUT: u16 = 6;
 pub const IPSET_ATTR_PROTO: u16 = 7;
 pub const IPSET_ATTR_CADT_FLAGS: u16 = 8;
 pub const IPSET_ATTR_CADT_LINENO: u16 = 9;
+pub const IPSET_ATTR_MARKMASK: u16 = 11;
+pub const IPSET_ATTR_BITMASK: u16 = 12;
 // create-only / header attributes
+pub const IPSET_ATTR_INITVAL: u16 = 17;
 pub const IPSET_ATTR_HASHSIZE: u16 = 18;
 pub const IPSET_ATTR_MAXELEM: u16 = 19;
 pub const IPSET_ATTR_NETMASK: u16 = 20;
+pub const IPSET_ATTR_BUCKETSIZE: u16 = 21;
 pub const IPSET_ATTR_SIZE: u16 = 23;
 pub const IPSET_ATTR_ELEMENTS: u16 = 24;
 pub const IPSET_ATTR_REFERENCES: u16 = 25;
@@ -86,6 +90,11 @@ pub const IPSET_ATTR_IPADDR_IPV6: u16 = 2;
 pub const IPSET_FLAG_LIST_SETNAME: u32 = 1 << 1;
 // CADT flags
 pub const IPSET_FLAG_NOMATCH: u32 = 1 << 2;
+// CADT flags of a set header: the extensions a set was created with.
+pub const IPSET_FLAG_WITH_COUNTERS: u32 = 1 << 3;
+pub const IPSET_FLAG_WITH_COMMENT: u32 = 1 << 4;
+pub const IPSET_FLAG_WITH_FORCEADD: u32 = 1 << 5;
+pub const IPSET_FLAG_WITH_SKBINFO: u32 = 1 << 6;
 
 // ipset private errnos (positive; the kernel sends them negated)
 pub const IPSET_ERR_PROTOCOL: i32 = 4097;

@@ -712,6 +712,7 @@ impl Dataplane for NetlinkDataplane {
             header: raw.typed(),
             members,
             unparsable_members,
+            unmanaged_options: raw.unmanaged_options(),
             references: raw.references,
         }))
     }
