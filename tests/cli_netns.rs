@@ -695,6 +695,69 @@ fn run_follows_the_directory_and_repairs_drift() {
     }
 }
 
+#[test]
+fn run_reloads_on_sighup_and_recovers_a_recreated_directory() {
+    let Some(ns) = Netns::new("run-hup") else {
+        return;
+    };
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("policies");
+    std::fs::create_dir(&dir).unwrap();
+    write_policy(
+        &dir,
+        "a.yaml",
+        &policy_yaml("live", "hash:ip", &["10.0.0.1"]),
+    );
+    // A long interval: only SIGHUP can explain a prompt resync.
+    let mut run = Running(Some(
+        ns.command("netlink")
+            .args(["run", "--resync-interval", "60s", "--policy-dir"])
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    let members = |ns: &Netns| ns.saved("ipm4-live").map(|(_, m)| m);
+    eventually(10, "set created", || {
+        members(&ns) == Some(vec!["10.0.0.1".into()])
+    });
+
+    // SIGHUP: not a death (exit 129 before), but "reload and resync now".
+    ns.sh(&["ipset", "add", "ipm4-live", "192.0.2.7"]);
+    run.signal(libc::SIGHUP);
+    eventually(5, "drift repaired on SIGHUP", || {
+        members(&ns) == Some(vec!["10.0.0.1".into()])
+    });
+    assert!(run.still_running(), "SIGHUP does not stop run");
+
+    // The directory is removed: the kernel stays as it is...
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(members(&ns), Some(vec!["10.0.0.1".into()]));
+    // ...and when it is back, run follows it again (watched anew), long
+    // before the next periodic resync.
+    std::fs::create_dir(&dir).unwrap();
+    write_policy(
+        &dir,
+        "a.yaml",
+        &policy_yaml("live", "hash:ip", &["10.0.0.1", "10.0.0.2"]),
+    );
+    eventually(10, "the recreated directory is followed", || {
+        members(&ns) == Some(vec!["10.0.0.1".into(), "10.0.0.2".into()])
+    });
+    write_policy(
+        &dir,
+        "a.yaml",
+        &policy_yaml("live", "hash:ip", &["10.0.0.3"]),
+    );
+    eventually(10, "and its changes are seen without a signal", || {
+        members(&ns) == Some(vec!["10.0.0.3".into()])
+    });
+    run.signal(libc::SIGTERM);
+    assert!(run.wait().success());
+}
+
 /// A background ipsetmgr, killed and reaped when dropped, so a failed
 /// assertion never leaves a process behind that holds its lock.
 struct Running(Option<Child>);
