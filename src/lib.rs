@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod commands;
 pub mod dataplane;
+pub mod duration;
 pub mod ipset;
 pub mod lock;
 pub mod manager;

@@ -10,9 +10,10 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
-use ipsetmgr::agent::{AgentConfig, parse_duration};
+use ipsetmgr::agent::AgentConfig;
 use ipsetmgr::commands::{apply, run, sets};
 use ipsetmgr::dataplane::select::{Backend, open};
+use ipsetmgr::duration;
 use ipsetmgr::ipset::Naming;
 use ipsetmgr::lock::{self, LockGuard};
 
@@ -50,7 +51,7 @@ struct Cli {
         env = "IPSETMGR_LOCK_WAIT",
         value_name = "DURATION",
         default_value = "30s",
-        value_parser = parse_lock_wait
+        value_parser = duration::parse_duration
     )]
     lock_wait: Duration,
     #[command(subcommand)]
@@ -92,7 +93,7 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         policy_dir: PathBuf,
         /// Time between full resyncs against the kernel (60, 60s, 5m, ...).
-        #[arg(long, env = "IPSETMGR_RESYNC_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+        #[arg(long, env = "IPSETMGR_RESYNC_INTERVAL", default_value = "60s", value_parser = duration::parse_positive)]
         resync_interval: Duration,
         #[arg(long = "node-label", value_name = "KEY=VALUE", value_parser = parse_label)]
         node_labels: Vec<(String, String)>,
@@ -131,15 +132,6 @@ fn open_in_netns(
     })
 }
 
-/// `--lock-wait`: a duration as elsewhere, but zero ("0", "0s") is allowed
-/// and means "fail at once when the lock is taken".
-fn parse_lock_wait(s: &str) -> Result<Duration, String> {
-    match s.trim() {
-        "0" | "0s" => Ok(Duration::ZERO),
-        other => parse_duration(other),
-    }
-}
-
 fn parse_label(s: &str) -> Result<(String, String), String> {
     let (k, v) = s
         .split_once('=')
@@ -157,8 +149,11 @@ fn labels(pairs: Vec<(String, String)>) -> Option<BTreeMap<String, String>> {
 fn init_logging(format: LogFormat, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    // Colour codes only for a person at a terminal, never in files or
+    // container logs.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

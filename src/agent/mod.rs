@@ -29,29 +29,6 @@ use crate::ipset::Naming;
 use crate::manager::{Manager, ManagerConfig};
 use crate::policy::IPSetPolicy;
 
-/// Parse "90", "90s", "500ms", "5m", "1h".
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}: expected e.g. 60s, 500ms, 5m"))?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n * 60),
-        "h" => Duration::from_secs(n * 3600),
-        _ => return Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
-    };
-    if d.is_zero() {
-        return Err("duration must be positive".into());
-    }
-    Ok(d)
-}
-
 /// Flags of `ipsetmgr agent`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct AgentConfig {
@@ -66,7 +43,7 @@ pub struct AgentConfig {
     #[arg(skip = String::from("ipm"))]
     pub set_prefix: String,
     /// Full resync against the kernel every this often (e.g. 60s, 5m).
-    #[arg(long, env = "IPSETMGR_RESYNC_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, env = "IPSETMGR_RESYNC_INTERVAL", default_value = "60s", value_parser = crate::duration::parse_positive)]
     pub resync_interval: Duration,
     /// Address of the /healthz, /readyz and /metrics listener.
     #[arg(long, env = "IPSETMGR_LISTEN", default_value = "0.0.0.0:9477")]
