@@ -284,6 +284,92 @@ fn owned_sets_with_options_never_set_are_replaced() {
     }
 }
 
+/// Run the binary with a deadline: a hang is a failure, not a stuck suite.
+fn ipsetmgr_within(ns: &Netns, secs: u64, args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Running(Some(
+        ns.command("netlink")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while child.still_running() {
+        assert!(Instant::now() < deadline, "ipsetmgr {args:?} hung");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.output();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+#[test]
+fn hostile_policy_directories_fail_clearly_and_never_prune() {
+    let Some(ns) = Netns::new("hostile") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_policy(
+        d,
+        "good.yaml",
+        &policy_yaml("good", "hash:ip", &["10.0.0.1"]),
+    );
+    write_policy(
+        d,
+        "keep.yaml",
+        &policy_yaml("keep", "hash:ip", &["10.0.0.2"]),
+    );
+    let path = d.to_str().unwrap();
+    let (code, out) = ipsetmgr_within(&ns, 20, &["apply", "-f", path, "--prune"]);
+    assert_eq!(code, Some(0), "{out}");
+
+    // Every hostile entry at once; `keep.yaml` is emptied (the first step of
+    // a non-atomic rewrite), which must never delete its set.
+    std::fs::write(d.join("keep.yaml"), "").unwrap();
+    nix::unistd::mkfifo(&d.join("pipe.yaml"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", d.join("zero.yaml")).unwrap();
+    std::os::unix::fs::symlink(".", d.join("loop1")).unwrap();
+    std::os::unix::fs::symlink(".", d.join("loop2")).unwrap();
+    let long = format!(
+        "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {{name: {}}}\nspec: {{type: hash:ip}}\n",
+        "n".repeat(70_000)
+    );
+    std::fs::write(d.join("long.yaml"), long).unwrap();
+    write_policy(
+        d,
+        "good.yaml",
+        &policy_yaml("good", "hash:ip", &["10.0.0.1", "10.0.0.3"]),
+    );
+    let (code, out) = ipsetmgr_within(&ns, 20, &["apply", "-f", path, "--prune"]);
+    assert_eq!(code, Some(1), "an error, not a panic (101): {out}");
+    for needle in [
+        "pipe.yaml: not a regular file (a FIFO)",
+        "zero.yaml: not a regular file (a character device)",
+        "keep.yaml: contains no policies",
+        "is 70000 bytes long; at most 253",
+        "not pruning because some policy files could not be loaded",
+    ] {
+        assert!(out.contains(needle), "{needle}: {out}");
+    }
+    assert!(
+        !out.contains("defined more than once"),
+        "loops load once: {out}"
+    );
+    assert_eq!(ns.set_names(), ["ipm4-good", "ipm4-keep"], "nothing pruned");
+    assert_eq!(
+        ns.saved("ipm4-good").unwrap().1,
+        ["10.0.0.1", "10.0.0.3"],
+        "the good policy still applies"
+    );
+    assert_eq!(ns.saved("ipm4-keep").unwrap().1, ["10.0.0.2"], "held");
+}
+
 #[test]
 fn drift_is_repaired_and_counted() {
     for backend in backends() {
@@ -467,11 +553,21 @@ fn deleting_a_referenced_set_is_reported_and_retried() {
         write_policy(dir.path(), "c.yaml", &policy_yaml("c", "hash:ip", &[]));
 
         let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", path, "--prune"]);
-        assert!(ok, "in use is never fatal: {out}");
+        // Everything else applies, but a prune that could not finish is
+        // not reported as success, nor as "nothing to change".
+        assert!(!ok, "a prune left undone fails the run: {out}");
+        assert!(out.contains("1 of 1 sets in sync"), "ipm4-c applied: {out}");
+        assert!(!out.contains("Nothing to change"), "{out}");
         assert!(
             out.contains("could not delete ipm4-a") && out.contains("in use"),
             "{out}"
         );
+        assert!(
+            out.contains("left in place because they could not be deleted"),
+            "{out}"
+        );
+        let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", path, "--prune"]);
+        assert!(!ok && !out.contains("Nothing to change"), "again: {out}");
         if have_iptables {
             assert!(out.contains("could not delete ipm4-b"), "{out}");
         } else {

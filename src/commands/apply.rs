@@ -171,12 +171,18 @@ pub fn apply(
     for name in mgr.unwanted() {
         writeln!(out, "kept {name}: no policy wants it (--prune deletes it)")?;
     }
-    for d in mgr.deletion_report() {
+    let undeleted = mgr.deletion_report();
+    for d in &undeleted {
         writeln!(
             out,
             "could not delete {}: {} (retried on the next run)",
             d.name, d.error
         )?;
+    }
+    // Asked to prune and could not: not a success, even if every desired
+    // set is in sync.
+    if !undeleted.is_empty() {
+        ok = false;
     }
     if !outcome.applied {
         ok = false;
@@ -202,6 +208,13 @@ pub fn apply(
             out,
             "{synced} of {total} sets in sync ({backend} backend, {:.1} ms).",
             outcome.duration.as_secs_f64() * 1000.0
+        )?;
+    }
+    if !undeleted.is_empty() {
+        writeln!(
+            out,
+            "{} unwanted set(s) left in place because they could not be deleted (see above).",
+            undeleted.len()
         )?;
     }
     Ok(ok)

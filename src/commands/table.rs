@@ -12,10 +12,12 @@ pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
     let mut line = |cells: Vec<&str>| {
         let last = cells.len().saturating_sub(1);
         for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-            if i == last {
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<w$}  "));
+            out.push_str(cell);
+            if i != last {
+                // Padded by hand: format's `{:<w$}` panics for widths
+                // above 65535, and a cell may be that long.
+                let pad = w.saturating_sub(cell.chars().count()) + 2;
+                out.extend(std::iter::repeat_n(' ', pad));
             }
         }
         out.push('\n');
@@ -33,5 +35,13 @@ mod tests {
     fn columns_align() {
         let t = super::render(&["A", "BB"], &[vec!["xyz".into(), "1".into()]]);
         assert_eq!(t, "A    BB\nxyz  1\n");
+    }
+
+    #[test]
+    fn cells_of_any_width_render() {
+        let wide = "n".repeat(70_000);
+        let t = super::render(&["A", "B"], &[vec![wide.clone(), "x".into()]]);
+        assert!(t.starts_with(&format!("A{}B\n", " ".repeat(70_001))));
+        assert!(t.ends_with(&format!("{wide}  x\n")));
     }
 }
