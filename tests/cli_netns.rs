@@ -588,6 +588,39 @@ fn deleting_a_referenced_set_is_reported_and_retried() {
 }
 
 #[test]
+fn a_type_change_of_a_set_in_our_own_list_set_goes_through() {
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("relink-{backend}")) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_str().unwrap();
+        write_policy(dir.path(), "l.yaml", &policy_yaml("l", "list:set", &["a"]));
+        write_policy(
+            dir.path(),
+            "a.yaml",
+            &policy_yaml("a", "hash:ip", &["10.0.0.1"]),
+        );
+        let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+        assert!(ok, "{out}");
+        write_policy(
+            dir.path(),
+            "a.yaml",
+            &policy_yaml("a", "hash:net", &["10.0.0.0/8"]),
+        );
+        let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+        assert!(ok, "{backend}: {out}");
+        assert_eq!(row(&out, "ipm4-a").unwrap()[5], "recreated", "{out}");
+        let (create, members) = ns.saved("ipm4-a").unwrap();
+        assert!(create.contains("hash:net"), "{create}");
+        assert_eq!(members, ["10.0.0.0/8"]);
+        assert_eq!(ns.saved("ipm4-l").unwrap().1, ["ipm4-a"]);
+        let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+        assert!(ok && out.contains("Nothing to change"), "{backend}: {out}");
+    }
+}
+
+#[test]
 fn bad_input_is_rejected_by_name_and_never_reaches_the_kernel() {
     for backend in backends() {
         let Some(ns) = Netns::new(&format!("bad-{backend}")) else {

@@ -3,7 +3,7 @@
 use std::ops::Range;
 
 use crate::dataplane::Op;
-use crate::ipset::SetType;
+use crate::ipset::{MemberSet, SetType};
 
 use super::state::{Belief, SetState};
 
@@ -21,15 +21,17 @@ pub enum Plan {
     Recreate,
 }
 
-/// Choose how to write `s`. `Err` explains why it cannot be written safely.
-pub fn plan_for(s: &SetState) -> Result<Plan, String> {
+/// Choose how to write `s`. `own_refs` counts the references held by this
+/// manager's own list:sets, which the batch can drop and restore around a
+/// recreate. `Err` explains why it cannot be written safely.
+pub fn plan_for(s: &SetState, own_refs: u32) -> Result<Plan, String> {
     if !s.replace {
         return Ok(Plan::Delta);
     }
     match &s.kernel {
         Belief::Unknown | Belief::Absent => Ok(Plan::Create),
         Belief::Present { kind, .. } if *kind == Some(s.header.kind) => Ok(Plan::TempSwap),
-        Belief::Present { references: 0, .. } => Ok(Plan::Recreate),
+        Belief::Present { references, .. } if *references <= own_refs => Ok(Plan::Recreate),
         Belief::Present { kind, references } => Err(format!(
             "the kernel set has type {} but the policy wants {}; it is referenced {} time(s) \
              (iptables rule or list:set), so it is not replaced: remove the references or \
@@ -51,13 +53,17 @@ fn describe_kind(t: SetType, f: Option<crate::ipset::Family>) -> String {
 }
 
 /// The operations for one set, appended to `ops`. `temp` is the temp set
-/// name to use for [`Plan::TempSwap`].
+/// name to use for [`Plan::TempSwap`]; `unlink` are this manager's list:sets
+/// that hold the set, with a member set of just its name: a recreate takes
+/// it out of them first (the kernel refuses to destroy a referenced set),
+/// and the lists' own ops later in the batch put it back.
 pub fn push_ops<'a>(
     ops: &mut Vec<Op<'a>>,
     name: &'a str,
     s: &'a SetState,
     plan: Plan,
     temp: &'a str,
+    unlink: &'a [(String, MemberSet)],
 ) {
     match plan {
         Plan::Delta => {
@@ -76,6 +82,12 @@ pub fn push_ops<'a>(
         }
         Plan::Create | Plan::Recreate => {
             if plan == Plan::Recreate {
+                for (list, this) in unlink {
+                    ops.push(Op::Del {
+                        set: list,
+                        members: this,
+                    });
+                }
                 ops.push(Op::Destroy { set: name });
             }
             push_create_and_fill(ops, name, s);
@@ -109,6 +121,8 @@ pub struct OpSpan {
     pub plan: Plan,
     pub ops: Range<usize>,
     pub temp: Option<String>,
+    /// Other sets these ops change (list:sets the set was taken out of).
+    pub also_touched: Vec<String>,
 }
 
 /// The set owning operation `index`.

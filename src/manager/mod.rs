@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::dataplane::{BatchError, Dataplane, DataplaneError, Op};
-use crate::ipset::{Naming, SetType};
+use crate::ipset::{Member, MemberSet, Naming, SetType};
 use crate::policy::DesiredSet;
 
 pub use batch::Plan;
@@ -367,12 +367,34 @@ impl<D: Dataplane> Manager<D> {
             self.isolate(&name, e);
         }
         let mut plans = Vec::with_capacity(order.len());
+        // Per recreated set: our list:sets to take it out of, and back into.
+        let mut unlinks: BTreeMap<String, Vec<(String, MemberSet)>> = BTreeMap::new();
         for name in order {
-            match batch::plan_for(&self.sets[&name]) {
-                Ok(plan) => plans.push((name, plan)),
+            if plans.iter().any(|(n, _)| *n == name) {
+                // A list already planned to relink a recreated set.
+                continue;
+            }
+            let lists = self.lists_holding(&name);
+            match batch::plan_for(&self.sets[&name], lists.len() as u32) {
+                Ok(plan) => {
+                    if plan == Plan::Recreate && !lists.is_empty() {
+                        self.relink_after_recreate(&name, &lists, &mut plans);
+                        let kind = self.sets[&lists[0]].header.kind;
+                        let this =
+                            MemberSet::from_members(kind, [Member::Set(name.as_str().into())]);
+                        unlinks.insert(
+                            name.clone(),
+                            lists.into_iter().map(|l| (l, this.clone())).collect(),
+                        );
+                    }
+                    plans.push((name, plan));
+                }
                 Err(why) => self.isolate(&name, DataplaneError::Other(why)),
             }
         }
+        // The lists relinked above were appended with their own plans; keep
+        // every list after every set it may list.
+        plans.sort_by_key(|(name, _)| self.sets[name].header.kind.set_type == SetType::ListSet);
         if plans.is_empty() {
             return Ok(Vec::new());
         }
@@ -391,12 +413,14 @@ impl<D: Dataplane> Manager<D> {
         let mut spans = Vec::with_capacity(plans.len());
         for ((name, plan), temp) in plans.iter().zip(&temps) {
             let start = ops.len();
-            batch::push_ops(&mut ops, name, &self.sets[name], *plan, temp);
+            let unlink = unlinks.get(name).map_or(&[][..], Vec::as_slice);
+            batch::push_ops(&mut ops, name, &self.sets[name], *plan, temp, unlink);
             spans.push(batch::OpSpan {
                 set: name.clone(),
                 plan: *plan,
                 ops: start..ops.len(),
                 temp: (!temp.is_empty()).then(|| temp.clone()),
+                also_touched: unlink.iter().map(|(l, _)| l.clone()).collect(),
             });
         }
         let result = self.dp.apply(&ops);
@@ -420,7 +444,10 @@ impl<D: Dataplane> Manager<D> {
                 // Everything up to the failing set may be partly applied.
                 let touched = spans[..upto]
                     .iter()
-                    .map(|s| (s.set.clone(), s.plan))
+                    .flat_map(|s| {
+                        let also = s.also_touched.iter().map(|l| (l.clone(), Plan::Delta));
+                        std::iter::once((s.set.clone(), s.plan)).chain(also)
+                    })
                     .collect();
                 let temps = spans[..upto]
                     .iter()
@@ -432,6 +459,47 @@ impl<D: Dataplane> Manager<D> {
                     touched,
                     temps,
                 })
+            }
+        }
+    }
+
+    /// This manager's list:sets that the kernel is believed to hold `name`
+    /// in (only lists whose kernel content is known: not being rewritten).
+    fn lists_holding(&self, name: &str) -> Vec<String> {
+        let member = Member::Set(name.into());
+        self.sets
+            .iter()
+            .filter(|(_, l)| {
+                l.header.kind.set_type == SetType::ListSet
+                    && !l.replace
+                    && matches!(l.kernel, state::Belief::Present { .. })
+                    && ((l.members.contains(&member) && !l.pending_adds.contains(&member))
+                        || l.pending_dels.contains(&member))
+            })
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// `name` is recreated after being taken out of `lists`: each list that
+    /// still wants it adds it back, in the same batch (lists come last).
+    fn relink_after_recreate(
+        &mut self,
+        name: &str,
+        lists: &[String],
+        plans: &mut Vec<(String, Plan)>,
+    ) {
+        let member = Member::Set(name.into());
+        for list in lists {
+            let Some(l) = self.sets.get_mut(list) else {
+                continue;
+            };
+            l.pending_dels.remove(&member);
+            if l.members.contains(&member) {
+                l.pending_adds.insert(member.clone());
+            }
+            l.dirty = true;
+            if !plans.iter().any(|(n, _)| n == list) {
+                plans.push((list.clone(), Plan::Delta));
             }
         }
     }
@@ -558,7 +626,7 @@ impl<D: Dataplane> Manager<D> {
                 ));
                 continue;
             }
-            match batch::plan_for(s) {
+            match batch::plan_for(s, self.lists_holding(name).len() as u32) {
                 Ok(Plan::Delta) => lines.push(format!(
                     "update {name}: add {}, delete {}",
                     s.pending_adds.len(),

@@ -435,6 +435,50 @@ fn type_change_of_a_referenced_set_is_reported_not_forced() {
 }
 
 #[test]
+fn type_change_of_a_set_listed_only_by_our_own_list_set_is_reordered() {
+    let mut h = Harness::new();
+    let both =
+        |t: SetType, m: &str| vec![policy("a", t, &[m]), policy("l", SetType::ListSet, &["a"])];
+    h.desire(&both(SetType::HashIp, "10.0.0.1"));
+    assert!(h.mgr.apply_updates().applied);
+    h.mgr.queue_resync();
+    h.desire(&both(SetType::HashNet, "10.0.0.0/8"));
+    let out = h.mgr.apply_updates();
+    assert!(out.applied, "{:?}", out.error);
+    let a = h.report("ipm4-a");
+    assert!(a.synced && a.error.is_none(), "{a:?}");
+    assert!(h.report("ipm4-l").synced);
+    assert_eq!(
+        h.kernel.get("ipm4-a").unwrap().header.kind.set_type,
+        SetType::HashNet
+    );
+    assert_eq!(h.kernel.members("ipm4-a").unwrap(), ["10.0.0.0/8"]);
+    assert_eq!(h.kernel.members("ipm4-l").unwrap(), ["ipm4-a"], "relinked");
+    assert!(
+        out.written
+            .contains(&("ipm4-a".to_string(), Plan::Recreate))
+    );
+    // Nothing left over: the next resync finds nothing to do.
+    h.mgr.queue_resync();
+    let again = h.mgr.apply_updates();
+    assert!(again.written.is_empty(), "{:?}", again.written);
+    assert_eq!(h.report("ipm4-a").problems, 0);
+
+    // A reference from outside (an iptables rule) still blocks it.
+    h.kernel.set_external_refs("ipm4-a", 1);
+    h.mgr.queue_resync();
+    h.desire(&both(SetType::HashIp, "10.0.0.1"));
+    h.mgr.apply_updates();
+    let a = h.report("ipm4-a");
+    assert!(a.error.unwrap().contains("referenced 2 time"));
+    assert_eq!(
+        h.kernel.members("ipm4-l").unwrap(),
+        ["ipm4-a"],
+        "left alone"
+    );
+}
+
+#[test]
 fn held_sets_of_failed_policies_are_neither_changed_nor_deleted() {
     let mut h = Harness::new();
     h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"])]);
