@@ -6,6 +6,7 @@ pub mod dataplane;
 pub mod duration;
 pub mod ipset;
 pub mod lock;
+pub mod logging;
 pub mod manager;
 pub mod memory;
 pub mod netns;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
 use ipsetmgr::agent::AgentConfig;
 use ipsetmgr::commands::{apply, run, sets};
@@ -16,6 +16,7 @@ use ipsetmgr::dataplane::select::{Backend, open};
 use ipsetmgr::duration;
 use ipsetmgr::ipset::Naming;
 use ipsetmgr::lock::{self, LockGuard};
+use ipsetmgr::logging::{self, LogFormat};
 
 #[derive(Parser)]
 #[command(
@@ -56,12 +57,6 @@ struct Cli {
     lock_wait: Duration,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Subcommand)]
@@ -146,21 +141,6 @@ fn labels(pairs: Vec<(String, String)>) -> Option<BTreeMap<String, String>> {
     (!pairs.is_empty()).then(|| pairs.into_iter().collect())
 }
 
-fn init_logging(format: LogFormat, default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    // Colour codes only for a person at a terminal, never in files or
-    // container logs.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
 fn main() -> ExitCode {
     match real_main() {
         Ok(true) => ExitCode::SUCCESS,
@@ -178,7 +158,7 @@ fn real_main() -> Result<bool> {
         Command::Run { .. } | Command::Agent(_) => "info",
         _ => "warn",
     };
-    init_logging(cli.log_format, level);
+    logging::init(cli.log_format, level);
     // Before any other thread exists: setns moves only the calling thread.
     // The agent is the exception: only its kernel side goes into the
     // namespace, so it can still reach the API server.

@@ -244,6 +244,7 @@ impl Agent {
         match input {
             Input::WatchError(e) => {
                 // Fail static: the store and the kernel stay as they are.
+                let e = crate::logging::bounded(&e, 1024);
                 tracing::warn!(error = %e, "watch failed; retrying, kernel left as it is");
             }
             Input::Policy(ev) => self.on_policy(ev),

@@ -223,14 +223,7 @@ fn yaml_options() -> serde_saphyr::Options {
 /// A parser message, bounded: parsers quote input, and a policy file may
 /// hold a megabyte on one line.
 fn bounded(message: String) -> String {
-    if message.len() <= MAX_MESSAGE_LEN {
-        return message;
-    }
-    let mut cut = MAX_MESSAGE_LEN;
-    while !message.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}... (message cut)", &message[..cut])
+    crate::logging::bounded(&message, MAX_MESSAGE_LEN).into_owned()
 }
 
 fn strip_bom(text: &str) -> &str {

@@ -1,0 +1,137 @@
+//! Logging setup: text or JSON on stderr, colour only at a terminal, and a
+//! filter that keeps API response bodies out of the logs.
+//!
+//! kube's client logs the whole response body at WARN when it cannot
+//! deserialize it; a list of policies can be megabytes (one object that an
+//! older, looser schema let in was enough to write 48 MB of log in two
+//! minutes). Those events are turned off unless `RUST_LOG` names the
+//! client's target explicitly; the typed error still reaches our own logs,
+//! bounded.
+
+use tracing_subscriber::EnvFilter;
+
+/// Log formats on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The target of kube's request code, whose WARN events carry bodies.
+const KUBE_CLIENT_TARGET: &str = "kube_client::client";
+
+/// The filter for `RUST_LOG` (`env`) or the default level.
+pub fn filter(env: Option<&str>, default_level: &str) -> EnvFilter {
+    let spec = env
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or(default_level);
+    let base = EnvFilter::try_new(spec).unwrap_or_else(|_| EnvFilter::new(default_level));
+    if spec.contains("kube_client") {
+        // Asked for explicitly: the user wants to see it.
+        base
+    } else {
+        base.add_directive(
+            format!("{KUBE_CLIENT_TARGET}=error")
+                .parse()
+                .expect("a valid directive"),
+        )
+    }
+}
+
+/// Install the global subscriber.
+pub fn init(format: LogFormat, default_level: &str) {
+    let env = std::env::var(EnvFilter::DEFAULT_ENV).ok();
+    // Colour codes only for a person at a terminal, never in files or
+    // container logs.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter(env.as_deref(), default_level))
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// A message cut to at most `max` bytes (on a character boundary), for
+/// errors that may quote input.
+pub fn bounded(message: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if message.len() <= max {
+        return message.into();
+    }
+    let mut cut = max;
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}... ({} bytes cut)", &message[..cut], message.len() - cut).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn logged(env: Option<&str>, emit: impl FnOnce()) -> String {
+        let buf = Buf::default();
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(filter(env, "info"))
+            .with_ansi(false)
+            .with_writer(move || out.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, emit);
+        String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn response_bodies_logged_by_the_kube_client_are_dropped() {
+        let body = "x".repeat(100_000);
+        for env in [
+            None,
+            Some("info"),
+            Some("debug"),
+            Some("warn,ipsetmgr=debug"),
+        ] {
+            let text = logged(env, || {
+                tracing::warn!(target: "kube_client::client", "{body}, invalid value");
+                tracing::warn!(target: "ipsetmgr::agent", "policy watch failed");
+            });
+            assert!(!text.contains("xxxx"), "{env:?}: body logged");
+            assert!(text.contains("policy watch failed"), "{env:?}: {text}");
+        }
+        // Errors of the client still show, and asking for it explicitly works.
+        let text = logged(
+            None,
+            || tracing::error!(target: "kube_client::client", "broken"),
+        );
+        assert!(text.contains("broken"));
+        let text = logged(
+            Some("kube_client=warn"),
+            || tracing::warn!(target: "kube_client::client", "{body}"),
+        );
+        assert!(text.contains("xxxx"));
+    }
+
+    #[test]
+    fn bounded_messages() {
+        assert_eq!(bounded("short", 10), "short");
+        let long = "é".repeat(100);
+        let b = bounded(&long, 11);
+        assert!(
+            b.starts_with("ééééé...") && b.ends_with("bytes cut)"),
+            "{b}"
+        );
+    }
+}
