@@ -330,12 +330,16 @@ fn grants(rules: &[PolicyRule], what: &str) -> BTreeSet<Grant> {
                 .is_empty(),
             "{what}: nonResourceURLs are not needed"
         );
-        assert!(
-            r.resource_names.as_deref().unwrap_or_default().is_empty(),
-            "{what}: unexpected resourceNames"
-        );
+        // A rule naming objects grants `resource#name` only.
+        let names = r.resource_names.clone().unwrap_or_default();
         let groups = r.api_groups.clone().unwrap_or_default();
-        let resources = r.resources.clone().unwrap_or_default();
+        let mut resources = r.resources.clone().unwrap_or_default();
+        if !names.is_empty() {
+            resources = resources
+                .iter()
+                .flat_map(|res| names.iter().map(move |n| format!("{res}#{n}")))
+                .collect();
+        }
         for g in &groups {
             for res in &resources {
                 for v in &r.verbs {
@@ -367,6 +371,13 @@ fn expected_cluster_grants() -> BTreeSet<Grant> {
         ("ipsetmgr.io", "ipsetpolicies", &["get", "list", "watch"]),
         ("ipsetmgr.io", "ipsetpolicies/status", &["get", "patch"]),
         ("", "nodes", &["get", "list", "watch"]),
+        // Its own CRD only: a terminating CRD must not read as "every
+        // policy deleted".
+        (
+            "apiextensions.k8s.io",
+            "customresourcedefinitions#ipsetpolicies.ipsetmgr.io",
+            &["get", "list", "watch"],
+        ),
     ])
 }
 

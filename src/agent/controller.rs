@@ -18,6 +18,7 @@ use kube::{Client, Resource, ResourceExt};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
+use super::kind_guard::{self, KindGuard};
 use super::metrics::Shared;
 use super::status::{self, Decision, Snapshot, StatusTracker};
 use super::worker::{self, Command, Report, WorkerHandle};
@@ -26,6 +27,7 @@ use crate::ipset::Naming;
 use crate::manager::Manager;
 use crate::policy::compile::{MemberCache, compile_cached};
 use crate::policy::{IPSetPolicy, NodeStatus};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 /// One change from the API server.
 // Inputs are moved once from the watch into the store; boxing the larger
@@ -34,8 +36,12 @@ use crate::policy::{IPSetPolicy, NodeStatus};
 pub enum Input {
     Policy(Event<IPSetPolicy>),
     Node(Event<Node>),
+    /// The IPSetPolicy CRD itself (see [`KindGuard`]).
+    Crd(Event<CustomResourceDefinition>),
     /// A watch failed; it is retried with backoff. Nothing else changes.
     WatchError(String),
+    /// A list or watch of IPSetPolicies answered 404: the kind is gone.
+    KindNotFound(String),
 }
 
 /// This node's status entry per policy, as last seen on the server (filled
@@ -72,7 +78,25 @@ pub fn watch_inputs(
     .default_backoff()
     .map(|r| match r {
         Ok(ev) => Input::Policy(ev),
+        Err(e) if kind_guard::is_kind_not_found(&e) => {
+            Input::KindNotFound(format!("policy watch: {e}"))
+        }
         Err(e) => Input::WatchError(format!("policy watch: {e}")),
+    });
+    let crds = watcher::watcher(
+        Api::<CustomResourceDefinition>::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={}", kind_guard::crd_name())),
+    )
+    .modify(|c| {
+        // Only its existence and deletion timestamp matter.
+        c.metadata.managed_fields = None;
+        c.spec.versions.clear();
+        c.status = None;
+    })
+    .default_backoff()
+    .map(|r| match r {
+        Ok(ev) => Input::Crd(ev),
+        Err(e) => Input::WatchError(format!("CRD watch: {e}")),
     });
     let nodes = watcher::watcher(
         Api::<Node>::all(client),
@@ -88,7 +112,7 @@ pub fn watch_inputs(
         Ok(ev) => Input::Node(ev),
         Err(e) => Input::WatchError(format!("node watch: {e}")),
     });
-    futures::stream::select(policies.boxed(), nodes.boxed())
+    futures::stream::select_all([policies.boxed(), nodes.boxed(), crds.boxed()])
 }
 
 /// Timing and identity of one agent.
@@ -105,6 +129,10 @@ pub struct Settings {
     pub request_timeout: Duration,
     /// Wait before retrying a failed status write.
     pub write_retry: Duration,
+    /// Extra quiet time before applying a change that deleted policies: a
+    /// CRD being deleted first deletes every policy, and its own watch event
+    /// may arrive a moment after theirs (see [`KindGuard`]).
+    pub deletion_grace: Duration,
     /// Network namespace the manager thread works in (`--netns`); the API
     /// client stays in the agent's own namespace, where the API server is
     /// reachable.
@@ -121,6 +149,7 @@ impl Settings {
             min_write_interval: Duration::from_secs(1),
             request_timeout: Duration::from_secs(10),
             write_retry: Duration::from_secs(5),
+            deletion_grace: Duration::from_secs(2),
             dataplane_netns: None,
         }
     }
@@ -139,6 +168,7 @@ pub struct Agent {
     policies_listed: bool,
     labels: Option<BTreeMap<String, String>>,
     node_init: Option<Option<BTreeMap<String, String>>>,
+    kind: KindGuard,
 
     recompile_at: Option<Instant>,
     /// Parsed members per policy generation (see `MemberCache`).
@@ -188,6 +218,7 @@ impl Agent {
             policies_listed: false,
             labels: None,
             node_init: None,
+            kind: KindGuard::default(),
             recompile_at: None,
             member_cache: MemberCache::default(),
             seq: 0,
@@ -235,9 +266,14 @@ impl Agent {
     }
 
     fn changed(&mut self) {
-        if self.recompile_at.is_none() {
-            self.recompile_at = Some(Instant::now() + self.settings.debounce);
-        }
+        self.changed_after(self.settings.debounce);
+    }
+
+    /// Recompile after `quiet`, or earlier if already due; a longer wait
+    /// asked for later pushes the time out.
+    fn changed_after(&mut self, quiet: Duration) {
+        let at = Instant::now() + quiet;
+        self.recompile_at = Some(self.recompile_at.map_or(at, |t| t.max(at)));
     }
 
     fn on_input(&mut self, input: Input) {
@@ -246,6 +282,16 @@ impl Agent {
                 // Fail static: the store and the kernel stay as they are.
                 let e = crate::logging::bounded(&e, 1024);
                 tracing::warn!(error = %e, "watch failed; retrying, kernel left as it is");
+            }
+            Input::KindNotFound(e) => {
+                let e = crate::logging::bounded(&e, 1024);
+                tracing::warn!(error = %e, "the IPSetPolicy kind is not found");
+                self.kind.kind_not_found();
+            }
+            Input::Crd(ev) => {
+                if self.kind.on_event(ev) && self.kind.may_apply() {
+                    self.changed();
+                }
             }
             Input::Policy(ev) => self.on_policy(ev),
             Input::Node(ev) => self.on_node(ev),
@@ -261,7 +307,9 @@ impl Agent {
                     .insert(p.name_any(), p);
             }
             Event::InitDone => {
-                self.store = self.init_buf.take().unwrap_or_default();
+                let listed = self.init_buf.take().unwrap_or_default();
+                let lost_some = self.store.keys().any(|k| !listed.contains_key(k));
+                self.store = listed;
                 let names: Vec<String> = self.store.keys().cloned().collect();
                 self.observed
                     .lock()
@@ -272,7 +320,11 @@ impl Agent {
                 }
                 self.policies_listed = true;
                 self.shared.set_policies_listed();
-                self.changed();
+                if lost_some {
+                    self.changed_after(self.settings.deletion_grace);
+                } else {
+                    self.changed();
+                }
             }
             Event::Apply(p) => {
                 let name = p.name_any();
@@ -291,7 +343,7 @@ impl Agent {
             Event::Delete(p) => {
                 let name = p.name_any();
                 if self.store.remove(&name).is_some() {
-                    self.changed();
+                    self.changed_after(self.settings.deletion_grace);
                 }
                 self.observed
                     .lock()
@@ -340,6 +392,10 @@ impl Agent {
         };
         if !self.policies_listed {
             tracing::debug!("initial list of policies not done; not applying");
+            return;
+        }
+        if !self.kind.may_apply() {
+            tracing::warn!(kind = ?self.kind.state(), "IPSetPolicy kind not in place; kernel left as it is");
             return;
         }
         let compiled = compile_cached(

@@ -8,6 +8,7 @@
 //! - [`metrics`]: Prometheus metrics and health/readiness facts.
 
 pub mod controller;
+pub mod kind_guard;
 pub mod leader;
 pub mod metrics;
 pub mod status;

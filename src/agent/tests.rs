@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::channel::mpsc::{UnboundedSender, unbounded};
 use http::{Request, Response};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::client::Body;
 use kube::runtime::watcher::Event;
@@ -124,6 +125,19 @@ fn policy(name: &str, generation: i64, spec: Value) -> IPSetPolicy {
     .unwrap()
 }
 
+fn crd(deleting: bool) -> CustomResourceDefinition {
+    let mut meta = json!({"name": "ipsetpolicies.ipsetmgr.io"});
+    if deleting {
+        meta["deletionTimestamp"] = json!("2026-12-01T00:00:00Z");
+    }
+    serde_json::from_value(json!({
+        "metadata": meta,
+        "spec": {"group": "ipsetmgr.io", "scope": "Cluster", "versions": [],
+                 "names": {"kind": "IPSetPolicy", "plural": "ipsetpolicies"}}
+    }))
+    .unwrap()
+}
+
 fn node(labels: &[(&str, &str)]) -> Node {
     let labels: BTreeMap<String, String> = labels
         .iter()
@@ -156,6 +170,7 @@ impl Harness {
         settings.min_write_interval = Duration::from_millis(50);
         settings.write_retry = Duration::from_millis(100);
         settings.request_timeout = Duration::from_secs(2);
+        settings.deletion_grace = Duration::from_millis(300);
         let dp: Box<dyn Dataplane> = Box::new(model.clone());
         let manager = Manager::new(
             dp,
@@ -178,6 +193,11 @@ impl Harness {
         let task = tokio::spawn(agent.run(rx, async move {
             let _ = stop_rx.await;
         }));
+        // The IPSetPolicy kind is installed (see kind_guard).
+        tx.unbounded_send(Input::Crd(Event::Init)).unwrap();
+        tx.unbounded_send(Input::Crd(Event::InitApply(crd(false))))
+            .unwrap();
+        tx.unbounded_send(Input::Crd(Event::InitDone)).unwrap();
         Harness {
             inputs: tx,
             stop: Some(stop),
@@ -765,4 +785,60 @@ async fn expired_lease_is_taken_over_with_an_update() {
     assert_eq!(put.body["spec"]["leaseTransitions"], 5);
     assert_eq!(put.body["metadata"]["resourceVersion"], "7");
     assert!(log.iter().any(|r| r.is_status_patch("p1")));
+}
+
+#[tokio::test]
+async fn deleting_the_crd_leaves_the_kernel_as_it_is() {
+    let h = Harness::start(Duration::from_secs(60));
+    h.node_seen(&[]);
+    h.list(vec![
+        policy("p1", 1, hash_ip(&["10.0.0.1"])),
+        policy("p2", 1, hash_ip(&["10.0.0.2"])),
+    ]);
+    eventually("sets created", || h.model.set_names().len() == 2).await;
+
+    // What the API server does on `kubectl delete crd`: every policy is
+    // deleted (their watch events may come first), then the CRD goes.
+    h.send(Input::Policy(Event::Delete(policy("p1", 1, hash_ip(&[])))));
+    h.send(Input::Policy(Event::Delete(policy("p2", 1, hash_ip(&[])))));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    h.send(Input::Crd(Event::Apply(crd(true))));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        h.model.set_names(),
+        ["ipm4-p1", "ipm4-p2"],
+        "nothing pruned"
+    );
+    h.send(Input::Crd(Event::Delete(crd(true))));
+    h.send(Input::KindNotFound("policy watch: 404".into()));
+    // A relist that finds nothing (the kind is gone) changes nothing either.
+    h.list(vec![]);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(h.model.set_names(), ["ipm4-p1", "ipm4-p2"]);
+
+    // Reinstalled with one policy: the agent follows the API again.
+    h.send(Input::Crd(Event::Apply(crd(false))));
+    h.list(vec![policy("p1", 1, hash_ip(&["10.0.0.1"]))]);
+    eventually("p2 pruned once the kind is back", || {
+        h.model.set_names() == ["ipm4-p1"]
+    })
+    .await;
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn deleting_a_policy_still_removes_its_sets() {
+    let h = Harness::start(Duration::from_secs(60));
+    h.node_seen(&[]);
+    h.list(vec![
+        policy("p1", 1, hash_ip(&["10.0.0.1"])),
+        policy("p2", 1, hash_ip(&["10.0.0.2"])),
+    ]);
+    eventually("sets created", || h.model.set_names().len() == 2).await;
+    h.send(Input::Policy(Event::Delete(policy("p2", 1, hash_ip(&[])))));
+    eventually("p2 removed after the grace period", || {
+        h.model.set_names() == ["ipm4-p1"]
+    })
+    .await;
+    h.stop().await;
 }
