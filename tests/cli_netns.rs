@@ -867,6 +867,17 @@ fn run_reloads_on_sighup_and_recovers_a_recreated_directory() {
     });
     assert!(run.still_running(), "SIGHUP does not stop run");
 
+    // The first step of a non-atomic rewrite (`: > a.yaml`) is an error for
+    // that file, never "no policies": the set stays.
+    std::fs::write(dir.join("a.yaml"), "").unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(members(&ns), Some(vec!["10.0.0.1".into()]), "kept");
+    write_policy(
+        &dir,
+        "a.yaml",
+        &policy_yaml("live", "hash:ip", &["10.0.0.1"]),
+    );
+
     // The directory is removed: the kernel stays as it is...
     std::fs::remove_dir_all(&dir).unwrap();
     std::thread::sleep(Duration::from_millis(1500));
