@@ -14,9 +14,8 @@ use std::net::IpAddr;
 use std::process::{Child, Command, Stdio};
 
 use super::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
-use crate::ipset::member::mask;
 use crate::ipset::{
-    Family, MAX_SET_NAME_LEN, Member, MemberSetBuilder, SetHeader, SetKind, SetType,
+    Family, Member, MemberSetBuilder, SetHeader, SetKind, SetType, is_valid_set_name, mask,
 };
 
 /// The `ipset` command-line tool as a [`Dataplane`].
@@ -62,14 +61,6 @@ impl CliDataplane {
                 ))
             })
     }
-}
-
-/// A name the kernel accepts and that cannot inject anything into a script.
-fn valid_set_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_SET_NAME_LEN
-        && !name.starts_with('-')
-        && name.bytes().all(|b| b.is_ascii_graphic() && b != b'"')
 }
 
 fn invalid_name(op_index: usize, name: &str) -> BatchError {
@@ -129,7 +120,7 @@ fn write_script(
     let mut line: u64 = 1;
     for (i, op) in ops.iter().enumerate() {
         for s in op.sets() {
-            if !valid_set_name(s) {
+            if !is_valid_set_name(s) {
                 return Err(invalid_name(i, s));
             }
         }
@@ -153,7 +144,7 @@ fn write_script(
                 let mut r = Ok(());
                 for m in members.iter() {
                     if let Member::Set(name) = &m
-                        && !valid_set_name(name)
+                        && !is_valid_set_name(name)
                     {
                         return Err(BatchError {
                             op_index: i,
@@ -334,7 +325,7 @@ impl Dataplane for CliDataplane {
         }
         // Validate names before anything runs, so nothing is half-applied.
         for (i, op) in ops.iter().enumerate() {
-            if let Some(bad) = op.sets().find(|s| !valid_set_name(s)) {
+            if let Some(bad) = op.sets().find(|s| !is_valid_set_name(s)) {
                 return Err(invalid_name(i, bad));
             }
             if let Op::Add { set, members } | Op::Del { set, members } = op
@@ -342,7 +333,7 @@ impl Dataplane for CliDataplane {
             {
                 for m in members.iter() {
                     if let Member::Set(name) = &m
-                        && !valid_set_name(name)
+                        && !is_valid_set_name(name)
                     {
                         return Err(BatchError {
                             op_index: i,
@@ -450,7 +441,7 @@ impl Dataplane for CliDataplane {
     }
 
     fn read_set(&mut self, name: &str) -> Result<Option<KernelSet>, DataplaneError> {
-        if !valid_set_name(name) {
+        if !is_valid_set_name(name) {
             return Ok(None);
         }
         let mut child = self.spawn(&["list", name], false)?;

@@ -6,10 +6,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::consts::*;
 use super::wire::{self, Attr, DecodeError};
-use crate::ipset::member::mask;
 use crate::ipset::{
     Family, Member, MemberSet, MemberSetBuilder, Proto, SetHeader, SetKind, SetType,
 };
+use crate::ipset::{is_valid_set_name, mask};
 
 /// The largest `nla_len` of the IPSET_ATTR_ADT nest (a u16).
 pub const MAX_ADT_LEN: usize = u16::MAX as usize;
@@ -30,12 +30,6 @@ pub fn kernel_family(kind: SetKind) -> u8 {
     } else {
         NFPROTO_UNSPEC
     }
-}
-
-/// Whether `name` can be sent as a set name (the kernel's NLA_NUL_STRING of
-/// at most 31 bytes; empty and NUL-containing names never name a set).
-pub fn valid_set_name(name: &str) -> bool {
-    !name.is_empty() && name.len() < IPSET_MAXNAMELEN && !name.contains('\0')
 }
 
 // ---------------------------------------------------------------- requests
@@ -317,13 +311,6 @@ fn decode_ip(a: &Attr<'_>) -> Result<IpAddr, DecodeError> {
     Err(DecodeError("IP attribute without an address"))
 }
 
-fn family_of(a: &IpAddr) -> Family {
-    match a {
-        IpAddr::V4(_) => Family::V4,
-        IpAddr::V6(_) => Family::V6,
-    }
-}
-
 /// Decode one element (the payload of an IPSET_ATTR_DATA nest) of a set of
 /// `kind`. Elements with anything this project does not manage (timeouts,
 /// counters, comments, ...) are errors: the caller counts them unparsable.
@@ -363,21 +350,21 @@ pub fn decode_element(kind: SetKind, data: &[u8]) -> Result<Member, DecodeError>
     }
     let check_family = |a: IpAddr| -> Result<IpAddr, DecodeError> {
         match kind.family {
-            Some(f) if f != family_of(&a) => Err(DecodeError("element of the wrong family")),
+            Some(f) if f != Family::of(&a) => Err(DecodeError("element of the wrong family")),
             _ => Ok(a),
         }
     };
     match kind.set_type {
         SetType::HashIp => {
             let a = check_family(ip.ok_or(DecodeError("hash:ip element without IP"))?)?;
-            if cidr.is_some_and(|c| c != family_of(&a).max_prefix()) {
+            if cidr.is_some_and(|c| c != Family::of(&a).max_prefix()) {
                 return Err(DecodeError("hash:ip element with a network"));
             }
             Ok(Member::Ip(a))
         }
         SetType::HashNet => {
             let a = check_family(ip.ok_or(DecodeError("hash:net element without IP"))?)?;
-            let max = family_of(&a).max_prefix();
+            let max = Family::of(&a).max_prefix();
             let prefix = cidr.unwrap_or(max);
             if prefix > max || mask(a, prefix) != a {
                 return Err(DecodeError("hash:net element with a bad prefix"));
@@ -403,7 +390,7 @@ pub fn decode_element(kind: SetKind, data: &[u8]) -> Result<Member, DecodeError>
         )),
         SetType::ListSet => {
             let n = name.ok_or(DecodeError("list:set element without name"))?;
-            if valid_set_name(n) {
+            if is_valid_set_name(n) {
                 Ok(Member::Set(n.into()))
             } else {
                 Err(DecodeError("list:set element with a bad name"))

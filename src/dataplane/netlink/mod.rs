@@ -373,11 +373,11 @@ impl NetlinkDataplane {
     }
 
     fn check_name(name: &str) -> Result<(), DataplaneError> {
-        if codec::valid_set_name(name) {
+        if crate::ipset::is_valid_set_name(name) {
             Ok(())
         } else {
             Err(DataplaneError::Other(format!(
-                "invalid set name {name:?} (1 to 31 bytes, no NUL)"
+                "invalid set name {name:?} (1 to 31 printable ASCII bytes, no quotes, not starting with -)"
             )))
         }
     }
@@ -681,7 +681,7 @@ impl Dataplane for NetlinkDataplane {
     }
 
     fn read_set(&mut self, name: &str) -> Result<Option<KernelSet>, DataplaneError> {
-        if !codec::valid_set_name(name) {
+        if !crate::ipset::is_valid_set_name(name) {
             return Ok(None);
         }
         let mut acc = ListAccumulator::default();

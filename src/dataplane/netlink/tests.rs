@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use super::codec::{self, AdtEncoder, ListAccumulator};
 use super::consts::*;
 use super::wire;
-use crate::ipset::member::mask;
+use crate::ipset::mask;
 use crate::ipset::{Family, Member, MemberSet, Proto, SetHeader, SetKind, SetType};
 
 fn addr(family: Family) -> impl Strategy<Value = IpAddr> {
@@ -56,7 +56,7 @@ fn kind_and_member() -> impl Strategy<Value = (SetKind, Member)> {
             ))
         ),
         any::<[u8; 6]>().prop_map(|m| (SetKind::new(SetType::HashMac, None), Member::Mac(m))),
-        "[A-Za-z0-9_.:-]{1,31}"
+        "[A-Za-z0-9_.:][A-Za-z0-9_.:-]{0,30}"
             .prop_map(|n| (SetKind::new(SetType::ListSet, None), Member::Set(n.into()))),
     ]
 }

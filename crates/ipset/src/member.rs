@@ -7,8 +7,8 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::icmp;
-use super::types::{Family, SetType};
+use crate::icmp;
+use crate::types::{Family, SetType};
 
 /// Transport protocols accepted in hash:ip,port members.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -183,19 +183,12 @@ impl IntoIterator for OneOrTwo {
     }
 }
 
-fn family_of(addr: &IpAddr) -> Family {
-    match addr {
-        IpAddr::V4(_) => Family::V4,
-        IpAddr::V6(_) => Family::V6,
-    }
-}
-
 impl Member {
     /// The family of this member's address, `None` for MAC and set members.
     pub fn family(&self) -> Option<Family> {
         match self {
             Member::Ip(a) | Member::Net { addr: a, .. } | Member::IpPort { addr: a, .. } => {
-                Some(family_of(a))
+                Some(Family::of(a))
             }
             Member::Mac(_) | Member::Set(_) => None,
         }
@@ -242,7 +235,7 @@ impl Member {
     /// tolerant of the kernel's own spellings (`ipv6-icmp`, names).
     pub fn parse_kernel(set_type: SetType, line: &str) -> Result<Member, MemberError> {
         if set_type == SetType::ListSet {
-            if line.is_empty() || line.len() > 31 || line.chars().any(|c| c.is_whitespace()) {
+            if !crate::is_valid_set_name(line) {
                 return Err(MemberError::BadSetName);
             }
             return Ok(Member::Set(line.into()));
@@ -259,8 +252,8 @@ fn parse_host(s: &str) -> Result<IpAddr, MemberError> {
         None => parse_addr(s),
         Some((a, p)) => {
             let addr = parse_addr(a)?;
-            let prefix = parse_prefix(p, family_of(&addr))?;
-            if prefix != family_of(&addr).max_prefix() {
+            let prefix = parse_prefix(p, Family::of(&addr))?;
+            if prefix != Family::of(&addr).max_prefix() {
                 return Err(MemberError::WideCidrInHashIp);
             }
             Ok(addr)
@@ -348,14 +341,14 @@ fn parse_net(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
     let (addr, prefix) = match s.split_once('/') {
         None => {
             let a = parse_addr(s)?;
-            (a, family_of(&a).max_prefix())
+            (a, Family::of(&a).max_prefix())
         }
         Some((a, p)) => {
             let a = parse_addr(a)?;
-            (a, parse_prefix(p, family_of(&a))?)
+            (a, parse_prefix(p, Family::of(&a))?)
         }
     };
-    let family = family_of(&addr);
+    let family = Family::of(&addr);
     let members = if prefix == 0 {
         // The kernel rejects /0; two /1 halves cover the same space.
         let upper = match addr {
@@ -390,7 +383,7 @@ fn parse_net(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
 fn parse_ip_port(s: &str) -> Result<Member, MemberError> {
     let (addr_s, rest) = s.split_once(',').ok_or(MemberError::BadIpPortSyntax)?;
     let addr = non_null(parse_host(addr_s)?)?;
-    let family = family_of(&addr);
+    let family = Family::of(&addr);
     let (proto, port_s) = match rest.split_once(':') {
         Some((p, port)) => (
             Proto::parse(p).ok_or_else(|| MemberError::UnsupportedProtocol(p.to_string()))?,
@@ -495,7 +488,7 @@ impl fmt::Display for Member {
                 nomatch,
             } => {
                 write!(f, "{}", KernelAddr(addr))?;
-                if *prefix != family_of(addr).max_prefix() {
+                if *prefix != Family::of(addr).max_prefix() {
                     write!(f, "/{prefix}")?;
                 }
                 if *nomatch {

@@ -99,6 +99,14 @@ pub enum Family {
 }
 
 impl Family {
+    /// The family of an address.
+    pub fn of(addr: &std::net::IpAddr) -> Family {
+        match addr {
+            std::net::IpAddr::V4(_) => Family::V4,
+            std::net::IpAddr::V6(_) => Family::V6,
+        }
+    }
+
     /// The word `ipset` uses in headers (`family inet`).
     pub fn ipset_name(self) -> &'static str {
         match self {

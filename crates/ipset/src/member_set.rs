@@ -15,8 +15,8 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use rustc_hash::FxHashSet;
 
-use super::member::{Member, Proto};
-use super::types::{Family, SetKind, SetType};
+use crate::member::{Member, Proto};
+use crate::types::{Family, SetKind, SetType};
 
 #[derive(Clone, Debug)]
 enum Store {
@@ -454,7 +454,7 @@ mod tests {
             let addr = IpAddr::V4(Ipv4Addr::from(a));
             let cases = [
                 (v4(SetType::HashIp), Member::Ip(addr)),
-                (v4(SetType::HashNet), Member::Net { addr: super::super::member::mask(addr, prefix), prefix, nomatch }),
+                (v4(SetType::HashNet), Member::Net { addr: crate::member::mask(addr, prefix), prefix, nomatch }),
                 (v4(SetType::HashIpPort), Member::IpPort { addr, proto: Proto::Udp, port }),
                 (SetKind::new(SetType::HashMac, None), Member::Mac(mac)),
             ];

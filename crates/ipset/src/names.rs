@@ -9,12 +9,25 @@
 
 use sha2::{Digest, Sha256};
 
-use super::types::Family;
+use crate::types::Family;
 
 /// The kernel's limit on set names (IPSET_MAXNAMELEN - 1).
 pub const MAX_SET_NAME_LEN: usize = 31;
 /// Bytes of the policy name's SHA-256 kept in a shortened set name.
 const HASH_BYTES: usize = 5;
+
+/// Whether this project will name, write or accept `name` as a set name:
+/// what the kernel accepts (1 to 31 bytes), narrowed to printable ASCII
+/// without quotes and not starting with `-`, so a name can never be read as
+/// anything else in an `ipset restore` script or on a command line. Every
+/// owned name is of this form.
+pub fn is_valid_set_name(name: &str) -> bool {
+    (1..=MAX_SET_NAME_LEN).contains(&name.len())
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\'')
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid set prefix {0:?}: it must be 1 to 8 ASCII letters or digits")]
@@ -82,7 +95,7 @@ impl Naming {
 
     /// Whether this manager owns a kernel set of this name.
     pub fn owns(&self, name: &str) -> bool {
-        name.len() <= MAX_SET_NAME_LEN
+        is_valid_set_name(name)
             && name
                 .strip_prefix(self.prefix.as_str())
                 .and_then(|rest| rest.get(..2))
@@ -159,6 +172,25 @@ mod tests {
         }
         assert!(n.is_temp("ipmt-1f"));
         assert!(!n.is_temp("ipm4-t"));
+    }
+
+    #[test]
+    fn set_name_rules() {
+        for ok in ["ipm4-a", "KUBE-SRC-X", "a", &"n".repeat(31)] {
+            assert!(is_valid_set_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            &"n".repeat(32),
+            "-x",
+            "a b",
+            "a\"b",
+            "a'b",
+            "a\nb",
+            "\u{e9}",
+        ] {
+            assert!(!is_valid_set_name(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -1,0 +1,17 @@
+//! What a kernel ipset is: set types and families, typed members with their
+//! canonical rendering, compact member storage, and the kernel names this
+//! project owns. Pure data: no I/O, no Kubernetes, no async runtime, no
+//! unsafe code. The architecture is described in `docs/architecture.md`.
+
+#![forbid(unsafe_code)]
+
+mod icmp;
+mod member;
+mod member_set;
+mod names;
+mod types;
+
+pub use member::{Member, MemberError, OneOrTwo, Parsed, Proto, mask};
+pub use member_set::{MemberSet, MemberSetBuilder};
+pub use names::{BadPrefix, MAX_SET_NAME_LEN, Naming, is_valid_set_name};
+pub use types::{DEFAULT_MAX_ELEM, Family, SetHeader, SetKind, SetType, UnknownSetType};
