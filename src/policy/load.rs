@@ -217,6 +217,10 @@ fn yaml_options() -> serde_saphyr::Options {
     budget.max_reader_input_bytes = Some(1 << 30);
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
+    // Aliases have no business in member lists: a tenth of the parser's
+    // default replay allowance rejects an alias bomb ten times sooner.
+    options.alias_limits.max_total_replayed_events = 100_000;
+    options.alias_limits.max_replay_stack_depth = 16;
     options
 }
 

@@ -5,7 +5,7 @@
 
 #![forbid(unsafe_code)]
 
-mod icmp;
+pub mod icmp;
 mod member;
 mod member_set;
 mod names;
