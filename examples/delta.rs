@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::time::Instant;
 
 use clap::Parser;
-use ipsetmgr::dataplane::select::{Backend, open};
+use ipsetmgr::dataplane::{Backend, open};
 use ipsetmgr::ipset::Naming;
 use ipsetmgr::manager::{Manager, ManagerConfig};
 use ipsetmgr::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
@@ -15,7 +15,7 @@ use ipsetmgr::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
 struct Args {
     #[arg(long)]
     netns: String,
-    #[arg(long, value_enum, default_value_t = Backend::Netlink)]
+    #[arg(long, default_value = "netlink")]
     backend: Backend,
     #[arg(long, default_value_t = 1_000_000)]
     members: u32,
@@ -48,7 +48,7 @@ fn peak_rss_mb() -> f64 {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    ipsetmgr::netns::enter(&args.netns)?;
+    ipsetmgr::dataplane::netns::enter(&args.netns)?;
     let dp = open(args.backend)?;
     let backend = dp.name();
     let mut mgr = Manager::new(dp, ManagerConfig::default());

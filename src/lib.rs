@@ -2,16 +2,15 @@
 
 pub mod agent;
 pub mod commands;
-pub mod dataplane;
 pub mod duration;
 pub mod lock;
 pub mod logging;
 pub mod manager;
-pub mod memory;
-pub mod netns;
 pub mod policy;
 pub mod server;
 
+/// The kernel behind one trait (its own crate).
+pub use ipsetmgr_dataplane as dataplane;
 /// The ipset vocabulary (its own crate, re-exported for the modules here).
 pub use ipsetmgr_ipset as ipset;
 

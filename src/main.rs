@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 
 use ipsetmgr::agent::AgentConfig;
 use ipsetmgr::commands::{apply, run, sets};
-use ipsetmgr::dataplane::select::{Backend, open};
+use ipsetmgr::dataplane::{Backend, open};
 use ipsetmgr::duration;
 use ipsetmgr::ipset::Naming;
 use ipsetmgr::lock::{self, LockGuard};
@@ -37,8 +37,14 @@ struct Cli {
         default_value = "ipm"
     )]
     set_prefix: String,
-    /// Dataplane backend: native netlink, or the `ipset` binary.
-    #[arg(long, global = true, env = "IPSETMGR_BACKEND", value_enum, default_value_t = Backend::Netlink)]
+    /// Dataplane backend: `netlink` (native, the default; falls back to cli
+    /// when the kernel lacks it) or `cli` (the `ipset` binary).
+    #[arg(
+        long,
+        global = true,
+        env = "IPSETMGR_BACKEND",
+        default_value = "netlink"
+    )]
     backend: Backend,
     /// Log format on stderr.
     #[arg(long, global = true, env = "IPSETMGR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -115,7 +121,7 @@ fn open_in_netns(
     std::thread::scope(|scope| {
         scope
             .spawn(|| -> Result<(LockGuard, BoxedDataplane)> {
-                if ipsetmgr::netns::enter(ns)? {
+                if ipsetmgr::dataplane::netns::enter(ns)? {
                     eprintln!("created network namespace {ns}");
                 }
                 // After `enter`: the lock key is this thread's namespace.
@@ -164,7 +170,7 @@ fn real_main() -> Result<bool> {
     // namespace, so it can still reach the API server.
     let is_agent = matches!(cli.command, Command::Agent(_));
     if let Some(ns) = cli.netns.as_deref().filter(|_| !is_agent) {
-        let created = ipsetmgr::netns::enter(ns)?;
+        let created = ipsetmgr::dataplane::netns::enter(ns)?;
         if created {
             eprintln!("created network namespace {ns}");
         }

@@ -76,7 +76,7 @@ pub fn spawn<D: Dataplane + 'static>(
             // process it starts) happens in the namespace, the API client
             // does not.
             if let Some(ns) = &netns
-                && let Err(e) = crate::netns::enter(ns)
+                && let Err(e) = crate::dataplane::netns::enter(ns)
             {
                 tracing::error!(error = %e, "manager thread cannot enter its network namespace; not touching any kernel");
                 return;
@@ -123,7 +123,7 @@ pub fn spawn<D: Dataplane + 'static>(
                         }
                         seq = Some(latest);
                         manager.set_desired(sets, held);
-                        crate::memory::release_free_memory();
+                        crate::dataplane::memory::release_free_memory();
                     }
                     Err(RecvTimeoutError::Timeout) => {
                         if Instant::now() >= next_resync {

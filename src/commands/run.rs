@@ -154,7 +154,7 @@ pub fn run(dp: Box<dyn Dataplane>, naming: Naming, args: &RunArgs) -> Result<(),
             loaded = fingerprint(&args.policy_dir);
             apply_files(&mut mgr, &naming, args);
             // The member strings and parser buffers are gone now.
-            crate::memory::release_free_memory();
+            crate::dataplane::memory::release_free_memory();
         }
         let outcome = mgr.apply_updates();
         log_outcome(&mgr, &outcome);

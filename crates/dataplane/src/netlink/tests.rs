@@ -9,8 +9,8 @@ use proptest::prelude::*;
 use super::codec::{self, AdtEncoder, ListAccumulator};
 use super::consts::*;
 use super::wire;
-use crate::ipset::mask;
-use crate::ipset::{Family, Member, MemberSet, Proto, SetHeader, SetKind, SetType};
+use ipsetmgr_ipset::mask;
+use ipsetmgr_ipset::{Family, Member, MemberSet, Proto, SetHeader, SetKind, SetType};
 
 fn addr(family: Family) -> impl Strategy<Value = IpAddr> {
     match family {

@@ -13,8 +13,8 @@ use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::net::IpAddr;
 use std::process::{Child, Command, Stdio};
 
-use super::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
-use crate::ipset::{
+use crate::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
+use ipsetmgr_ipset::{
     Family, Member, MemberSetBuilder, SetHeader, SetKind, SetType, is_valid_set_name, mask,
 };
 
@@ -768,7 +768,7 @@ pub fn parse_listing(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipset::MemberSet;
+    use ipsetmgr_ipset::MemberSet;
     use std::net::Ipv4Addr;
 
     fn v4(t: SetType) -> SetKind {

@@ -6,10 +6,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::consts::*;
 use super::wire::{self, Attr, DecodeError};
-use crate::ipset::{
+use ipsetmgr_ipset::{
     Family, Member, MemberSet, MemberSetBuilder, Proto, SetHeader, SetKind, SetType,
 };
-use crate::ipset::{is_valid_set_name, mask};
+use ipsetmgr_ipset::{is_valid_set_name, mask};
 
 /// The largest `nla_len` of the IPSET_ATTR_ADT nest (a u16).
 pub const MAX_ADT_LEN: usize = u16::MAX as usize;
@@ -420,7 +420,7 @@ impl RawHeader {
     /// [`KernelSet::unmanaged_options`] describes them. A host-length
     /// netmask is the default and changes nothing.
     ///
-    /// [`KernelSet::unmanaged_options`]: crate::dataplane::KernelSet::unmanaged_options
+    /// [`KernelSet::unmanaged_options`]: crate::KernelSet::unmanaged_options
     pub fn unmanaged_options(&self) -> Vec<String> {
         let host = if self.family == NFPROTO_IPV6 { 128 } else { 32 };
         let netmask = self

@@ -4,8 +4,8 @@
 //! for list:set), so the mapping takes the set type of the operation.
 
 use super::consts::*;
-use crate::dataplane::DataplaneError;
-use crate::ipset::{Member, SetType};
+use crate::DataplaneError;
+use ipsetmgr_ipset::{Member, SetType};
 
 /// Which command failed, for the parts of the mapping that depend on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

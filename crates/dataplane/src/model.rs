@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
-use crate::ipset::{Member, MemberSet, SetHeader, SetType};
+use crate::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
+use ipsetmgr_ipset::{Member, MemberSet, SetHeader, SetType};
 
 /// A set as the model kernel holds it.
 #[derive(Clone, Debug)]

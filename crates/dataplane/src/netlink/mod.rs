@@ -23,7 +23,6 @@ mod tests;
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
@@ -31,8 +30,8 @@ use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
 use self::codec::{AdtEncoder, ListAccumulator};
 use self::consts::*;
 use self::errors::{Cmd, ErrCtx, map_errno};
-use super::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
-use crate::ipset::{Family, Member, MemberSet, SetType};
+use crate::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
+use ipsetmgr_ipset::{Family, Member, MemberSet, SetType};
 
 /// How many ADD/DEL messages may await their ack.
 const WINDOW: usize = 16;
@@ -103,36 +102,14 @@ fn open_socket() -> Result<Socket, DataplaneError> {
     sock.bind_auto().map_err(|e| io_err("bind", e))?;
     sock.connect(&SocketAddr::new(0, 0))
         .map_err(|e| io_err("connect", e))?;
-    let fd = sock.as_raw_fd();
-    let size = RCVBUF as libc::c_int;
-    // SAFETY: plain setsockopt calls on a valid fd with correctly sized values.
-    let forced = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            &size as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if forced != 0 {
+    use nix::sys::socket::{setsockopt, sockopt};
+    if setsockopt(&sock, sockopt::RcvBufForce, &RCVBUF).is_err() {
         // Without CAP_NET_ADMIN over the socket: as much as rmem_max allows.
-        let _ = sock.set_rx_buf_sz(size);
+        let _ = sock.set_rx_buf_sz(RCVBUF);
     }
-    let tv = libc::timeval {
-        tv_sec: RECV_TIMEOUT.as_secs() as libc::time_t,
-        tv_usec: 0,
-    };
-    // SAFETY: as above.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            &tv as *const libc::timeval as *const libc::c_void,
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        );
-    }
+    let tv = nix::sys::time::TimeVal::new(RECV_TIMEOUT.as_secs() as _, 0);
+    // Best effort: without it a lost reply blocks until the kernel answers.
+    let _ = setsockopt(&sock, sockopt::ReceiveTimeout, &tv);
     // Plain acks need not echo our (up to 64 KiB) requests; ipset's own
     // batch error replies still carry the whole request with the lineno.
     let _ = sock.set_cap_ack(true);
@@ -373,7 +350,7 @@ impl NetlinkDataplane {
     }
 
     fn check_name(name: &str) -> Result<(), DataplaneError> {
-        if crate::ipset::is_valid_set_name(name) {
+        if ipsetmgr_ipset::is_valid_set_name(name) {
             Ok(())
         } else {
             Err(DataplaneError::Other(format!(
@@ -681,7 +658,7 @@ impl Dataplane for NetlinkDataplane {
     }
 
     fn read_set(&mut self, name: &str) -> Result<Option<KernelSet>, DataplaneError> {
-        if !crate::ipset::is_valid_set_name(name) {
+        if !ipsetmgr_ipset::is_valid_set_name(name) {
             return Ok(None);
         }
         let mut acc = ListAccumulator::default();

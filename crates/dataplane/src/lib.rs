@@ -1,15 +1,26 @@
-//! Dataplane backends: the one trait of typed operations the manager drives,
-//! and its implementations (the `ipset` CLI, the in-memory model for tests;
-//! a native netlink backend plugs in here without touching the manager).
+//! The kernel behind one trait: typed operations on ipsets ([`Dataplane`]),
+//! their typed errors, and the backends that implement them: native netlink
+//! (the default), the `ipset` binary, and an in-memory model of the kernel
+//! for tests (feature `model`). Also what else touches the operating system
+//! directly: entering a network namespace, returning freed memory.
+//!
+//! This is the only crate of the workspace with `unsafe` code and `libc`
+//! (two setsockopt-free socket calls are in `nix`; what remains is said
+//! where it is). See `docs/architecture.md`.
 
 pub mod cli;
+pub mod memory;
+#[cfg(feature = "model")]
 pub mod model;
 pub mod netlink;
-pub mod select;
+pub mod netns;
+mod select;
+
+pub use select::{Backend, OpenError, open};
 
 use std::fmt;
 
-use crate::ipset::{Member, MemberSet, SetHeader, SetType};
+use ipsetmgr_ipset::{Member, MemberSet, SetHeader, SetType};
 
 /// One typed operation on kernel sets. Operations borrow the manager's state,
 /// so a batch of a million members is never copied.

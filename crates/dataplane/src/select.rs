@@ -1,17 +1,28 @@
 //! Choosing and opening a backend (`--backend netlink|cli`).
 
-use super::Dataplane;
-use super::cli::CliDataplane;
-use super::netlink::NetlinkDataplane;
+use crate::Dataplane;
+use crate::cli::CliDataplane;
+use crate::netlink::NetlinkDataplane;
 
 /// The backends a user can choose.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     /// Native netlink (no `ipset` binary needed); falls back to cli, saying
     /// why, when the kernel's ipset netlink protocol is unavailable.
     Netlink,
     /// The `ipset` binary (`ipset restore` batches, `ipset list` reads).
     Cli,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Backend, String> {
+        match s {
+            "netlink" => Ok(Backend::Netlink),
+            "cli" => Ok(Backend::Cli),
+            other => Err(format!("unknown backend {other:?}: use netlink or cli")),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
