@@ -1011,10 +1011,16 @@ fn check_case(backend: Backend, case: &Case) -> Result<(), String> {
     check_kernel(&compiled.sets, "after the first apply")?;
 
     let (second, report) = apply(backend, &compiled)?;
-    let unsynced: Vec<(&str, usize, Option<&str>)> = report
+    let unsynced: Vec<(&str, usize, Option<String>)> = report
         .iter()
         .filter(|r| !r.synced || r.problems > 0 || r.error.is_some())
-        .map(|r| (r.name.as_str(), r.problems, r.error.as_deref()))
+        .map(|r| {
+            (
+                r.name.as_str(),
+                r.problems,
+                r.error.as_ref().map(|e| e.to_string()),
+            )
+        })
         .collect();
     if !second.applied
         || !second.written.is_empty()

@@ -21,10 +21,9 @@ use tokio::time::{Instant, sleep_until};
 use super::kind_guard::{self, KindGuard};
 use super::metrics::Shared;
 use super::status::{self, Decision, Snapshot, StatusTracker};
-use super::worker::{self, Command, Report, WorkerHandle};
-use crate::dataplane::Dataplane;
+use super::worker::{Command, Report};
 use crate::ipset::Naming;
-use crate::manager::Manager;
+use crate::kernel::KernelSide;
 use crate::policy::compile::{MemberCache, compile_cached};
 use crate::policy::{IPSetPolicy, NodeStatus};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -120,7 +119,6 @@ pub fn watch_inputs(
 pub struct Settings {
     pub node_name: String,
     pub naming: Naming,
-    pub resync_interval: Duration,
     /// Quiet time before recompiling after a change.
     pub debounce: Duration,
     /// At most one status write per policy per this interval.
@@ -133,24 +131,18 @@ pub struct Settings {
     /// CRD being deleted first deletes every policy, and its own watch event
     /// may arrive a moment after theirs (see [`KindGuard`]).
     pub deletion_grace: Duration,
-    /// Network namespace the manager thread works in (`--netns`); the API
-    /// client stays in the agent's own namespace, where the API server is
-    /// reachable.
-    pub dataplane_netns: Option<String>,
 }
 
 impl Settings {
-    pub fn new(node_name: &str, naming: Naming, resync_interval: Duration) -> Settings {
+    pub fn new(node_name: &str, naming: Naming) -> Settings {
         Settings {
             node_name: node_name.to_string(),
             naming,
-            resync_interval,
             debounce: Duration::from_millis(100),
             min_write_interval: Duration::from_secs(1),
             request_timeout: Duration::from_secs(10),
             write_retry: Duration::from_secs(5),
             deletion_grace: Duration::from_secs(2),
-            dataplane_netns: None,
         }
     }
 }
@@ -181,7 +173,8 @@ pub struct Agent {
     /// Last Warning message published per policy (not repeated).
     warned: HashMap<String, String>,
 
-    worker: WorkerHandle,
+    /// The manager's driver loop on its own thread.
+    kernel: Option<KernelSide>,
     reports: mpsc::UnboundedReceiver<Report>,
 }
 
@@ -190,22 +183,16 @@ fn far_future() -> Instant {
 }
 
 impl Agent {
-    /// Start the manager thread; the loop starts with [`Agent::run`].
-    pub fn new<D: Dataplane + 'static>(
+    /// The loop starts with [`Agent::run`]; `kernel` is the started kernel
+    /// side, whose reports arrive on `reports`.
+    pub fn new(
         client: Client,
         settings: Settings,
-        manager: Manager<D>,
+        kernel: KernelSide,
+        reports: mpsc::UnboundedReceiver<Report>,
         shared: Arc<Shared>,
         observed: Observed,
     ) -> Agent {
-        let (tx, reports) = mpsc::unbounded_channel();
-        let worker = worker::spawn(
-            manager,
-            settings.resync_interval,
-            settings.dataplane_netns.clone(),
-            shared.clone(),
-            tx,
-        );
         Agent {
             api: Api::all(client.clone()),
             client,
@@ -226,7 +213,7 @@ impl Agent {
             last_report: None,
             flush_at: None,
             warned: HashMap::new(),
-            worker,
+            kernel: Some(kernel),
             reports,
         }
     }
@@ -262,7 +249,10 @@ impl Agent {
             }
         }
         tracing::info!("shutting down: stopping the manager after its current apply");
-        self.worker.shutdown().await;
+        if let Some(kernel) = self.kernel.take() {
+            // Joining the thread blocks: off the async workers.
+            let _ = tokio::task::spawn_blocking(move || kernel.shutdown()).await;
+        }
     }
 
     fn changed(&mut self) {
@@ -416,7 +406,8 @@ impl Agent {
                 p.spec.members = Vec::new();
             }
         }
-        self.worker.send(Command::Desired {
+        let Some(kernel) = &self.kernel else { return };
+        kernel.send(Command::Desired {
             seq: self.seq,
             sets: compiled.sets,
             held: compiled.held,

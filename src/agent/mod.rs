@@ -19,18 +19,17 @@ mod tests;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Context;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, CustomResourceExt};
 
-use crate::dataplane::Dataplane;
-use crate::ipset::Naming;
-use crate::manager::{Manager, ManagerConfig};
+use crate::args::defaults;
+use crate::kernel::{KernelOptions, KernelSide};
+use crate::manager::driver::DriverConfig;
 use crate::policy::IPSetPolicy;
 
-/// Flags of `ipsetmgr agent`.
+/// Flags of `ipsetmgr agent` (the global flags set the kernel side).
 #[derive(Clone, Debug, clap::Args)]
 pub struct AgentConfig {
     /// This node's name (from the downward API).
@@ -39,37 +38,14 @@ pub struct AgentConfig {
     /// Kubeconfig file; in-cluster configuration (or $KUBECONFIG) when absent.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// Prefix of owned kernel set names; filled from the global
-    /// `--set-prefix` flag.
-    #[arg(skip = String::from("ipm"))]
-    pub set_prefix: String,
-    /// Full resync against the kernel every this often (e.g. 60s, 5m).
-    #[arg(long, env = "IPSETMGR_RESYNC_INTERVAL", default_value = "60s", value_parser = crate::duration::parse_positive)]
-    pub resync_interval: Duration,
+    #[command(flatten)]
+    pub resync: crate::args::Resync,
     /// Address of the /healthz, /readyz and /metrics listener.
-    #[arg(long, env = "IPSETMGR_LISTEN", default_value = "0.0.0.0:9477")]
+    #[arg(long, env = "IPSETMGR_LISTEN", default_value = defaults::LISTEN)]
     pub listen: SocketAddr,
-    /// Network namespace for the kernel side only; filled from the global
-    /// `--netns` flag.
-    #[arg(skip)]
-    pub dataplane_netns: Option<String>,
     /// Namespace of the summary-writer Lease.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "ipsetmgr-system")]
+    #[arg(long, env = "POD_NAMESPACE", default_value = defaults::NAMESPACE)]
     pub lease_namespace: String,
-}
-
-impl AgentConfig {
-    pub fn new(node_name: &str) -> AgentConfig {
-        AgentConfig {
-            node_name: node_name.to_string(),
-            kubeconfig: None,
-            set_prefix: "ipm".into(),
-            resync_interval: Duration::from_secs(60),
-            listen: ([0, 0, 0, 0], 9477).into(),
-            dataplane_netns: None,
-            lease_namespace: "ipsetmgr-system".into(),
-        }
-    }
 }
 
 /// The CRD as YAML (what `ipsetmgr crd` prints and `crds/` holds).
@@ -112,14 +88,27 @@ async fn shutdown_signal() {
 
 /// Run the agent until SIGTERM/SIGINT. The kernel is never touched on the
 /// way out: watchers stop, the current apply finishes, the process exits.
-pub async fn run_agent(config: AgentConfig, dataplane: Box<dyn Dataplane>) -> anyhow::Result<()> {
+pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Result<()> {
     anyhow::ensure!(
         !config.node_name.is_empty(),
         "--node-name (NODE_NAME) is required"
     );
-    let naming = Naming::new(&config.set_prefix)?;
+    let naming = kernel.naming.clone();
+    let resync_interval = config.resync.interval;
     let client = make_client(&config).await?;
-    let shared = metrics::Shared::new(config.resync_interval);
+    let shared = metrics::Shared::new(resync_interval);
+    // The kernel side first: it takes the writer lock and opens the
+    // dataplane, and either failing is a reason not to start at all.
+    let (reports_tx, reports) = tokio::sync::mpsc::unbounded_channel();
+    let observer = worker::Forward::new(shared.clone(), reports_tx);
+    let kernel = tokio::task::block_in_place(|| {
+        KernelSide::start(
+            kernel,
+            "agent",
+            DriverConfig::new(resync_interval),
+            Box::new(observer),
+        )
+    })?;
 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -138,19 +127,11 @@ pub async fn run_agent(config: AgentConfig, dataplane: Box<dyn Dataplane>) -> an
         stop_rx,
     ));
 
-    let manager = Manager::new(
-        dataplane,
-        ManagerConfig {
-            naming: naming.clone(),
-            ..ManagerConfig::default()
-        },
-    );
     let observed = controller::Observed::default();
     let inputs = controller::watch_inputs(client.clone(), &config.node_name, observed.clone());
-    let mut settings = controller::Settings::new(&config.node_name, naming, config.resync_interval);
-    settings.dataplane_netns = config.dataplane_netns.clone();
+    let settings = controller::Settings::new(&config.node_name, naming);
     tracing::info!(node = %config.node_name, listen = %config.listen, "agent starting");
-    let agent = controller::Agent::new(client, settings, manager, shared, observed);
+    let agent = controller::Agent::new(client, settings, kernel, reports, shared, observed);
     agent.run(inputs, shutdown_signal()).await;
 
     let _ = stop_tx.send(true);

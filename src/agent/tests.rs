@@ -19,10 +19,11 @@ use tower_test::mock;
 use super::controller::{Agent, Input, Observed, Settings, strip_policy};
 use super::leader::{self, LeaderSettings, plan_summary};
 use super::metrics::Shared;
-use crate::dataplane::Dataplane;
+use super::worker::Forward;
 use crate::dataplane::model::ModelDataplane;
 use crate::ipset::{Family, Naming, SetHeader, SetKind, SetType};
-use crate::manager::{Manager, ManagerConfig};
+use crate::kernel::KernelSide;
+use crate::manager::driver::DriverConfig;
 use crate::policy::IPSetPolicy;
 
 const NODE: &str = "node-a";
@@ -165,29 +166,24 @@ impl Harness {
         let responder = Arc::new(Mutex::new(ok_responder()));
         let (client, log) = mock_api(responder.clone());
         let naming = Naming::default();
-        let mut settings = Settings::new(NODE, naming.clone(), resync);
+        let mut settings = Settings::new(NODE, naming.clone());
         settings.debounce = Duration::from_millis(10);
         settings.min_write_interval = Duration::from_millis(50);
         settings.write_retry = Duration::from_millis(100);
         settings.request_timeout = Duration::from_secs(2);
         settings.deletion_grace = Duration::from_millis(300);
-        let dp: Box<dyn Dataplane> = Box::new(model.clone());
-        let manager = Manager::new(
-            dp,
-            ManagerConfig {
-                naming,
-                ..ManagerConfig::default()
-            },
+        let shared = Shared::new(resync);
+        let (reports_tx, reports) = tokio::sync::mpsc::unbounded_channel();
+        let kernel_model = model.clone();
+        let kernel = KernelSide::start_with(
+            None,
+            DriverConfig::new(resync),
+            Box::new(Forward::new(shared.clone(), reports_tx)),
+            move || Ok((None, kernel_model, naming)),
         )
-        .with_sleep(|_| {});
+        .expect("the model kernel starts");
         let observed = Observed::default();
-        let agent = Agent::new(
-            client,
-            settings,
-            manager,
-            Shared::new(resync),
-            observed.clone(),
-        );
+        let agent = Agent::new(client, settings, kernel, reports, shared, observed.clone());
         let (tx, rx) = unbounded();
         let (stop, stop_rx) = oneshot::channel();
         let task = tokio::spawn(agent.run(rx, async move {

@@ -1,13 +1,15 @@
-//! `ipsetmgr apply`: one-shot reconcile of policy files to the kernel.
+//! `ipsetmgr apply`: one-shot reconcile of policy files to the kernel,
+//! printed as a table of sets and what happened to each.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
+use std::io::{self, Write};
 use std::path::PathBuf;
 
-use super::{load, table};
+use super::{FilePolicies, load, table};
 use crate::dataplane::Dataplane;
 use crate::ipset::Naming;
-use crate::manager::{Manager, ManagerConfig, Plan};
+use crate::manager::{ApplyOutcome, DeletionReport, Manager, ManagerConfig, Plan};
+use crate::policy::PolicyError;
 
 pub struct ApplyArgs {
     pub paths: Vec<PathBuf>,
@@ -32,13 +34,49 @@ pub fn apply(
     naming: Naming,
     args: &ApplyArgs,
     out: &mut dyn Write,
-) -> std::io::Result<bool> {
+) -> io::Result<bool> {
     let mut files = load(&args.paths, &naming, args.labels.as_ref(), false);
-    let mut ok = files.load_errors.is_empty() && files.compiled.errors.is_empty();
     for e in &files.load_errors {
         writeln!(out, "error: {e}")?;
     }
-    // A file that did not load may hold policies we cannot see: never prune then.
+    let prune = prune_allowed(args, &files, out)?;
+    let backend = dp.name();
+    let mut mgr = Manager::new(
+        dp,
+        ManagerConfig {
+            naming,
+            prune,
+            ..ManagerConfig::default()
+        },
+    );
+    mgr.set_desired(
+        std::mem::take(&mut files.compiled.sets),
+        files.compiled.held.clone(),
+    );
+    let inputs_ok = files.load_errors.is_empty() && files.compiled.errors.is_empty();
+    if args.dry_run {
+        return Ok(print_plan(&mut mgr, backend, out)?
+            && print_policy_errors(&files.compiled.errors, out).map(|()| inputs_ok)?);
+    }
+
+    let outcome = mgr.apply_updates();
+    let (rows, sets_ok) = result_rows(&mgr, &outcome, &files);
+    if !rows.is_empty() {
+        let headers = ["POLICY", "SET", "TYPE", "MEMBERS", "PROBLEMS", "RESULT"];
+        write!(out, "{}", table::render(&headers, &rows))?;
+    }
+    print_policy_errors(&files.compiled.errors, out)?;
+    let undeleted = mgr.deletion_report();
+    print_side_effects(&mgr, &outcome, &files, &undeleted, out)?;
+    // Asked to prune and could not: not a success, even if every desired
+    // set is in sync.
+    let ok = inputs_ok && sets_ok && outcome.applied && undeleted.is_empty();
+    print_summary(&mgr, &outcome, backend, ok, &undeleted, out)?;
+    Ok(ok)
+}
+
+/// A file that did not load may hold policies we cannot see: never prune then.
+fn prune_allowed(args: &ApplyArgs, files: &FilePolicies, out: &mut dyn Write) -> io::Result<bool> {
     let prune = args.prune && files.load_errors.is_empty();
     if args.prune && !prune {
         writeln!(
@@ -46,83 +84,82 @@ pub fn apply(
             "warning: not pruning because some policy files could not be loaded"
         )?;
     }
-    let types: HashMap<String, String> = files
+    Ok(prune)
+}
+
+/// `--dry-run`: the planned operations after a read-only resync. Returns
+/// whether the kernel could be read.
+fn print_plan<D: Dataplane>(
+    mgr: &mut Manager<D>,
+    backend: &str,
+    out: &mut dyn Write,
+) -> io::Result<bool> {
+    let plan = match mgr.plan() {
+        Ok(p) => p,
+        Err(e) => {
+            writeln!(
+                out,
+                "error: could not read the kernel's sets ({backend} backend): {e}"
+            )?;
+            return Ok(false);
+        }
+    };
+    writeln!(
+        out,
+        "Planned operations (dry run, nothing sent to the kernel):"
+    )?;
+    if plan.is_empty() {
+        writeln!(
+            out,
+            "  none: the kernel already matches the loaded policies"
+        )?;
+    }
+    for line in plan {
+        writeln!(out, "  {line}")?;
+    }
+    Ok(true)
+}
+
+/// One row per desired set and one per rejected policy, sorted; and whether
+/// every desired set is in sync.
+fn result_rows<D: Dataplane>(
+    mgr: &Manager<D>,
+    outcome: &ApplyOutcome,
+    files: &FilePolicies,
+) -> (Vec<Vec<String>>, bool) {
+    let types: HashMap<&str, String> = files
         .policies
         .iter()
         .map(|p| {
             (
-                p.metadata.name.clone().unwrap_or_default(),
+                p.metadata.name.as_deref().unwrap_or_default(),
                 p.spec.set_type.to_string(),
             )
         })
         .collect();
-    let config = ManagerConfig {
-        naming,
-        prune,
-        ..ManagerConfig::default()
-    };
-    let backend = dp.name();
-    let mut mgr = Manager::new(dp, config);
-    mgr.set_desired(
-        std::mem::take(&mut files.compiled.sets),
-        files.compiled.held.clone(),
-    );
-
-    if args.dry_run {
-        let plan = match mgr.plan() {
-            Ok(p) => p,
-            Err(e) => {
-                writeln!(
-                    out,
-                    "error: could not read the kernel's sets ({backend} backend): {e}"
-                )?;
-                return Ok(false);
-            }
-        };
-        writeln!(
-            out,
-            "Planned operations (dry run, nothing sent to the kernel):"
-        )?;
-        if plan.is_empty() {
-            writeln!(
-                out,
-                "  none: the kernel already matches the loaded policies"
-            )?;
-        }
-        for line in plan {
-            writeln!(out, "  {line}")?;
-        }
-        print_policy_errors(&files.compiled.errors, out)?;
-        return Ok(ok);
-    }
-
-    let outcome = mgr.apply_updates();
+    let type_of = |policy: &str| types.get(policy).cloned().unwrap_or_default();
     let written: HashMap<&str, Plan> = outcome
         .written
         .iter()
         .map(|(n, p)| (n.as_str(), *p))
         .collect();
+    let mut all_synced = true;
     let mut rows = Vec::new();
     for r in mgr.report() {
         let result = match (&r.error, written.get(r.name.as_str())) {
-            (Some(e), _) => {
-                ok = false;
-                format!("FAILED: {e}")
-            }
+            (Some(e), _) => format!("FAILED: {e}"),
             (None, Some(plan)) if r.synced => verb(*plan).to_string(),
             (None, _) if r.synced => "unchanged".to_string(),
-            (None, _) => {
-                ok = false;
-                format!(
-                    "NOT SYNCED: {}",
-                    outcome.error.as_deref().unwrap_or("unknown error")
-                )
-            }
+            (None, _) => match &outcome.error {
+                Some(e) => format!("NOT SYNCED: {e}"),
+                None => "NOT SYNCED".to_string(),
+            },
         };
+        all_synced &= r.synced;
         rows.push(vec![
             r.policy.clone(),
             r.name.clone(),
-            types.get(&r.policy).cloned().unwrap_or_default(),
+            type_of(&r.policy),
             r.members.to_string(),
             r.problems.to_string(),
             result,
@@ -130,32 +167,45 @@ pub fn apply(
     }
     for (policy, errs) in files.compiled.errors_by_policy() {
         let first = errs.first().map(|e| e.to_string()).unwrap_or_default();
-        let more = if errs.len() > 1 {
-            format!(" (+{} more)", errs.len() - 1)
-        } else {
-            String::new()
+        let more = match errs.len() {
+            0 | 1 => String::new(),
+            n => format!(" (+{} more)", n - 1),
         };
         rows.push(vec![
             policy.to_string(),
             "-".into(),
-            types.get(policy).cloned().unwrap_or_default(),
+            type_of(policy),
             "-".into(),
             "-".into(),
             format!("INVALID: {first}{more}"),
         ]);
     }
     rows.sort();
-    if !rows.is_empty() {
-        write!(
+    (rows, all_synced)
+}
+
+fn print_policy_errors(errors: &[PolicyError], out: &mut dyn Write) -> io::Result<()> {
+    if !errors.is_empty() {
+        writeln!(
             out,
-            "{}",
-            table::render(
-                &["POLICY", "SET", "TYPE", "MEMBERS", "PROBLEMS", "RESULT"],
-                &rows
-            )
+            "Rejected input (these policies were not applied; their existing sets are left as they are):"
         )?;
+        for e in errors {
+            writeln!(out, "  {e}")?;
+        }
     }
-    print_policy_errors(&files.compiled.errors, out)?;
+    Ok(())
+}
+
+/// What the run did besides writing desired sets: skipped policies,
+/// removed and kept sets, deletions that failed.
+fn print_side_effects<D: Dataplane>(
+    mgr: &Manager<D>,
+    outcome: &ApplyOutcome,
+    files: &FilePolicies,
+    undeleted: &[DeletionReport],
+    out: &mut dyn Write,
+) -> io::Result<()> {
     for name in &files.compiled.not_selected {
         writeln!(
             out,
@@ -171,33 +221,43 @@ pub fn apply(
     for name in mgr.unwanted() {
         writeln!(out, "kept {name}: no policy wants it (--prune deletes it)")?;
     }
-    let undeleted = mgr.deletion_report();
-    for d in &undeleted {
+    for d in undeleted {
         writeln!(
             out,
             "could not delete {}: {} (retried on the next run)",
             d.name, d.error
         )?;
     }
-    // Asked to prune and could not: not a success, even if every desired
-    // set is in sync.
-    if !undeleted.is_empty() {
-        ok = false;
-    }
+    Ok(())
+}
+
+/// The last lines: whether the kernel update went through and how much is
+/// in sync.
+fn print_summary<D: Dataplane>(
+    mgr: &Manager<D>,
+    outcome: &ApplyOutcome,
+    backend: &str,
+    ok: bool,
+    undeleted: &[DeletionReport],
+    out: &mut dyn Write,
+) -> io::Result<()> {
     if !outcome.applied {
-        ok = false;
+        let why = outcome
+            .error
+            .as_ref()
+            .map_or("unknown error".to_string(), |e| e.to_string());
         writeln!(
             out,
-            "error: the kernel update failed after {} attempts: {}",
-            outcome.attempts,
-            outcome.error.as_deref().unwrap_or("unknown error")
+            "error: the kernel update failed after {} attempts: {why}",
+            outcome.attempts
         )?;
     }
     let changed = !outcome.written.is_empty()
         || !outcome.deleted.is_empty()
         || !outcome.temp_deleted.is_empty();
-    let total = mgr.report().len();
-    let synced = mgr.report().iter().filter(|r| r.synced).count();
+    let reports = mgr.report();
+    let total = reports.len();
+    let synced = reports.iter().filter(|r| r.synced).count();
     if !changed && ok {
         writeln!(
             out,
@@ -216,22 +276,6 @@ pub fn apply(
             "{} unwanted set(s) left in place because they could not be deleted (see above).",
             undeleted.len()
         )?;
-    }
-    Ok(ok)
-}
-
-fn print_policy_errors(
-    errors: &[crate::policy::PolicyError],
-    out: &mut dyn Write,
-) -> std::io::Result<()> {
-    if !errors.is_empty() {
-        writeln!(
-            out,
-            "Rejected input (these policies were not applied; their existing sets are left as they are):"
-        )?;
-        for e in errors {
-            writeln!(out, "  {e}")?;
-        }
     }
     Ok(())
 }

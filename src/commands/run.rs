@@ -1,7 +1,8 @@
-//! `ipsetmgr run --policy-dir DIR`: the agent loop with a directory as the
-//! source. Reacts to file changes, resyncs periodically, retries isolated
-//! sets on their backoff, and keeps the kernel as it is while the files are
-//! unreadable (fail static).
+//! `ipsetmgr run --policy-dir DIR`: a policy directory as the source of the
+//! manager's driver loop (the same loop the cluster agent runs). Reacts to
+//! file changes and SIGHUP, follows a directory that is removed and
+//! recreated, and keeps the kernel as it is while the files do not load
+//! (fail static). Resyncs and retries are the driver's.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -14,9 +15,9 @@ use std::time::{Duration, Instant};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 
 use super::load;
-use crate::dataplane::Dataplane;
 use crate::ipset::Naming;
-use crate::manager::{Manager, ManagerConfig};
+use crate::kernel::KernelSide;
+use crate::manager::driver::{Command, Observer, Report};
 use crate::policy::load::policy_files;
 
 pub struct RunArgs {
@@ -93,11 +94,14 @@ impl DirWatch {
     }
 }
 
+/// One file's name, inode, size and modification time.
+type FileStamp = (PathBuf, u64, u64, i64, i64);
+
 /// What the policy files look like from outside (names, identities, sizes,
 /// modification times): a resync reloads only when this changed, so a
 /// change the watch missed is still picked up, without parsing big files
 /// every interval.
-fn fingerprint(dir: &Path) -> Vec<(PathBuf, u64, u64, i64, i64)> {
+fn fingerprint(dir: &Path) -> Vec<FileStamp> {
     let found = policy_files(dir);
     let mut v: Vec<_> = found
         .files
@@ -114,7 +118,10 @@ fn fingerprint(dir: &Path) -> Vec<(PathBuf, u64, u64, i64, i64)> {
     v
 }
 
-pub fn run(dp: Box<dyn Dataplane>, naming: Naming, args: &RunArgs) -> Result<(), RunError> {
+/// Watch the directory and feed each complete, loadable state of it to the
+/// kernel side, until SIGTERM or SIGINT. The kernel side (started by the
+/// caller) resyncs on its own clock.
+pub fn run(kernel: &KernelSide, naming: &Naming, args: &RunArgs) -> Result<(), RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(RunError::Signals)?;
@@ -125,128 +132,152 @@ pub fn run(dp: Box<dyn Dataplane>, naming: Naming, args: &RunArgs) -> Result<(),
         .map_err(RunError::Signals)?;
     let (tx, rx) = mpsc::channel();
     let mut watch = DirWatch::new(&args.policy_dir, tx)?;
-
-    let config = ManagerConfig {
-        naming: naming.clone(),
-        ..ManagerConfig::default()
+    let mut source = Source {
+        naming,
+        args,
+        seq: 0,
+        loaded: Vec::new(),
     };
-    let mut mgr = Manager::new(dp, config);
-    let mut next_resync = Instant::now() + args.resync_interval;
+    let mut next_check = Instant::now() + args.resync_interval;
     let mut reload = true;
-    let mut loaded = Vec::new();
     tracing::info!(dir = %args.policy_dir.display(), interval = ?args.resync_interval, "running");
     while !stop.load(Ordering::Relaxed) {
         if hangup.swap(false, Ordering::Relaxed) {
             tracing::info!("SIGHUP: reloading the policy files and resyncing");
+            kernel.send(Command::Resync);
             reload = true;
-            next_resync = Instant::now();
         }
-        if Instant::now() >= next_resync {
-            mgr.queue_resync();
-            next_resync = Instant::now() + args.resync_interval;
+        // With every resync, look again: a change the watch missed (it dies
+        // with the directory) is still picked up.
+        if Instant::now() >= next_check {
+            next_check = Instant::now() + args.resync_interval;
             watch.ensure();
-            if fingerprint(&args.policy_dir) != loaded {
-                reload = true;
-            }
+            reload |= source.changed();
         }
         if reload {
-            reload = false;
-            loaded = fingerprint(&args.policy_dir);
-            apply_files(&mut mgr, &naming, args);
-            // The member strings and parser buffers are gone now.
-            crate::dataplane::memory::release_free_memory();
+            source.reload(kernel);
         }
-        let outcome = mgr.apply_updates();
-        log_outcome(&mgr, &outcome);
-
-        // Sleep until a file changes, the resync is due, a retry is due, or a
-        // signal arrives (checked every second).
-        let mut wake = next_resync.min(mgr.next_retry().unwrap_or(next_resync));
-        if !outcome.applied {
-            wake = wake.min(Instant::now() + Duration::from_secs(1));
-        }
-        loop {
-            if stop.load(Ordering::Relaxed) || hangup.load(Ordering::Relaxed) {
-                break;
-            }
-            let now = Instant::now();
-            if now >= wake {
-                break;
-            }
-            match rx.recv_timeout((wake - now).min(Duration::from_secs(1))) {
-                Ok(()) => {
-                    std::thread::sleep(DEBOUNCE);
-                    while rx.try_recv().is_ok() {}
-                    watch.ensure();
-                    reload = true;
-                    break;
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    // A missing directory is looked for every second, so
-                    // one that comes back is followed without waiting for
-                    // the next resync.
-                    if watch.watching.is_none() {
-                        watch.ensure();
-                        if watch.watching.is_some() {
-                            // Let a `mkdir && cp` finish before reading.
-                            std::thread::sleep(DEBOUNCE);
-                            while rx.try_recv().is_ok() {}
-                            reload = true;
-                            break;
-                        }
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
-            }
-        }
+        reload = wait_for_change(&rx, &mut watch, next_check, &stop, &hangup);
     }
     tracing::info!("stopping; kernel sets are left as they are");
     Ok(())
 }
 
-/// Load the policy directory and hand it to the manager, unless a file does
-/// not load (then the kernel is kept as it is).
-fn apply_files<D: Dataplane>(mgr: &mut Manager<D>, naming: &Naming, args: &RunArgs) {
-    let files = load(
-        std::slice::from_ref(&args.policy_dir),
-        naming,
-        args.labels.as_ref(),
-        true,
-    );
-    if files.load_errors.is_empty() {
-        for e in &files.compiled.errors {
-            tracing::error!("{e}");
+/// Sleep until a file changes (then `true`), the next check is due, or a
+/// signal arrives (checked every second). A missing directory is looked for
+/// every second, so one that comes back is followed at once.
+fn wait_for_change(
+    rx: &mpsc::Receiver<()>,
+    watch: &mut DirWatch,
+    until: Instant,
+    stop: &AtomicBool,
+    hangup: &AtomicBool,
+) -> bool {
+    loop {
+        if stop.load(Ordering::Relaxed) || hangup.load(Ordering::Relaxed) {
+            return false;
         }
-        mgr.set_desired(files.compiled.sets, files.compiled.held);
-    } else {
-        for e in &files.load_errors {
-            tracing::error!("{e}; keeping the kernel as it is until the files load again");
+        let now = Instant::now();
+        if now >= until {
+            return false;
+        }
+        match rx.recv_timeout((until - now).min(Duration::from_secs(1))) {
+            Ok(()) => {
+                settle(rx);
+                watch.ensure();
+                return true;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) if watch.watching.is_none() => {
+                watch.ensure();
+                if watch.watching.is_some() {
+                    // Let a `mkdir && cp` finish before reading.
+                    settle(rx);
+                    return true;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return false,
         }
     }
 }
 
-fn log_outcome<D: Dataplane>(mgr: &Manager<D>, outcome: &crate::manager::ApplyOutcome) {
+/// Coalesce a burst of file events.
+fn settle(rx: &mpsc::Receiver<()>) {
+    std::thread::sleep(DEBOUNCE);
+    while rx.try_recv().is_ok() {}
+}
+
+/// The policy directory as a source of desired states.
+struct Source<'a> {
+    naming: &'a Naming,
+    args: &'a RunArgs,
+    seq: u64,
+    /// The fingerprint of what was last loaded.
+    loaded: Vec<FileStamp>,
+}
+
+impl Source<'_> {
+    fn changed(&self) -> bool {
+        fingerprint(&self.args.policy_dir) != self.loaded
+    }
+
+    /// Load the directory and hand it to the kernel side, unless a file does
+    /// not load (then the kernel is kept as it is).
+    fn reload(&mut self, kernel: &KernelSide) {
+        self.loaded = fingerprint(&self.args.policy_dir);
+        let files = load(
+            std::slice::from_ref(&self.args.policy_dir),
+            self.naming,
+            self.args.labels.as_ref(),
+            true,
+        );
+        if !files.load_errors.is_empty() {
+            for e in &files.load_errors {
+                tracing::error!("{e}; keeping the kernel as it is until the files load again");
+            }
+            return;
+        }
+        for e in &files.compiled.errors {
+            tracing::error!("{e}");
+        }
+        self.seq += 1;
+        kernel.send(Command::Desired {
+            seq: self.seq,
+            sets: files.compiled.sets,
+            held: files.compiled.held,
+        });
+    }
+}
+
+/// Logs what each apply did: `run` has no other audience.
+pub struct LogReports;
+
+impl Observer for LogReports {
+    fn report(&mut self, report: Report) -> bool {
+        log_outcome(&report);
+        true
+    }
+}
+
+fn log_outcome(report: &Report) {
+    let outcome = &report.outcome;
     for (name, plan) in &outcome.written {
         tracing::info!(set = %name, ?plan, "written");
     }
     for name in outcome.deleted.iter().chain(&outcome.temp_deleted) {
         tracing::info!(set = %name, "deleted");
     }
-    for r in mgr.report() {
+    for r in &report.sets {
         if let Some(e) = &r.error {
-            tracing::warn!(set = %r.name, policy = %r.policy, "not synced: {e}");
+            tracing::warn!(set = %r.name, policy = %r.policy, error = %e, "not synced");
         } else if r.problems > 0 && outcome.written.iter().any(|(n, _)| *n == r.name) {
             tracing::warn!(set = %r.name, problems = r.problems, "repaired drift");
         }
     }
-    for d in mgr.deletion_report() {
-        tracing::warn!(set = %d.name, "could not delete: {}", d.error);
+    for d in &report.deletions {
+        tracing::warn!(set = %d.name, error = %d.error, "could not delete");
     }
-    if !outcome.applied {
-        tracing::error!(
-            attempts = outcome.attempts,
-            "kernel update failed: {}",
-            outcome.error.as_deref().unwrap_or("unknown")
-        );
+    if let Some(e) = outcome.error.as_ref().filter(|_| !outcome.applied) {
+        tracing::error!(attempts = outcome.attempts, error = %e, "kernel update failed");
     }
 }

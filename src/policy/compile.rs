@@ -12,6 +12,7 @@ use crate::ipset::{
     DEFAULT_MAX_ELEM, Family, Member, MemberError, MemberSet, MemberSetBuilder, Naming, SetHeader,
     SetKind, SetType,
 };
+pub use crate::manager::DesiredSet;
 
 /// Default size of a list:set (the kernel's default).
 pub const DEFAULT_LIST_SIZE: u32 = 8;
@@ -27,17 +28,6 @@ const MAX_MEMBER_ERRORS: usize = 10;
 pub const MAX_HASH_SIZE: u32 = 1 << 26;
 /// The smallest `hashSize` the kernel accepts (IPSET_MIMINAL_HASHSIZE).
 pub const MIN_HASH_SIZE: u32 = 64;
-
-/// One kernel set this node should hold.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DesiredSet {
-    pub name: String,
-    pub policy: String,
-    pub header: SetHeader,
-    /// Shared with the compile cache and the manager: a million members are
-    /// held once, and an unchanged policy is recognised without a diff.
-    pub members: Arc<MemberSet>,
-}
 
 /// Compiled results of hash-type policies, keyed by policy identity and
 /// generation. With it an agent parses a policy's members once per

@@ -1,9 +1,13 @@
-//! Entering a named network namespace (`--netns NAME`), creating it when
-//! missing, so a run never touches the host's own firewall.
+//! Running the kernel side of a command inside a named network namespace
+//! (`--netns NAME`, created when missing), so a run never touches the host's
+//! own firewall.
 //!
-//! `setns` moves only the calling thread, so [`enter`] must run before any
-//! other thread (the tokio runtime, the manager) is started; every thread and
-//! child process created afterwards inherits the namespace.
+//! `setns` moves only the calling thread, and every thread and child process
+//! it creates afterwards inherits the namespace. So the kernel side of every
+//! command (the netlink socket, `ipset` child processes, the writer lock)
+//! runs on a thread of its own that entered the namespace first
+//! ([`run_in`], [`spawn_in`]), while the rest of the process (the API
+//! client, the health listener, the file watcher) stays where it was.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -80,6 +84,45 @@ pub fn enter(name: &str) -> Result<bool, NetnsError> {
         source,
     })?;
     Ok(created)
+}
+
+/// Run `f` on a new thread inside namespace `ns` (`None`: the caller's own)
+/// and return its result; the caller's thread never moves.
+pub fn run_in<T: Send>(ns: Option<&str>, f: impl FnOnce() -> T + Send) -> Result<T, NetnsError> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| -> Result<T, NetnsError> {
+                enter_announced(ns)?;
+                Ok(f())
+            })
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+/// Start `f` on a named thread inside namespace `ns` (`None`: the caller's
+/// own); the thread ends when `f` returns.
+pub fn spawn_in<T: Send + 'static>(
+    ns: Option<String>,
+    thread_name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<Result<T, NetnsError>>> {
+    std::thread::Builder::new()
+        .name(thread_name.to_string())
+        .spawn(move || {
+            enter_announced(ns.as_deref())?;
+            Ok(f())
+        })
+}
+
+/// [`enter`] the namespace if there is one, saying so when it was created.
+fn enter_announced(ns: Option<&str>) -> Result<(), NetnsError> {
+    if let Some(ns) = ns
+        && enter(ns)?
+    {
+        eprintln!("created network namespace {ns}");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -42,12 +42,15 @@ pub struct Naming {
 impl Default for Naming {
     fn default() -> Self {
         Naming {
-            prefix: "ipm".into(),
+            prefix: Naming::DEFAULT_PREFIX.into(),
         }
     }
 }
 
 impl Naming {
+    /// The prefix unless configured otherwise.
+    pub const DEFAULT_PREFIX: &'static str = "ipm";
+
     pub fn new(prefix: &str) -> Result<Naming, BadPrefix> {
         let ok =
             (1..=8).contains(&prefix.len()) && prefix.bytes().all(|b| b.is_ascii_alphanumeric());

@@ -151,6 +151,18 @@ pub struct SetKind {
     pub family: Option<Family>,
 }
 
+/// As `ipset` describes a set: `hash:ip inet`, `hash:mac`.
+impl fmt::Display for SetKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.family {
+            Some(fam) if self.set_type.has_family() => {
+                write!(f, "{} {}", self.set_type, fam.ipset_name())
+            }
+            _ => write!(f, "{}", self.set_type),
+        }
+    }
+}
+
 impl SetKind {
     pub fn new(set_type: SetType, family: Option<Family>) -> SetKind {
         let family = if set_type.has_family() { family } else { None };

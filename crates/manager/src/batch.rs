@@ -2,10 +2,11 @@
 
 use std::ops::Range;
 
-use crate::dataplane::Op;
-use crate::ipset::{MemberSet, SetType};
+use ipsetmgr_dataplane::Op;
+use ipsetmgr_ipset::MemberSet;
 
 use super::state::{Belief, SetState};
+use crate::report::NotReplaced;
 
 /// How one set will be written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,8 +24,8 @@ pub enum Plan {
 
 /// Choose how to write `s`. `own_refs` counts the references held by this
 /// manager's own list:sets, which the batch can drop and restore around a
-/// recreate. `Err` explains why it cannot be written safely.
-pub fn plan_for(s: &SetState, own_refs: u32) -> Result<Plan, String> {
+/// recreate.
+pub fn plan_for(s: &SetState, own_refs: u32) -> Result<Plan, NotReplaced> {
     if !s.replace {
         return Ok(Plan::Delta);
     }
@@ -32,23 +33,11 @@ pub fn plan_for(s: &SetState, own_refs: u32) -> Result<Plan, String> {
         Belief::Unknown | Belief::Absent => Ok(Plan::Create),
         Belief::Present { kind, .. } if *kind == Some(s.header.kind) => Ok(Plan::TempSwap),
         Belief::Present { references, .. } if *references <= own_refs => Ok(Plan::Recreate),
-        Belief::Present { kind, references } => Err(format!(
-            "the kernel set has type {} but the policy wants {}; it is referenced {} time(s) \
-             (iptables rule or list:set), so it is not replaced: remove the references or \
-             recreate the policy under another name",
-            kind.map_or("(unmanaged)".to_string(), |k| describe_kind(
-                k.set_type, k.family
-            )),
-            describe_kind(s.header.kind.set_type, s.header.kind.family),
-            references
-        )),
-    }
-}
-
-fn describe_kind(t: SetType, f: Option<crate::ipset::Family>) -> String {
-    match f {
-        Some(f) if t.has_family() => format!("{t} {}", f.ipset_name()),
-        _ => t.to_string(),
+        Belief::Present { kind, references } => Err(NotReplaced {
+            kernel: *kind,
+            wanted: s.header.kind,
+            references: *references,
+        }),
     }
 }
 

@@ -4,22 +4,68 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
-use crate::dataplane::model::{Fault, ModelDataplane};
-use crate::ipset::{Family, Member, SetHeader, SetKind};
-use crate::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
+use ipsetmgr_dataplane::model::{Fault, ModelDataplane};
+use ipsetmgr_ipset::MemberSet;
+use ipsetmgr_ipset::{Family, Member, SetHeader, SetKind};
 
-fn policy(name: &str, t: SetType, members: &[&str]) -> IPSetPolicy {
-    IPSetPolicy::new(
+/// A policy as the tests declare it: one IPv4 set (hash:mac: family-less),
+/// members in user syntax; a list:set lists other test policies by name.
+struct Policy {
+    name: &'static str,
+    set_type: SetType,
+    members: Vec<&'static str>,
+}
+
+fn policy(name: &'static str, t: SetType, members: &[&'static str]) -> Policy {
+    Policy {
         name,
-        IPSetPolicySpec {
-            set_type: t,
-            family: FamilySpec::IPv4,
-            members: members.iter().map(|s| s.to_string()).collect(),
-            node_selector: None,
-            max_elem: None,
-            hash_size: None,
-        },
-    )
+        set_type: t,
+        members: members.to_vec(),
+    }
+}
+
+/// What a policy compiler would hand the manager for `policies` (every
+/// member valid: the tests of rejections live with the compiler).
+fn compile(policies: &[Policy]) -> Vec<DesiredSet> {
+    let naming = Naming::default();
+    policies
+        .iter()
+        .map(|p| {
+            let family = (p.set_type != SetType::HashMac).then_some(Family::V4);
+            let kind = SetKind::new(p.set_type, family);
+            let members: Vec<Member> = p
+                .members
+                .iter()
+                .flat_map(|m| match p.set_type {
+                    SetType::ListSet => {
+                        vec![Member::Set(
+                            naming.main_set_name(m, Some(Family::V4)).into(),
+                        )]
+                    }
+                    t => Member::parse_user(t, m)
+                        .unwrap()
+                        .members
+                        .into_iter()
+                        .collect(),
+                })
+                .collect();
+            let max_elem = if p.set_type == SetType::ListSet {
+                8
+            } else {
+                65536
+            };
+            DesiredSet {
+                name: naming.main_set_name(p.name, family),
+                policy: p.name.to_string(),
+                header: SetHeader {
+                    kind,
+                    max_elem,
+                    hash_size: None,
+                },
+                members: std::sync::Arc::new(MemberSet::from_members(kind, members)),
+            }
+        })
+        .collect()
 }
 
 struct Harness {
@@ -46,10 +92,8 @@ impl Harness {
         }
     }
 
-    fn desire(&mut self, policies: &[IPSetPolicy]) {
-        let c = compile(policies, &Naming::default(), None);
-        assert!(c.errors.is_empty(), "{:?}", c.errors);
-        self.mgr.set_desired(c.sets, c.held);
+    fn desire(&mut self, policies: &[Policy]) {
+        self.mgr.set_desired(compile(policies), Vec::new());
     }
 
     fn report(&self, name: &str) -> SetReport {
@@ -227,7 +271,11 @@ fn backoff_doubles_and_gives_up_after_ten_attempts() {
     assert_eq!(sleeps.len(), 10);
     assert_eq!(sleeps[0], Duration::from_millis(1));
     assert_eq!(sleeps[9], Duration::from_millis(512));
-    assert!(out.error.unwrap().contains("no kernel"));
+    assert!(matches!(
+        out.error.unwrap(),
+        ApplyError::Resync(DataplaneError::Unavailable(e)) | ApplyError::Batch(DataplaneError::Unavailable(e))
+            if e.contains("no kernel")
+    ));
     assert!(h.kernel.set_names().is_empty());
 }
 
@@ -252,7 +300,7 @@ fn a_persistently_failing_set_does_not_block_the_others() {
     assert!(h.report("ipm4-a").synced && h.report("ipm4-c").synced);
     let b = h.report("ipm4-b");
     assert!(!b.synced);
-    assert!(b.error.unwrap().contains("kernel says no"));
+    assert!(b.error.unwrap().to_string().contains("kernel says no"));
     assert_eq!(h.kernel.members("ipm4-c").unwrap(), ["10.0.0.3"]);
 
     // Once the kernel accepts it, the retry succeeds.
@@ -277,7 +325,13 @@ fn repeated_generic_failures_isolate_the_set() {
     assert!(out.applied);
     assert_eq!(out.attempts, ISOLATE_AFTER_REPEATS + 1);
     assert!(h.report("ipm4-a").synced);
-    assert!(h.report("ipm4-b").error.unwrap().contains("mystery"));
+    assert!(
+        h.report("ipm4-b")
+            .error
+            .unwrap()
+            .to_string()
+            .contains("mystery")
+    );
 }
 
 #[test]
@@ -293,8 +347,10 @@ fn unsupported_type_is_isolated_before_sending() {
     let r = h.report("ipmx-macs");
     assert!(!r.synced);
     assert_eq!(
-        r.error.as_deref(),
-        Some("set type hash:mac is not supported by this kernel")
+        r.error,
+        Some(SetError::Kernel(DataplaneError::TypeNotSupported(
+            "hash:mac".into()
+        )))
     );
     assert!(h.report("ipm4-a").synced);
 }
@@ -319,22 +375,20 @@ fn unsupported_type_learned_from_a_failed_batch() {
         fn read_set(
             &mut self,
             name: &str,
-        ) -> Result<Option<crate::dataplane::KernelSet>, DataplaneError> {
+        ) -> Result<Option<ipsetmgr_dataplane::KernelSet>, DataplaneError> {
             self.0.read_set(name)
         }
     }
     let kernel = ModelDataplane::new();
     let mut mgr =
         Manager::new(NoProbe(kernel.clone()), ManagerConfig::default()).with_sleep(|_| {});
-    let c = compile(
-        &[
+    mgr.set_desired(
+        compile(&[
             policy("a", SetType::HashIp, &["10.0.0.1"]),
             policy("macs", SetType::HashMac, &["aa:bb:cc:dd:ee:ff"]),
-        ],
-        &Naming::default(),
-        None,
+        ]),
+        Vec::new(),
     );
-    mgr.set_desired(c.sets, c.held);
     let out = mgr.apply_updates();
     assert!(out.applied);
     assert_eq!(out.attempts, 2);
@@ -344,7 +398,10 @@ fn unsupported_type_learned_from_a_failed_batch() {
         .into_iter()
         .find(|r| r.name == "ipmx-macs")
         .unwrap();
-    assert!(mac.error.unwrap().contains("not supported"));
+    assert!(matches!(
+        mac.error.unwrap(),
+        SetError::Kernel(DataplaneError::TypeNotSupported(_))
+    ));
 }
 
 #[test]
@@ -375,7 +432,11 @@ fn in_use_deletion_is_reported_and_retried() {
     assert!(out.deleted.is_empty());
     let del = h.mgr.deletion_report();
     assert_eq!(del.len(), 1);
-    assert!(del[0].error.contains("in use"), "{}", del[0].error);
+    assert!(
+        matches!(del[0].error, DataplaneError::InUse(_)),
+        "{}",
+        del[0].error
+    );
     assert!(h.kernel.get("ipm4-b").is_some());
 
     // The rule goes away; the next resync deletes the set.
@@ -422,7 +483,10 @@ fn type_change_of_a_referenced_set_is_reported_not_forced() {
     assert!(out.applied);
     let r = h.report("ipm4-a");
     assert!(!r.synced);
-    assert!(r.error.unwrap().contains("referenced 1 time"));
+    assert!(matches!(
+        r.error.unwrap(),
+        SetError::NotReplaced(NotReplaced { references: 1, .. })
+    ));
     assert_eq!(
         h.kernel.get("ipm4-a").unwrap().header.kind.set_type,
         SetType::HashIp
@@ -437,8 +501,9 @@ fn type_change_of_a_referenced_set_is_reported_not_forced() {
 #[test]
 fn type_change_of_a_set_listed_only_by_our_own_list_set_is_reordered() {
     let mut h = Harness::new();
-    let both =
-        |t: SetType, m: &str| vec![policy("a", t, &[m]), policy("l", SetType::ListSet, &["a"])];
+    let both = |t: SetType, m: &'static str| {
+        vec![policy("a", t, &[m]), policy("l", SetType::ListSet, &["a"])]
+    };
     h.desire(&both(SetType::HashIp, "10.0.0.1"));
     assert!(h.mgr.apply_updates().applied);
     h.mgr.queue_resync();
@@ -470,7 +535,10 @@ fn type_change_of_a_set_listed_only_by_our_own_list_set_is_reordered() {
     h.desire(&both(SetType::HashIp, "10.0.0.1"));
     h.mgr.apply_updates();
     let a = h.report("ipm4-a");
-    assert!(a.error.unwrap().contains("referenced 2 time"));
+    assert!(matches!(
+        a.error.unwrap(),
+        SetError::NotReplaced(NotReplaced { references: 2, .. })
+    ));
     assert_eq!(
         h.kernel.members("ipm4-l").unwrap(),
         ["ipm4-a"],
@@ -483,14 +551,8 @@ fn held_sets_of_failed_policies_are_neither_changed_nor_deleted() {
     let mut h = Harness::new();
     h.desire(&[policy("a", SetType::HashIp, &["10.0.0.1"])]);
     assert!(h.mgr.apply_updates().applied);
-    // The policy now has a bad member: compile holds its set.
-    let c = compile(
-        &[policy("a", SetType::HashIp, &["10.0.0.2", "bad host"])],
-        &Naming::default(),
-        None,
-    );
-    assert_eq!(c.errors.len(), 1);
-    h.mgr.set_desired(c.sets, c.held);
+    // The policy now has a bad member: the compiler holds its set.
+    h.mgr.set_desired(Vec::new(), ["ipm4-a".to_string()]);
     h.mgr.queue_resync();
     let out = h.mgr.apply_updates();
     assert!(out.deleted.is_empty());
@@ -500,16 +562,12 @@ fn held_sets_of_failed_policies_are_neither_changed_nor_deleted() {
 #[test]
 fn an_unchanged_shared_member_set_is_not_diffed() {
     let mut h = Harness::new();
-    let c = compile(
-        &[policy("a", SetType::HashIp, &["10.0.0.1"])],
-        &Naming::default(),
-        None,
-    );
-    h.mgr.set_desired(c.sets.clone(), Vec::new());
+    let sets = compile(&[policy("a", SetType::HashIp, &["10.0.0.1"])]);
+    h.mgr.set_desired(sets.clone(), Vec::new());
     assert!(h.mgr.apply_updates().applied);
     let batches = h.kernel.stats().batches;
     // The same Arc again (a cached policy): nothing to send.
-    h.mgr.set_desired(c.sets, Vec::new());
+    h.mgr.set_desired(sets, Vec::new());
     assert!(h.mgr.apply_updates().applied);
     assert_eq!(h.kernel.stats().batches, batches);
 }

@@ -3,8 +3,9 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use crate::dataplane::DataplaneError;
-use crate::ipset::{MemberSet, SetHeader, SetKind};
+use ipsetmgr_ipset::{MemberSet, SetHeader, SetKind};
+
+use crate::report::SetError;
 
 /// What the manager believes about a set in the kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,7 +24,7 @@ pub enum Belief {
 /// A set isolated after a set-specific failure; retried on its own backoff.
 #[derive(Clone, Debug)]
 pub struct Failure {
-    pub error: DataplaneError,
+    pub error: SetError,
     pub attempts: u32,
     pub retry_at: Instant,
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::dataplane::{Dataplane, DataplaneError, KernelSet};
+use ipsetmgr_dataplane::{Dataplane, DataplaneError, KernelSet};
 
 use super::Manager;
 use super::state::{Belief, SetState};

@@ -1,22 +1,27 @@
-//! The host-side manager (DESIGN.md §4): owns a prefix-named family of
-//! kernel sets, applies changes in one batch with backoff, resyncs against
-//! the kernel to repair drift, deletes what nobody wants, isolates sets that
-//! keep failing, and reports per set.
+//! The host-side manager: owns a prefix-named family of kernel sets,
+//! applies changes in one batch with backoff, resyncs against the kernel to
+//! repair drift, deletes what nobody wants, isolates sets that keep failing,
+//! and reports per set; and the one loop that drives it ([`driver`]). It
+//! knows nothing of Kubernetes or of policy files: it is given complete
+//! desired states. The algorithm is described in `docs/architecture.md`.
+
+#![forbid(unsafe_code)]
 
 mod batch;
-pub mod report;
+mod desired;
+pub mod driver;
+mod report;
 mod resync;
 mod state;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 
-use crate::dataplane::{BatchError, Dataplane, DataplaneError, Op};
-use crate::ipset::{Member, MemberSet, Naming, SetType};
-use crate::policy::DesiredSet;
-
 pub use batch::Plan;
-pub use report::{ApplyOutcome, DeletionReport, SetReport};
+pub use desired::DesiredSet;
+use ipsetmgr_dataplane::{BatchError, Dataplane, DataplaneError, Op};
+use ipsetmgr_ipset::{Member, MemberSet, Naming, SetType};
+pub use report::{ApplyError, ApplyOutcome, DeletionReport, NotReplaced, SetError, SetReport};
 use state::{Failure, SetState};
 
 /// Tunables; the defaults are the design's.
@@ -74,7 +79,7 @@ pub struct Manager<D: Dataplane> {
     pending_deletions: BTreeSet<String>,
     pending_temp_deletions: BTreeSet<String>,
     /// Sets that could not be deleted, with the reason (retried at resync).
-    deletion_errors: BTreeMap<String, String>,
+    deletion_errors: BTreeMap<String, DataplaneError>,
     resync: ResyncNeed,
     /// Unsupported set types learned from the backend or a failed batch.
     unsupported: HashSet<SetType>,
@@ -219,7 +224,7 @@ impl<D: Dataplane> Manager<D> {
         for attempt in 1..=self.config.max_attempts {
             outcome.attempts = attempt;
             if let Err(e) = self.resync_if_needed() {
-                outcome.error = Some(format!("resync failed: {e}"));
+                outcome.error = Some(ApplyError::Resync(e));
                 (self.sleep)(delay);
                 delay *= 2;
                 continue;
@@ -239,7 +244,7 @@ impl<D: Dataplane> Manager<D> {
                     break;
                 }
                 Err(e) => {
-                    outcome.error = Some(e.to_string());
+                    outcome.error = Some(e.summary());
                     for (name, plan) in &e.touched {
                         first_plans.entry(name.clone()).or_insert(*plan);
                     }
@@ -293,7 +298,7 @@ impl<D: Dataplane> Manager<D> {
                 (&error.error, &error.member),
                 (
                     DataplaneError::SetMissing(_),
-                    Some(crate::ipset::Member::Set(_))
+                    Some(ipsetmgr_ipset::Member::Set(_))
                 )
             );
         if let DataplaneError::TypeNotSupported(_) = error.error
@@ -302,15 +307,18 @@ impl<D: Dataplane> Manager<D> {
             self.unsupported.insert(s.header.kind.set_type);
         }
         if about_this_set || *count >= ISOLATE_AFTER_REPEATS {
-            let detail = match &error.member {
-                Some(m) => DataplaneError::Other(format!("{} (element {m})", error.error)),
-                None => error.error.clone(),
+            let detail = match error.member {
+                Some(element) => SetError::Element {
+                    error: error.error,
+                    element,
+                },
+                None => SetError::Kernel(error.error),
             };
             self.isolate(&set, detail);
         }
     }
 
-    fn isolate(&mut self, name: &str, error: DataplaneError) {
+    fn isolate(&mut self, name: &str, error: SetError) {
         let Some(s) = self.sets.get_mut(name) else {
             return;
         };
@@ -364,7 +372,7 @@ impl<D: Dataplane> Manager<D> {
             if let Some(s) = self.sets.get(&name) {
                 self.unsupported.insert(s.header.kind.set_type);
             }
-            self.isolate(&name, e);
+            self.isolate(&name, SetError::Kernel(e));
         }
         let mut plans = Vec::with_capacity(order.len());
         // Per recreated set: our list:sets to take it out of, and back into.
@@ -389,7 +397,7 @@ impl<D: Dataplane> Manager<D> {
                     }
                     plans.push((name, plan));
                 }
-                Err(why) => self.isolate(&name, DataplaneError::Other(why)),
+                Err(why) => self.isolate(&name, why.into()),
             }
         }
         // The lists relinked above were appended with their own plans; keep
@@ -513,8 +521,7 @@ impl<D: Dataplane> Manager<D> {
                 Err(e) if matches!(e.error, DataplaneError::SetMissing(_)) => {}
                 Err(e) => {
                     tracing::warn!(set = %name, error = %e.error, "could not remove temp set");
-                    self.deletion_errors
-                        .insert(name.clone(), e.error.to_string());
+                    self.deletion_errors.insert(name.clone(), e.error);
                 }
             }
             self.existing.remove(&name);
@@ -552,9 +559,9 @@ impl<D: Dataplane> Manager<D> {
                             self.existing.remove(&name);
                             self.deletion_errors.remove(&name);
                         }
-                        DataplaneError::InUse(_) => in_use.push((name, e.error.to_string())),
+                        DataplaneError::InUse(_) => in_use.push((name, e.error)),
                         other => {
-                            self.deletion_errors.insert(name, other.to_string());
+                            self.deletion_errors.insert(name, other);
                         }
                     },
                 }
@@ -581,7 +588,7 @@ impl<D: Dataplane> Manager<D> {
                 synced: s.synced(),
                 members: s.members.len(),
                 problems: s.problems,
-                error: s.failure.as_ref().map(|f| f.error.to_string()),
+                error: s.failure.as_ref().map(|f| f.error.clone()),
                 last_sync: s.last_sync,
             })
             .collect()
@@ -669,11 +676,16 @@ struct UpdateError {
     temps: Vec<String>,
 }
 
-impl std::fmt::Display for UpdateError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl UpdateError {
+    /// What callers are told (the rest is the manager's own bookkeeping).
+    fn summary(&self) -> ApplyError {
+        let error = self.error.error.clone();
         match &self.failed_set {
-            Some(set) => write!(f, "batch failed at set {set}: {}", self.error.error),
-            None => write!(f, "batch failed: {}", self.error.error),
+            Some(set) => ApplyError::BatchAtSet {
+                set: set.clone(),
+                error,
+            },
+            None => ApplyError::Batch(error),
         }
     }
 }
