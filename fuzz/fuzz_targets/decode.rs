@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    ipsetmgr::dataplane::netlink::codec::fuzz_decode(data);
+    ipsetmgr::dataplane::netlink::fuzz_decode(data);
 });

@@ -1,4 +1,4 @@
-//! Cluster mode (DESIGN.md §5): the per-node agent.
+//! Cluster mode: the per-node agent (see `docs/architecture.md`).
 //!
 //! - [`controller`]: the event loop (policy and node watches, debounced
 //!   recompiles, status entries, Warning events).

@@ -18,16 +18,7 @@ pub fn sets(
             continue;
         };
         let (kind, max) = match &k.header {
-            Some(h) => {
-                let fam = h.kind.family.filter(|_| h.kind.set_type.has_family());
-                (
-                    match fam {
-                        Some(f) => format!("{} {}", h.kind.set_type, f.ipset_name()),
-                        None => h.kind.set_type.to_string(),
-                    },
-                    h.max_elem.to_string(),
-                )
-            }
+            Some(h) => (h.kind.to_string(), h.max_elem.to_string()),
             None => ("(unmanaged type)".into(), "-".into()),
         };
         let role = if naming.is_temp(&name) {

@@ -1,6 +1,7 @@
 //! Turning policies into the desired kernel sets of one node, with every
-//! rejection rule of DESIGN.md §3. A policy with any bad input yields no sets
-//! at all (never a partial apply); its existing kernel sets are held as they are.
+//! rejection rule listed in `docs/architecture.md` ("Members"). A policy
+//! with any bad input yields no sets at all (never a partial apply); its
+//! existing kernel sets are held as they are.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

@@ -1,4 +1,4 @@
-//! Kernel set names and ownership (DESIGN.md §2).
+//! Kernel set names and ownership (see `docs/architecture.md`).
 //!
 //! Main sets are `<prefix>4-<policy>`, `<prefix>6-<policy>` or
 //! `<prefix>x-<policy>`; temp sets are `<prefix>t-<suffix>`. Names longer than

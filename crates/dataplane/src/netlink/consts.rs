@@ -10,6 +10,8 @@ pub const NLMSG_DONE: u16 = 3;
 pub const NLMSG_OVERRUN: u16 = 4;
 
 pub const NLM_F_REQUEST: u16 = 0x1;
+/// Parts of a dump; only our tests build such replies.
+#[cfg(test)]
 pub const NLM_F_MULTI: u16 = 0x2;
 pub const NLM_F_ACK: u16 = 0x4;
 pub const NLM_F_DUMP: u16 = 0x100 | 0x200; // ROOT | MATCH
@@ -31,7 +33,6 @@ pub const NFPROTO_IPV6: u8 = 10;
 // ipset protocol versions this backend speaks.
 pub const IPSET_PROTOCOL_MIN: u8 = 6;
 pub const IPSET_PROTOCOL_MAX: u8 = 7;
-pub const IPSET_MAXNAMELEN: usize = 32;
 
 // commands
 pub const IPSET_CMD_PROTOCOL: u8 = 1;

@@ -34,6 +34,31 @@ pub struct ErrCtx<'a> {
     pub member: Option<&'a Member>,
 }
 
+impl<'a> ErrCtx<'a> {
+    /// The context of `cmd` on `set` ("" for commands on no set).
+    pub fn new(cmd: Cmd, set: &'a str) -> ErrCtx<'a> {
+        ErrCtx {
+            cmd,
+            set,
+            set2: None,
+            set_type: None,
+            member: None,
+        }
+    }
+
+    pub fn with_set2(self, set2: Option<&'a str>) -> ErrCtx<'a> {
+        ErrCtx { set2, ..self }
+    }
+
+    pub fn with_set_type(self, set_type: Option<SetType>) -> ErrCtx<'a> {
+        ErrCtx { set_type, ..self }
+    }
+
+    pub fn with_member(self, member: Option<&'a Member>) -> ErrCtx<'a> {
+        ErrCtx { member, ..self }
+    }
+}
+
 /// The kernel's own wording for a code, as close to the `ipset` tool's
 /// messages as is useful.
 pub fn describe(errno: i32, set_type: Option<SetType>) -> String {

@@ -13,10 +13,13 @@
 //! elements, several of them in flight before their acks are read. Each
 //! element carries IPSET_ATTR_LINENO, so a kernel error names the element.
 
-pub mod codec;
-pub mod consts;
-pub mod errors;
-pub mod wire;
+// The protocol's internals are this module's own business.
+mod codec;
+mod consts;
+mod errors;
+mod wire;
+
+pub use codec::fuzz_decode;
 
 #[cfg(test)]
 mod tests;
@@ -239,13 +242,7 @@ impl NetlinkDataplane {
             IPSET_PROTOCOL_MAX,
             |_| {},
         );
-        let ctx = ErrCtx {
-            cmd: Cmd::Protocol,
-            set: "",
-            set2: None,
-            set_type: None,
-            member: None,
-        };
+        let ctx = ErrCtx::new(Cmd::Protocol, "");
         let payload = match self.transact(seq, true) {
             Ok(Some(p)) => p,
             Ok(None) => {
@@ -310,13 +307,7 @@ impl NetlinkDataplane {
             Err(Failure::Kernel(k)) => {
                 return Err(map_errno(
                     k.errno,
-                    &ErrCtx {
-                        cmd: Cmd::Type,
-                        set: "",
-                        set2: None,
-                        set_type: Some(set_type),
-                        member: None,
-                    },
+                    &ErrCtx::new(Cmd::Type, "").with_set_type(Some(set_type)),
                 ));
             }
             Err(Failure::Local(e)) => return Err(e),
@@ -367,16 +358,9 @@ impl NetlinkDataplane {
         self.simple(IPSET_CMD_RENAME, from, Some(to))
             .map_err(|f| match f {
                 Failure::Local(e) => e,
-                Failure::Kernel(k) => map_errno(
-                    k.errno,
-                    &ErrCtx {
-                        cmd: Cmd::Rename,
-                        set: from,
-                        set2: Some(to),
-                        set_type: None,
-                        member: None,
-                    },
-                ),
+                Failure::Kernel(k) => {
+                    map_errno(k.errno, &ErrCtx::new(Cmd::Rename, from).with_set2(Some(to)))
+                }
             })
     }
 
@@ -416,13 +400,9 @@ impl NetlinkDataplane {
                         let member = k
                             .lineno
                             .and_then(|l| members.iter().nth(l.saturating_sub(1) as usize));
-                        let ctx = ErrCtx {
-                            cmd: c,
-                            set,
-                            set2: None,
-                            set_type,
-                            member: member.as_ref(),
-                        };
+                        let ctx = ErrCtx::new(c, set)
+                            .with_set_type(set_type)
+                            .with_member(member.as_ref());
                         return Err((map_errno(k.errno, &ctx), member));
                     }
                     r => (c, set_type, r),
@@ -446,13 +426,9 @@ impl NetlinkDataplane {
                 };
                 Err(plain(map_errno(
                     k.errno,
-                    &ErrCtx {
-                        cmd,
-                        set: op.set(),
-                        set2,
-                        set_type,
-                        member: None,
-                    },
+                    &ErrCtx::new(cmd, op.set())
+                        .with_set2(set2)
+                        .with_set_type(set_type),
                 )))
             }
         }
@@ -644,16 +620,7 @@ impl Dataplane for NetlinkDataplane {
         match r {
             Ok(()) => Ok(names),
             Err(Failure::Local(e)) => Err(e),
-            Err(Failure::Kernel(k)) => Err(map_errno(
-                k.errno,
-                &ErrCtx {
-                    cmd: Cmd::List,
-                    set: "",
-                    set2: None,
-                    set_type: None,
-                    member: None,
-                },
-            )),
+            Err(Failure::Kernel(k)) => Err(map_errno(k.errno, &ErrCtx::new(Cmd::List, ""))),
         }
     }
 
@@ -667,16 +634,7 @@ impl Dataplane for NetlinkDataplane {
             Err(Failure::Kernel(k)) if k.errno == libc::ENOENT => return Ok(None),
             Err(Failure::Local(e)) => return Err(e),
             Err(Failure::Kernel(k)) => {
-                return Err(map_errno(
-                    k.errno,
-                    &ErrCtx {
-                        cmd: Cmd::List,
-                        set: name,
-                        set2: None,
-                        set_type: None,
-                        member: None,
-                    },
-                ));
+                return Err(map_errno(k.errno, &ErrCtx::new(Cmd::List, name)));
             }
         }
         let Some(raw) = acc.header.take() else {

@@ -107,6 +107,8 @@ pub fn end_nest(buf: &mut [u8], start: usize) -> Result<(), DecodeError> {
 #[derive(Clone, Copy, Debug)]
 pub struct NlMsg<'a> {
     pub ty: u16,
+    /// Decoded for the tests that check what we encode.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub flags: u16,
     pub seq: u32,
     /// Everything after the `nlmsghdr`.
@@ -168,7 +170,10 @@ impl<'a> Iterator for Messages<'a> {
 #[derive(Clone, Copy, Debug)]
 pub struct Attr<'a> {
     pub ty: u16,
+    /// The flags, decoded for the tests that check what we encode.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub nested: bool,
+    #[cfg_attr(not(test), allow(dead_code))]
     pub net_order: bool,
     pub data: &'a [u8],
 }
