@@ -1,8 +1,10 @@
-//! Evaluating a Kubernetes `LabelSelector` against a node's labels.
+//! Evaluating a policy's `nodeSelector` against a node's labels, with
+//! kube's own `Selector` (the same semantics as the API server's).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid nodeSelector: {0}")]
@@ -15,42 +17,19 @@ pub fn matches(
     labels: &BTreeMap<String, String>,
 ) -> Result<bool, SelectorError> {
     let Some(sel) = selector else { return Ok(true) };
-    if let Some(ml) = &sel.match_labels
-        && ml.iter().any(|(k, v)| labels.get(k) != Some(v))
-    {
-        return Ok(false);
-    }
+    // The API server refuses In/NotIn without values; kube's conversion
+    // would accept an empty list (matching nothing, or everything).
     for req in sel.match_expressions.iter().flatten() {
-        let value = labels.get(&req.key);
-        let values = req.values.as_deref().unwrap_or(&[]);
-        let ok = match req.operator.as_str() {
-            "In" => {
-                if values.is_empty() {
-                    return Err(SelectorError(format!(
-                        "operator In on {:?} needs values",
-                        req.key
-                    )));
-                }
-                value.is_some_and(|v| values.contains(v))
-            }
-            "NotIn" => {
-                if values.is_empty() {
-                    return Err(SelectorError(format!(
-                        "operator NotIn on {:?} needs values",
-                        req.key
-                    )));
-                }
-                value.is_none_or(|v| !values.contains(v))
-            }
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            other => return Err(SelectorError(format!("unknown operator {other:?}"))),
-        };
-        if !ok {
-            return Ok(false);
+        let no_values = req.values.as_deref().unwrap_or_default().is_empty();
+        if no_values && matches!(req.operator.as_str(), "In" | "NotIn") {
+            return Err(SelectorError(format!(
+                "operator {} on {:?} needs values",
+                req.operator, req.key
+            )));
         }
     }
-    Ok(true)
+    let parsed = Selector::try_from(sel.clone()).map_err(|e| SelectorError(e.to_string()))?;
+    Ok(parsed.matches(labels))
 }
 
 #[cfg(test)]
@@ -93,5 +72,14 @@ mod tests {
             }]),
         };
         assert!(matches(Some(&sel), &labels(&[])).is_err());
+        let empty_in = LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "k".into(),
+                operator: "In".into(),
+                values: Some(vec![]),
+            }]),
+        };
+        assert!(matches(Some(&empty_in), &labels(&[])).is_err());
     }
 }
