@@ -1,159 +1,168 @@
-//! The health and metrics listener: `/healthz`, `/readyz`, `/metrics`.
-//! A deliberately tiny HTTP/1.1 responder (GET only, one request per
-//! connection): three read-only endpoints need no web framework.
+//! The health and metrics listener: `/healthz` (and `/livez`), `/readyz`,
+//! `/metrics`, served by axum. What each endpoint says comes from a
+//! [`Health`] (the agent's or the controller's).
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::agent::metrics::Shared;
-
-/// Status line, content type and body for a request path.
-pub fn respond(path: &str, shared: &Shared) -> (&'static str, &'static str, String) {
-    const TEXT: &str = "text/plain; charset=utf-8";
-    match path {
-        "/healthz" | "/livez" => {
-            if shared.healthy() {
-                ("200 OK", TEXT, "ok\n".into())
-            } else {
-                (
-                    "503 Service Unavailable",
-                    TEXT,
-                    "manager thread stalled\n".into(),
-                )
-            }
-        }
-        "/readyz" => {
-            if shared.ready() {
-                ("200 OK", TEXT, "ok\n".into())
-            } else {
-                (
-                    "503 Service Unavailable",
-                    TEXT,
-                    "waiting for the initial policy list and first kernel sync\n".into(),
-                )
-            }
-        }
-        "/metrics" => (
-            "200 OK",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            shared.metrics.encode(),
-        ),
-        _ => ("404 Not Found", TEXT, "not found\n".into()),
-    }
+/// The facts the endpoints report.
+pub trait Health: Send + Sync + 'static {
+    /// `Err(why)` when the process should be restarted.
+    fn live(&self) -> Result<(), String>;
+    /// `Err(what it waits for)` while it should not count as ready.
+    fn ready(&self) -> Result<(), String>;
+    /// The OpenMetrics text exposition.
+    fn metrics(&self) -> String;
 }
 
-async fn handle(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    // Read the request head (bounded size and time).
-    let read = tokio::time::timeout(Duration::from_secs(5), async {
-        while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
-            let n = stream.read(&mut chunk).await?;
-            if n == 0 {
-                break;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        Ok::<_, std::io::Error>(())
-    })
-    .await;
-    if !matches!(read, Ok(Ok(()))) {
-        return Ok(());
-    }
-    let head = String::from_utf8_lossy(&buf);
-    let mut parts = head.lines().next().unwrap_or("").split_whitespace();
-    let method = parts.next().unwrap_or("");
-    let target = parts.next().unwrap_or("");
-    let path = target.split('?').next().unwrap_or("");
-    let (status, ctype, body) = if method == "GET" || method == "HEAD" {
-        respond(path, &shared)
-    } else {
-        (
-            "405 Method Not Allowed",
-            "text/plain",
-            "method not allowed\n".into(),
-        )
+fn text(result: Result<(), String>) -> Response {
+    let (code, body) = match result {
+        Ok(()) => (StatusCode::OK, "ok\n".to_string()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
     };
-    let mut out = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    if method != "HEAD" {
-        out.push_str(&body);
-    }
-    stream.write_all(out.as_bytes()).await?;
-    stream.shutdown().await
+    (
+        code,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+async fn live(State(h): State<Arc<dyn Health>>) -> Response {
+    text(h.live())
+}
+
+async fn ready(State(h): State<Arc<dyn Health>>) -> Response {
+    text(h.ready())
+}
+
+async fn metrics(State(h): State<Arc<dyn Health>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        h.metrics(),
+    )
+        .into_response()
+}
+
+/// The routes (GET and HEAD; other methods get 405, other paths 404).
+pub fn router(health: Arc<dyn Health>) -> Router {
+    Router::new()
+        .route("/healthz", get(live))
+        .route("/livez", get(live))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
+        .with_state(health)
 }
 
 /// Serve until `stop` turns true.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let shared = shared.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = handle(stream, shared).await {
-                            tracing::debug!(error = %e, "http connection");
-                        }
-                    });
+pub async fn serve(
+    listener: TcpListener,
+    health: Arc<dyn Health>,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(health))
+        .with_graceful_shutdown(async move {
+            while !*stop.borrow_and_update() {
+                if stop.changed().await.is_err() {
+                    break;
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
-            _ = stop.changed() => break,
-        }
-    }
+            }
+        })
+        .await
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
     use super::*;
 
+    struct Fake {
+        live: Mutex<Result<(), String>>,
+        ready: Mutex<Result<(), String>>,
+    }
+
+    impl Health for Fake {
+        fn live(&self) -> Result<(), String> {
+            self.live.lock().unwrap().clone()
+        }
+        fn ready(&self) -> Result<(), String> {
+            self.ready.lock().unwrap().clone()
+        }
+        fn metrics(&self) -> String {
+            "# EOF\n".into()
+        }
+    }
+
+    async fn request(addr: std::net::SocketAddr, line: &str) -> String {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("{line} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
     #[tokio::test]
-    async fn health_readiness_and_metrics() {
-        let shared = Shared::new(Duration::from_secs(60));
+    async fn endpoints_say_what_health_says() {
+        let fake = Arc::new(Fake {
+            live: Mutex::new(Err("manager thread stalled".into())),
+            ready: Mutex::new(Err("waiting for the initial policy list".into())),
+        });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop_tx, stop_rx) = watch::channel(false);
-        let server = tokio::spawn(serve(listener, shared.clone(), stop_rx));
-        let get = |path: &'static str| async move {
-            let mut s = TcpStream::connect(addr).await.unwrap();
-            s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        let server = tokio::spawn(serve(listener, fake.clone(), stop_rx));
+        let r = request(addr, "GET /healthz").await;
+        assert!(
+            r.starts_with("HTTP/1.1 503") && r.ends_with("manager thread stalled\n"),
+            "{r}"
+        );
+        let r = request(addr, "GET /readyz").await;
+        assert!(r.contains("waiting for the initial policy list"), "{r}");
+        *fake.live.lock().unwrap() = Ok(());
+        *fake.ready.lock().unwrap() = Ok(());
+        assert!(
+            request(addr, "GET /livez")
                 .await
-                .unwrap();
-            let mut out = String::new();
-            s.read_to_string(&mut out).await.unwrap();
-            out
-        };
-        assert!(get("/healthz").await.starts_with("HTTP/1.1 503"));
-        assert!(get("/readyz").await.starts_with("HTTP/1.1 503"));
-        shared.heartbeat();
-        shared.set_policies_listed();
-        shared.set_first_sync();
-        assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
-        assert!(get("/readyz").await.starts_with("HTTP/1.1 200"));
-        shared.metrics.status_writes.inc();
-        shared.metrics.apply_duration.observe(0.01);
-        let m = get("/metrics").await;
-        for name in [
-            "ipsetmgr_sets ",
-            "ipsetmgr_members ",
-            "ipsetmgr_apply_duration_seconds_bucket",
-            "ipsetmgr_problems_total ",
-            "ipsetmgr_dataplane_errors_total ",
-            "ipsetmgr_status_writes_total 1",
-        ] {
-            assert!(m.contains(name), "{name} missing in {m}");
-        }
-        assert!(get("/nope").await.starts_with("HTTP/1.1 404"));
+                .starts_with("HTTP/1.1 200")
+        );
+        assert!(
+            request(addr, "GET /readyz")
+                .await
+                .starts_with("HTTP/1.1 200")
+        );
+        let r = request(addr, "GET /metrics").await;
+        assert!(
+            r.contains("application/openmetrics-text") && r.ends_with("# EOF\n"),
+            "{r}"
+        );
+        let head = request(addr, "HEAD /readyz").await;
+        assert!(
+            head.starts_with("HTTP/1.1 200") && !head.ends_with("ok\n"),
+            "{head}"
+        );
+        assert!(
+            request(addr, "POST /readyz")
+                .await
+                .starts_with("HTTP/1.1 405")
+        );
+        assert!(request(addr, "GET /nope").await.starts_with("HTTP/1.1 404"));
         stop_tx.send(true).unwrap();
-        server.await.unwrap();
+        server.await.unwrap().unwrap();
     }
 }

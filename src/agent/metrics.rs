@@ -135,3 +135,56 @@ impl Shared {
         self.policies_listed.load(Ordering::Relaxed) && self.first_sync.load(Ordering::Relaxed)
     }
 }
+
+impl crate::server::Health for Shared {
+    fn live(&self) -> Result<(), String> {
+        if self.healthy() {
+            Ok(())
+        } else {
+            Err("manager thread stalled".into())
+        }
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        if Shared::ready(self) {
+            Ok(())
+        } else {
+            Err("waiting for the initial policy list and first kernel sync".into())
+        }
+    }
+
+    fn metrics(&self) -> String {
+        self.metrics.encode()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::Health;
+
+    #[test]
+    fn health_and_exposition() {
+        let shared = Shared::new(Duration::from_secs(60));
+        assert!(shared.live().is_err(), "no heartbeat yet");
+        assert!(Health::ready(&*shared).is_err());
+        shared.heartbeat();
+        shared.set_policies_listed();
+        shared.set_first_sync();
+        assert!(shared.live().is_ok());
+        assert!(Health::ready(&*shared).is_ok());
+        shared.metrics.status_writes.inc();
+        shared.metrics.apply_duration.observe(0.01);
+        let m = Health::metrics(&*shared);
+        for name in [
+            "ipsetmgr_sets ",
+            "ipsetmgr_members ",
+            "ipsetmgr_apply_duration_seconds_bucket",
+            "ipsetmgr_problems_total ",
+            "ipsetmgr_dataplane_errors_total ",
+            "ipsetmgr_status_writes_total 1",
+        ] {
+            assert!(m.contains(name), "{name} missing in {m}");
+        }
+    }
+}
