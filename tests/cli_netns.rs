@@ -9,8 +9,18 @@ use std::time::{Duration, Instant};
 
 use ipsetmgr::ipset::Naming;
 use ipsetmgr::policy::{compile, load_policies};
+use nix::sys::signal::Signal;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ipsetmgr");
+
+#[path = "common/kernel_gate.rs"]
+mod kernel_gate;
+
+/// Send `sig` to the process `pid`.
+fn signal(pid: u32, sig: Signal) {
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    nix::sys::signal::kill(pid, sig).unwrap_or_else(|e| panic!("kill {pid} {sig:?}: {e}"));
+}
 
 /// A throwaway named network namespace, deleted on drop.
 struct Netns {
@@ -20,8 +30,8 @@ struct Netns {
 impl Netns {
     /// `None` (with a message) when the test cannot run here.
     fn new(tag: &str) -> Option<Netns> {
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root (kernel tests run in a fresh network namespace)");
+        if !nix::unistd::geteuid().is_root() {
+            kernel_gate::cannot_run(tag, "");
             return None;
         }
         let name = format!("ipsetmgr-t-{tag}-{}", std::process::id());
@@ -31,7 +41,10 @@ impl Netns {
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
-            eprintln!("skipped: `ip netns add` failed (no iproute2 or no netns support)");
+            kernel_gate::cannot_run(
+                tag,
+                " (`ip netns add` failed: no iproute2 or no netns support)",
+            );
             return None;
         }
         Some(Netns { name })
@@ -824,7 +837,7 @@ fn run_follows_the_directory_and_repairs_drift() {
             &policy_yaml("stay", "hash:ip", &["10.0.0.2"]),
         );
         eventually(10, "second set", || ns.saved("ipm4-stay").is_some());
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        signal(child.id(), Signal::SIGTERM);
         let status = child.wait().unwrap();
         assert!(status.success(), "{status}");
         assert_eq!(ns.set_names(), ["ipm4-stay"]);
@@ -861,7 +874,7 @@ fn run_reloads_on_sighup_and_recovers_a_recreated_directory() {
 
     // SIGHUP: not a death (exit 129 before), but "reload and resync now".
     ns.sh(&["ipset", "add", "ipm4-live", "192.0.2.7"]);
-    run.signal(libc::SIGHUP);
+    run.signal(Signal::SIGHUP);
     eventually(5, "drift repaired on SIGHUP", || {
         members(&ns) == Some(vec!["10.0.0.1".into()])
     });
@@ -901,7 +914,7 @@ fn run_reloads_on_sighup_and_recovers_a_recreated_directory() {
     eventually(10, "and its changes are seen without a signal", || {
         members(&ns) == Some(vec!["10.0.0.3".into()])
     });
-    run.signal(libc::SIGTERM);
+    run.signal(Signal::SIGTERM);
     assert!(run.wait().success());
 }
 
@@ -920,9 +933,8 @@ impl Running {
         self.child().id()
     }
 
-    fn signal(&mut self, sig: libc::c_int) {
-        let pid = self.pid() as libc::pid_t;
-        assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill {pid}");
+    fn signal(&mut self, sig: Signal) {
+        signal(self.pid(), sig);
     }
 
     fn still_running(&mut self) -> bool {
@@ -1016,7 +1028,7 @@ fn a_second_writer_waits_for_the_lock_holder() {
     std::thread::sleep(Duration::from_millis(500));
     assert!(waiter.still_running(), "the apply waits for the lock");
     assert_eq!(ns.set_names(), ["ipm4-held"]);
-    run.signal(libc::SIGTERM);
+    run.signal(Signal::SIGTERM);
     assert!(run.wait().success());
     let out = waiter.output();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -1086,7 +1098,7 @@ fn a_killed_holder_leaves_no_stale_lock() {
     let (ok, out) = ns.ipsetmgr("netlink", &["--lock-wait", "0", "apply", "-f", held]);
     assert!(!ok && out.contains("held by pid"), "held: {out}");
 
-    run.signal(libc::SIGKILL);
+    run.signal(Signal::SIGKILL);
     assert!(!run.wait().success());
     // The kernel freed the socket name with the dead process.
     let start = Instant::now();

@@ -193,9 +193,10 @@ impl Drop for Agents {
     fn drop(&mut self) {
         for c in &mut self.0 {
             // SIGTERM: the agent shuts down cleanly, leaving the kernel as is.
-            unsafe {
-                libc::kill(c.id() as i32, libc::SIGTERM);
-            }
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
         }
         for c in &mut self.0 {
             let _ = c.wait();

@@ -90,6 +90,7 @@ fn perf_body(dp: &mut dyn Dataplane) {
 fn perf_vs_raw_restore() {
     conformance::run(
         "perf_vs_raw_restore",
+        conformance::Mode::Kernel,
         || Box::new(CliDataplane::new()),
         perf_body,
     );

@@ -1,6 +1,7 @@
 //! The netlink backend against the real kernel. Every test runs on its own
 //! thread inside a fresh network namespace (only that thread moves; the
-//! namespace and its sets vanish with it). Without root they skip.
+//! namespace and its sets vanish with it). Without root they skip, except
+//! under `CI=true`, where they fail.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
@@ -9,12 +10,12 @@ use std::time::Instant;
 use ipsetmgr::dataplane::netlink::NetlinkDataplane;
 use ipsetmgr::dataplane::{Dataplane, DataplaneError, Op};
 use ipsetmgr::ipset::{Family, Member, MemberSet, Proto, SetHeader, SetKind, SetType};
-use nix::sched::{CloneFlags, unshare};
+#[path = "common/kernel_gate.rs"]
+mod kernel_gate;
 
 fn in_netns(f: impl FnOnce() + Send + 'static) {
     let h = std::thread::spawn(move || {
-        if !nix::unistd::Uid::effective().is_root() || unshare(CloneFlags::CLONE_NEWNET).is_err() {
-            println!("skipped: needs root (kernel tests run in a fresh network namespace)");
+        if !kernel_gate::enter_fresh_netns("kernel_netlink") {
             return;
         }
         f()

@@ -136,6 +136,22 @@ impl ModelDataplane {
     }
 }
 
+/// The same hash:net entry with the other nomatch flag.
+fn flag_twin(m: &Member) -> Option<Member> {
+    match *m {
+        Member::Net {
+            addr,
+            prefix,
+            nomatch,
+        } => Some(Member::Net {
+            addr,
+            prefix,
+            nomatch: !nomatch,
+        }),
+        _ => None,
+    }
+}
+
 impl State {
     fn references(&self, name: &str) -> u32 {
         let from_lists = self
@@ -206,6 +222,14 @@ impl State {
                     if target.members.contains(&m) {
                         continue;
                     }
+                    // Like the kernel: the nomatch flag is not part of the
+                    // key, and `add -exist` overwrites it.
+                    if let Some(twin) = flag_twin(&m)
+                        && target.members.remove(&twin)
+                    {
+                        target.members.insert(m.clone());
+                        continue;
+                    }
                     if target.members.len() >= target.header.max_elem as usize {
                         return Err((Some(m), DataplaneError::SetFull(set.to_string())));
                     }
@@ -226,7 +250,12 @@ impl State {
                 let target = self.sets.get_mut(set).expect("checked above");
                 for m in members.iter() {
                     self.stats.member_ops += 1;
-                    target.members.remove(&m);
+                    // The kernel deletes by key, whatever the entry's flag.
+                    if !target.members.remove(&m)
+                        && let Some(twin) = flag_twin(&m)
+                    {
+                        target.members.remove(&twin);
+                    }
                 }
             }
             Op::Flush { set } => {
