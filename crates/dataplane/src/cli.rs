@@ -582,43 +582,53 @@ fn parse_member(t: SetType, line: &str) -> Option<Member> {
     fast.or_else(|| Member::parse_kernel(t, line).ok())
 }
 
-/// Parse the output of `ipset list NAME` (one set). `expected` is the name
-/// that was asked for; a listing of another set is a protocol error.
-///
-/// Never panics: truncated output (no `Members:` line, missing header lines)
-/// or garbage gives [`DataplaneError::Protocol`].
-pub fn parse_listing(
-    mut r: impl BufRead,
-    expected: Option<&str>,
-) -> Result<KernelSet, DataplaneError> {
-    let mut buf: Vec<u8> = Vec::with_capacity(128);
-    let mut name: Option<String> = None;
-    let mut set_type: Option<Result<SetType, String>> = None;
-    let mut header: Option<HeaderWords> = None;
-    let mut references: Option<u32> = None;
-    let mut entries: Option<u64> = None;
-    let mut saw_members = false;
+/// Read one line (with its `\n`) into `buf`; `false` at the end of input.
+/// A last line without `\n` means the listing was cut off.
+fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>) -> Result<bool, DataplaneError> {
+    buf.clear();
+    let n = r
+        .read_until(b'\n', buf)
+        .map_err(|e| protocol(format!("reading ipset list: {e}")))?;
+    if n == 0 {
+        return Ok(false);
+    }
+    if buf.last() != Some(&b'\n') {
+        return Err(protocol(
+            "truncated ipset list output: last line is incomplete",
+        ));
+    }
+    buf.pop();
+    if buf.last() == Some(&b'\r') {
+        buf.pop();
+    }
+    Ok(true)
+}
 
-    // Header section.
-    loop {
-        buf.clear();
-        let n = r
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| protocol(format!("reading ipset list: {e}")))?;
-        if n == 0 {
-            break;
-        }
-        if buf.last() != Some(&b'\n') {
-            return Err(protocol(
-                "truncated ipset list output: last line is incomplete",
-            ));
-        }
-        let line = std::str::from_utf8(&buf)
-            .map_err(|_| protocol("ipset list header is not UTF-8"))?
-            .trim_end_matches(['\n', '\r']);
+/// The `Key: value` lines before `Members:`.
+#[derive(Default)]
+struct ListingHead {
+    name: Option<String>,
+    /// `Err(name)` for a type this project does not manage.
+    set_type: Option<Result<SetType, String>>,
+    header: Option<HeaderWords>,
+    references: Option<u32>,
+    entries: Option<u64>,
+}
+
+fn parse_number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, DataplaneError> {
+    value
+        .parse()
+        .map_err(|_| protocol(format!("bad {key} value {value:?}")))
+}
+
+/// Read the header section, up to and including the `Members:` line.
+fn read_head(r: &mut impl BufRead, buf: &mut Vec<u8>) -> Result<ListingHead, DataplaneError> {
+    let mut head = ListingHead::default();
+    while read_line(r, buf)? {
+        let line =
+            std::str::from_utf8(buf).map_err(|_| protocol("ipset list header is not UTF-8"))?;
         if line == "Members:" {
-            saw_members = true;
-            break;
+            return Ok(head);
         }
         if line.is_empty() {
             continue;
@@ -630,36 +640,88 @@ pub fn parse_listing(
         };
         let value = value.trim();
         match key {
-            "Name" => {
-                if name.is_some() {
-                    return Err(protocol("two Name: lines before Members:"));
-                }
-                name = Some(value.to_string());
+            "Name" if head.name.is_some() => {
+                return Err(protocol("two Name: lines before Members:"));
             }
-            "Type" => set_type = Some(value.parse::<SetType>().map_err(|_| value.to_string())),
-            "Header" => header = Some(parse_header_words(value)?),
-            "References" => {
-                references = Some(
-                    value
-                        .parse()
-                        .map_err(|_| protocol(format!("bad References value {value:?}")))?,
-                )
-            }
-            "Number of entries" => {
-                entries = Some(
-                    value
-                        .parse()
-                        .map_err(|_| protocol(format!("bad Number of entries value {value:?}")))?,
-                )
-            }
+            "Name" => head.name = Some(value.to_string()),
+            "Type" => head.set_type = Some(value.parse::<SetType>().map_err(|_| value.to_string())),
+            "Header" => head.header = Some(parse_header_words(value)?),
+            "References" => head.references = Some(parse_number(key, value)?),
+            "Number of entries" => head.entries = Some(parse_number(key, value)?),
             // Revision, Size in memory, and anything newer tools print.
             _ => {}
         }
     }
-    if !saw_members {
-        return Err(protocol("truncated ipset list output: no Members: line"));
+    Err(protocol("truncated ipset list output: no Members: line"))
+}
+
+/// The typed header of a managed type (`None` for an unmanaged one).
+fn typed_header(
+    set_type: Result<SetType, String>,
+    words: &HeaderWords,
+) -> Result<Option<SetHeader>, DataplaneError> {
+    let Ok(t) = set_type else {
+        return Ok(None);
+    };
+    if t.has_family() && words.family.is_none() {
+        return Err(protocol(format!("{t} header without a family")));
     }
-    let name = name.ok_or_else(|| protocol("ipset list output has no Name: line"))?;
+    let size_word = if t == SetType::ListSet {
+        "size"
+    } else {
+        "maxelem"
+    };
+    let max_elem = words
+        .max_elem
+        .ok_or_else(|| protocol(format!("{t} header without {size_word}")))?;
+    Ok(Some(SetHeader {
+        kind: SetKind::new(t, words.family.filter(|_| t.has_family())),
+        max_elem,
+        hash_size: words.hash_size.filter(|_| t.is_hash()),
+    }))
+}
+
+/// Read member lines up to a blank line or the end. Returns the lines
+/// read, with each one parsed into `members` (when the type is managed) or
+/// counted in `unparsable`.
+fn read_members(
+    r: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    mut members: Option<&mut MemberSetBuilder>,
+    unparsable: &mut usize,
+) -> Result<u64, DataplaneError> {
+    let mut lines = 0;
+    // A blank line ends this set's listing.
+    while read_line(r, buf)? && !buf.is_empty() {
+        lines += 1;
+        let Some(ms) = members.as_deref_mut() else {
+            continue;
+        };
+        let t = ms.kind().set_type;
+        match std::str::from_utf8(buf)
+            .ok()
+            .and_then(|l| parse_member(t, l))
+        {
+            Some(m) => ms.push(m),
+            None => *unparsable += 1,
+        }
+    }
+    Ok(lines)
+}
+
+/// Parse the output of `ipset list NAME` (one set). `expected` is the name
+/// that was asked for; a listing of another set is a protocol error.
+///
+/// Never panics: truncated output (no `Members:` line, missing header lines)
+/// or garbage gives [`DataplaneError::Protocol`].
+pub fn parse_listing(
+    mut r: impl BufRead,
+    expected: Option<&str>,
+) -> Result<KernelSet, DataplaneError> {
+    let mut buf: Vec<u8> = Vec::with_capacity(128);
+    let head = read_head(&mut r, &mut buf)?;
+    let missing = |what: &str| protocol(format!("ipset list output has no {what}: line"));
+    let name = head.name.ok_or_else(|| missing("Name"))?;
     if let Some(exp) = expected
         && name != exp
     {
@@ -667,91 +729,29 @@ pub fn parse_listing(
             "asked for set {exp} but ipset listed {name:?}"
         )));
     }
-    let set_type = set_type.ok_or_else(|| protocol("ipset list output has no Type: line"))?;
-    let HeaderWords {
-        family,
-        hash_size,
-        max_elem,
-        has_timeout,
-        unmanaged,
-    } = header.ok_or_else(|| protocol("ipset list output has no Header: line"))?;
-    let references =
-        references.ok_or_else(|| protocol("ipset list output has no References: line"))?;
+    let set_type = head.set_type.ok_or_else(|| missing("Type"))?;
+    let words = head.header.ok_or_else(|| missing("Header"))?;
+    let references = head.references.ok_or_else(|| missing("References"))?;
+    let header = typed_header(set_type, &words)?;
 
-    let header = match set_type {
-        Ok(t) => {
-            if t.has_family() && family.is_none() {
-                return Err(protocol(format!("{t} header without a family")));
-            }
-            let max_elem = max_elem.ok_or_else(|| {
-                protocol(format!(
-                    "{t} header without {}",
-                    if t == SetType::ListSet {
-                        "size"
-                    } else {
-                        "maxelem"
-                    }
-                ))
-            })?;
-            let family = if t.has_family() { family } else { None };
-            Some(SetHeader {
-                kind: SetKind::new(t, family),
-                max_elem,
-                hash_size: if t.is_hash() { hash_size } else { None },
-            })
-        }
-        Err(_) => None,
-    };
-
-    // Members section.
-    let mut members = header.as_ref().map(|h| {
-        let cap = entries.unwrap_or(0).min(1 << 24) as usize;
+    let mut builder = header.as_ref().map(|h| {
+        let cap = head.entries.unwrap_or(0).min(1 << 24) as usize;
         MemberSetBuilder::with_capacity(h.kind, cap)
     });
-    let set_type = header.as_ref().map(|h| h.kind.set_type);
     let mut unparsable = 0usize;
-    let mut lines: u64 = 0;
-    loop {
-        buf.clear();
-        let n = r
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| protocol(format!("reading ipset list: {e}")))?;
-        if n == 0 {
-            break;
-        }
-        let Some(raw) = buf.strip_suffix(b"\n") else {
-            return Err(protocol(
-                "truncated ipset list output: last line is incomplete",
-            ));
-        };
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-        if raw.is_empty() {
-            // A blank line ends this set's listing.
-            break;
-        }
-        lines += 1;
-        let (Some(t), Some(ms)) = (set_type, members.as_mut()) else {
-            continue;
-        };
-        match std::str::from_utf8(raw)
-            .ok()
-            .and_then(|l| parse_member(t, l))
-        {
-            Some(m) => ms.push(m),
-            None => unparsable += 1,
-        }
-    }
-    if let Some(e) = entries {
-        // Fewer lines than announced means the listing was cut short.
-        // (Sets with timeouts may count expired, unlisted entries.)
-        if lines < e && !has_timeout {
-            return Err(protocol(format!(
-                "truncated ipset list output: {lines} of {e} members"
-            )));
-        }
+    let lines = read_members(&mut r, &mut buf, builder.as_mut(), &mut unparsable)?;
+    // Fewer lines than announced means the listing was cut short. (Sets
+    // with timeouts may count expired, unlisted entries.)
+    if let Some(e) = head.entries
+        && lines < e
+        && !words.has_timeout
+    {
+        return Err(protocol(format!(
+            "truncated ipset list output: {lines} of {e} members"
+        )));
     }
     // Duplicates or members of the wrong family are not what we expect.
-    let members = members.map(|b| {
+    let members = builder.map(|b| {
         let (set, refused) = b.finish();
         unparsable += refused;
         set
@@ -760,7 +760,7 @@ pub fn parse_listing(
         header,
         members,
         unparsable_members: unparsable,
-        unmanaged_options: unmanaged,
+        unmanaged_options: words.unmanaged,
         references,
     })
 }

@@ -6,7 +6,9 @@ use ipsetmgr_dataplane::Op;
 use ipsetmgr_ipset::MemberSet;
 
 use super::state::{Belief, SetState};
+use crate::UpdateError;
 use crate::report::NotReplaced;
+use ipsetmgr_dataplane::BatchError;
 
 /// How one set will be written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,6 +117,34 @@ pub struct OpSpan {
 }
 
 /// The set owning operation `index`.
-pub fn span_of(spans: &[OpSpan], index: usize) -> Option<&OpSpan> {
+fn span_of(spans: &[OpSpan], index: usize) -> Option<&OpSpan> {
     spans.iter().find(|s| s.ops.contains(&index))
+}
+
+/// Map a failed batch to its sets: the one whose operation failed, and
+/// every set the batch may have changed before it (the `ipset restore`
+/// tool buffers, so anything up to the failing set may be partly applied).
+pub fn failure(error: BatchError, spans: &[OpSpan]) -> UpdateError {
+    let failed = span_of(spans, error.op_index);
+    let failed_set = failed.map(|s| s.set.clone());
+    let upto = failed.map_or(spans.len(), |f| {
+        spans.iter().position(|s| s.set == f.set).unwrap_or(0) + 1
+    });
+    let touched = spans[..upto]
+        .iter()
+        .flat_map(|s| {
+            let also = s.also_touched.iter().map(|l| (l.clone(), Plan::Delta));
+            std::iter::once((s.set.clone(), s.plan)).chain(also)
+        })
+        .collect();
+    let temps = spans[..upto]
+        .iter()
+        .filter_map(|s| s.temp.clone())
+        .collect();
+    UpdateError {
+        error,
+        failed_set,
+        touched,
+        temps,
+    }
 }

@@ -340,83 +340,12 @@ impl<D: Dataplane> Manager<D> {
     /// Send every dirty, non-waiting set in one batch.
     #[allow(clippy::result_large_err)] // built once per failed batch; not hot
     fn try_updates(&mut self) -> Result<Vec<(String, Plan)>, UpdateError> {
-        let now = Instant::now();
-        // Referenced sets first so list:sets can add them; known-unsupported
-        // types are isolated without a round trip.
-        let mut order: Vec<String> = Vec::new();
-        let mut blocked: Vec<(String, DataplaneError)> = Vec::new();
-        for list_pass in [false, true] {
-            for (name, s) in &self.sets {
-                let is_list = s.header.kind.set_type == SetType::ListSet;
-                if is_list != list_pass
-                    || !s.dirty
-                    || s.waiting(now)
-                    || self.isolated_now.contains(name)
-                {
-                    continue;
-                }
-                let t = s.header.kind.set_type;
-                let unsupported =
-                    self.unsupported.contains(&t) || self.dp.supports(t) == Some(false);
-                if unsupported {
-                    blocked.push((
-                        name.clone(),
-                        DataplaneError::TypeNotSupported(t.to_string()),
-                    ));
-                } else {
-                    order.push(name.clone());
-                }
-            }
-        }
-        for (name, e) in blocked {
-            if let Some(s) = self.sets.get(&name) {
-                self.unsupported.insert(s.header.kind.set_type);
-            }
-            self.isolate(&name, SetError::Kernel(e));
-        }
-        let mut plans = Vec::with_capacity(order.len());
-        // Per recreated set: our list:sets to take it out of, and back into.
-        let mut unlinks: BTreeMap<String, Vec<(String, MemberSet)>> = BTreeMap::new();
-        for name in order {
-            if plans.iter().any(|(n, _)| *n == name) {
-                // A list already planned to relink a recreated set.
-                continue;
-            }
-            let lists = self.lists_holding(&name);
-            match batch::plan_for(&self.sets[&name], lists.len() as u32) {
-                Ok(plan) => {
-                    if plan == Plan::Recreate && !lists.is_empty() {
-                        self.relink_after_recreate(&name, &lists, &mut plans);
-                        let kind = self.sets[&lists[0]].header.kind;
-                        let this =
-                            MemberSet::from_members(kind, [Member::Set(name.as_str().into())]);
-                        unlinks.insert(
-                            name.clone(),
-                            lists.into_iter().map(|l| (l, this.clone())).collect(),
-                        );
-                    }
-                    plans.push((name, plan));
-                }
-                Err(why) => self.isolate(&name, why.into()),
-            }
-        }
-        // The lists relinked above were appended with their own plans; keep
-        // every list after every set it may list.
-        plans.sort_by_key(|(name, _)| self.sets[name].header.kind.set_type == SetType::ListSet);
+        let order = self.sets_to_write();
+        let (plans, unlinks) = self.plan_writes(order);
         if plans.is_empty() {
             return Ok(Vec::new());
         }
-        let temps: Vec<String> = plans
-            .iter()
-            .map(|(_, plan)| match plan {
-                Plan::TempSwap => {
-                    self.temp_counter = self.temp_counter.wrapping_add(1);
-                    self.config.naming.temp_set_name(self.temp_counter)
-                }
-                _ => String::new(),
-            })
-            .collect();
-
+        let temps = self.temp_names(&plans);
         let mut ops: Vec<Op<'_>> = Vec::new();
         let mut spans = Vec::with_capacity(plans.len());
         for ((name, plan), temp) in plans.iter().zip(&temps) {
@@ -443,32 +372,87 @@ impl<D: Dataplane> Manager<D> {
                 }
                 Ok(plans)
             }
-            Err(error) => {
-                let failed = batch::span_of(&spans, error.op_index);
-                let failed_set = failed.map(|s| s.set.clone());
-                let upto = failed.map_or(spans.len(), |f| {
-                    spans.iter().position(|s| s.set == f.set).unwrap_or(0) + 1
-                });
-                // Everything up to the failing set may be partly applied.
-                let touched = spans[..upto]
-                    .iter()
-                    .flat_map(|s| {
-                        let also = s.also_touched.iter().map(|l| (l.clone(), Plan::Delta));
-                        std::iter::once((s.set.clone(), s.plan)).chain(also)
-                    })
-                    .collect();
-                let temps = spans[..upto]
-                    .iter()
-                    .filter_map(|s| s.temp.clone())
-                    .collect();
-                Err(UpdateError {
-                    error,
-                    failed_set,
-                    touched,
-                    temps,
-                })
+            Err(error) => Err(batch::failure(error, &spans)),
+        }
+    }
+
+    /// The dirty sets due for a write, referenced sets before the list:sets
+    /// that list them. Sets of types known to be unsupported are isolated
+    /// here, without a round trip to the kernel.
+    fn sets_to_write(&mut self) -> Vec<String> {
+        let now = Instant::now();
+        let mut order: Vec<String> = Vec::new();
+        let mut blocked: Vec<(String, SetType)> = Vec::new();
+        for list_pass in [false, true] {
+            for (name, s) in &self.sets {
+                let t = s.header.kind.set_type;
+                let due = s.dirty && !s.waiting(now) && !self.isolated_now.contains(name);
+                if (t == SetType::ListSet) != list_pass || !due {
+                    continue;
+                }
+                if self.unsupported.contains(&t) || self.dp.supports(t) == Some(false) {
+                    blocked.push((name.clone(), t));
+                } else {
+                    order.push(name.clone());
+                }
             }
         }
+        for (name, t) in blocked {
+            self.unsupported.insert(t);
+            let error = DataplaneError::TypeNotSupported(t.to_string());
+            self.isolate(&name, SetError::Kernel(error));
+        }
+        order
+    }
+
+    /// How to write each set (in batch order), and for each set recreated
+    /// under our own list:sets the lists to take it out of and back into.
+    /// Sets that cannot be written safely are isolated instead.
+    fn plan_writes(&mut self, order: Vec<String>) -> (Vec<(String, Plan)>, Unlinks) {
+        let mut plans = Vec::with_capacity(order.len());
+        let mut unlinks = Unlinks::new();
+        for name in order {
+            if plans.iter().any(|(n, _)| *n == name) {
+                // A list already planned to relink a recreated set.
+                continue;
+            }
+            let lists = self.lists_holding(&name);
+            match batch::plan_for(&self.sets[&name], lists.len() as u32) {
+                Ok(plan) => {
+                    if plan == Plan::Recreate && !lists.is_empty() {
+                        self.relink_after_recreate(&name, &lists, &mut plans);
+                        let kind = self.sets[&lists[0]].header.kind;
+                        let this =
+                            MemberSet::from_members(kind, [Member::Set(name.as_str().into())]);
+                        unlinks.insert(
+                            name.clone(),
+                            lists.into_iter().map(|l| (l, this.clone())).collect(),
+                        );
+                    }
+                    plans.push((name, plan));
+                }
+                Err(why) => self.isolate(&name, why.into()),
+            }
+        }
+        // The lists relinked above were appended with their own plans; keep
+        // every list after every set it may list.
+        plans.sort_by_key(|(name, _)| self.sets[name].header.kind.set_type == SetType::ListSet);
+        (plans, unlinks)
+    }
+
+    /// A fresh temp set name for each replacement through a swap ("" for
+    /// the other plans).
+    fn temp_names(&mut self, plans: &[(String, Plan)]) -> Vec<String> {
+        plans
+            .iter()
+            .map(|(_, plan)| match plan {
+                Plan::TempSwap => {
+                    self.temp_counter = self.temp_counter.wrapping_add(1);
+                    self.config.naming.temp_set_name(self.temp_counter)
+                }
+                _ => String::new(),
+            })
+            .collect()
     }
 
     /// This manager's list:sets that the kernel is believed to hold `name`
@@ -667,8 +651,12 @@ impl<D: Dataplane> Manager<D> {
     }
 }
 
+/// Per recreated set: this manager's list:sets holding it, each with a
+/// member set of just its name (see [`batch::push_ops`]).
+type Unlinks = BTreeMap<String, Vec<(String, MemberSet)>>;
+
 /// A failed batch, mapped to sets.
-struct UpdateError {
+pub(crate) struct UpdateError {
     error: BatchError,
     failed_set: Option<String>,
     /// Sets the failed batch may have changed, with how they were written.
