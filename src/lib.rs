@@ -1,20 +1,30 @@
-//! ipsetmgr: keeps Linux kernel ipsets equal to declared `IPSetPolicy` resources.
+//! ipsetmgr keeps Linux kernel ipsets equal to declared `IPSetPolicy`
+//! resources: from policy files on one host (`apply`, `run`), or on every
+//! node of a cluster (`agent`). This crate is the binary's: the command
+//! line, policies and their compilation, the file commands and the agent.
+//! The kernel side lives in the workspace's other crates, re-exported here;
+//! `docs/architecture.md` describes how the pieces fit.
+//!
+//! The public API is what the integration tests and benchmarks use: the
+//! policy types and compiler, the CRD, and the re-exported crates.
 
-pub mod agent;
-pub mod args;
-pub mod commands;
-pub mod duration;
-pub mod kernel;
-pub mod lock;
-pub mod logging;
+mod agent;
+mod args;
+mod cli;
+mod commands;
+mod duration;
+mod kernel;
+mod lock;
+mod logging;
 pub mod policy;
-pub mod server;
+mod server;
 
 /// The kernel behind one trait (its own crate).
 pub use ipsetmgr_dataplane as dataplane;
-/// The ipset vocabulary (its own crate, re-exported for the modules here).
+/// The ipset vocabulary (its own crate).
 pub use ipsetmgr_ipset as ipset;
 /// The manager and its driver loop (its own crate).
 pub use ipsetmgr_manager as manager;
 
-pub use agent::{AgentConfig, crd_yaml, run_agent};
+pub use agent::crd_yaml;
+pub use cli::main;

@@ -3,7 +3,7 @@
 
 pub mod compile;
 pub mod load;
-pub mod selector;
+pub(crate) mod selector;
 pub mod spec;
 
 pub use compile::{Compiled, DesiredSet, PolicyError, PolicyErrorKind, compile};

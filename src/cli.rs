@@ -1,0 +1,104 @@
+//! The `ipsetmgr` command: parse the command line (see `args`), set up
+//! logging, and run the command. Every command's kernel side runs in
+//! `kernel` (inside `--netns`, holding the writer lock when it writes);
+//! anyhow is used only here, at the edge.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+
+use crate::args::{Cli, Command};
+use crate::commands::{apply, run, sets};
+use crate::ipset::Naming;
+use crate::kernel::{self, KernelOptions, KernelSide};
+use crate::logging;
+use crate::manager::driver::DriverConfig;
+
+/// Run the command line; exit 0 on success, 1 when something failed, 2 on
+/// usage errors (and anything that stops a command before it starts).
+pub fn main() -> ExitCode {
+    match real_main() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn real_main() -> Result<bool> {
+    let cli = Cli::parse();
+    let level = match cli.command {
+        Command::Run { .. } | Command::Agent(_) => "info",
+        _ => "warn",
+    };
+    logging::init(cli.log_format, level);
+    let naming = Naming::new(&cli.set_prefix)?;
+    let opts = KernelOptions {
+        netns: cli.netns.clone(),
+        backend: cli.backend,
+        naming: naming.clone(),
+        lock_wait: cli.lock_wait,
+    };
+    match cli.command {
+        Command::Apply {
+            paths,
+            dry_run,
+            prune,
+            labels,
+        } => {
+            let args = apply::ApplyArgs {
+                paths,
+                dry_run,
+                prune,
+                labels: labels.labels(),
+            };
+            // A dry run only reads, so it never waits for a writer.
+            let lock_as = (!dry_run).then_some("apply");
+            let ok = kernel::run_once(&opts, lock_as, |dp| {
+                apply::apply(dp, naming, &args, &mut std::io::stdout().lock())
+            })??;
+            Ok(ok)
+        }
+        Command::Run {
+            policy_dir,
+            resync,
+            labels,
+        } => {
+            let args = run::RunArgs {
+                policy_dir,
+                resync_interval: resync.interval,
+                labels: labels.labels(),
+            };
+            let side = KernelSide::start(
+                opts,
+                "run",
+                DriverConfig::new(resync.interval),
+                Box::new(run::LogReports),
+            )?;
+            let result = run::run(&side, &naming, &args);
+            side.shutdown();
+            result?;
+            Ok(true)
+        }
+        Command::Sets => {
+            kernel::run_once(&opts, None, |dp| {
+                sets::sets(dp, &naming, &mut std::io::stdout().lock())
+            })?
+            .context("listing sets")?;
+            Ok(true)
+        }
+        Command::Agent(config) => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(crate::agent::run_agent(config, opts))?;
+            Ok(true)
+        }
+        Command::Crd => {
+            std::io::stdout().write_all(crate::crd_yaml().as_bytes())?;
+            Ok(true)
+        }
+    }
+}
