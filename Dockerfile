@@ -4,36 +4,25 @@
 #
 #   docker build -t ipsetmgr:dev .
 #
-# Stage 1 builds a release binary; stage 2 is a slim Debian with only what the
-# agent needs at run time.
+# The builder stages build a release binary (dependencies cached by
+# cargo-chef); the runtime stage is a slim Debian with only what the agent
+# needs at run time.
 
 ############################ builder ############################
-FROM rust:1-bookworm AS builder
+# The dependency cache is cargo-chef's: `prepare` reduces the workspace to a
+# recipe of its manifests, `cook` builds the dependencies from it in a layer
+# that is reused until a manifest or Cargo.lock changes.
+FROM rust:1-bookworm AS chef
+RUN cargo install cargo-chef --locked --version "^0.1"
 WORKDIR /src
 
-# --- Dependency cache -------------------------------------------------------
-# Copy only the manifests and build a dummy crate, so the (slow) dependency
-# build is a cached layer that is reused until Cargo.toml/Cargo.lock change.
-COPY Cargo.toml Cargo.lock ./
-RUN set -eux; \
-    mkdir -p src benches tests examples; \
-    echo 'fn main() {}' > src/main.rs; \
-    : > src/lib.rs; \
-    # Cargo refuses a manifest whose declared [[bench]]/[[test]]/[[example]]
-    # targets have no file: give each one a stub (criterion benches use
-    # `harness = false`, so a plain main is enough).
-    for kind in bench test example; do \
-      dir="${kind}s"; [ "$kind" = bench ] && dir=benches; \
-      awk -v k="[[${kind}]]" '$0==k{t=1;next} /^\[/{t=0} t && /^name *=/{gsub(/.*= *"|".*/,""); print}' Cargo.toml \
-        | while read -r name; do echo 'fn main() {}' > "${dir}/${name}.rs"; done; \
-    done; \
-    cargo build --release --locked; \
-    # Drop the dummy crate's own artefacts so the real source is rebuilt.
-    rm -rf src benches tests examples \
-      target/release/ipsetmgr target/release/deps/ipsetmgr-* target/release/deps/libipsetmgr-* \
-      target/release/.fingerprint/ipsetmgr-*
+FROM chef AS planner
+COPY . .
+RUN cargo chef prepare --recipe-path recipe.json
 
-# --- The real build ---------------------------------------------------------
+FROM chef AS builder
+COPY --from=planner /src/recipe.json recipe.json
+RUN cargo chef cook --release --locked --recipe-path recipe.json --bin ipsetmgr
 COPY . .
 RUN cargo build --release --locked --bin ipsetmgr \
  && install -D -m 0755 target/release/ipsetmgr /out/ipsetmgr

@@ -1201,13 +1201,14 @@ fn samples_are_valid_policies_one_per_type() {
 #[test]
 fn dockerfile_builds_the_agent_image() {
     let d = read("Dockerfile");
-    assert!(d.contains("FROM rust:1-bookworm AS builder"));
+    assert!(d.contains("FROM rust:1-bookworm AS chef"));
     assert!(d.contains("FROM debian:bookworm-slim"));
-    assert!(d.contains("cargo build --release --locked"));
-    assert!(
-        d.contains("COPY Cargo.toml Cargo.lock ./"),
-        "dependency layer cached"
-    );
+    assert!(d.contains("cargo build --release --locked --bin ipsetmgr"));
+    // The dependency layer: cargo-chef's recipe, cooked before the sources come in.
+    let cook = d.find("cargo chef cook --release --locked").expect("cook");
+    let sources = d.rfind("COPY . .").expect("sources");
+    assert!(d.contains("cargo chef prepare --recipe-path recipe.json"));
+    assert!(cook < sources, "dependencies are built before the sources are copied");
     assert!(d.contains("ipset ca-certificates"));
     assert!(d.contains("USER root"));
     assert!(
