@@ -4,9 +4,9 @@
 //! for tests (feature `model`). Also what else touches the operating system
 //! directly: entering a network namespace, returning freed memory.
 //!
-//! This is the only crate of the workspace with `unsafe` code and `libc`
-//! (two setsockopt-free socket calls are in `nix`; what remains is said
-//! where it is). See `docs/architecture.md`.
+//! This is the only crate of the workspace with `unsafe` code: one call,
+//! `malloc_trim` in [`memory`], which no safe crate offers; sockets and
+//! namespaces go through `nix` and `netlink-sys`. See `docs/architecture.md`.
 
 pub mod cli;
 pub mod memory;
