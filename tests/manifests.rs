@@ -1208,7 +1208,10 @@ fn dockerfile_builds_the_agent_image() {
     let cook = d.find("cargo chef cook --release --locked").expect("cook");
     let sources = d.rfind("COPY . .").expect("sources");
     assert!(d.contains("cargo chef prepare --recipe-path recipe.json"));
-    assert!(cook < sources, "dependencies are built before the sources are copied");
+    assert!(
+        cook < sources,
+        "dependencies are built before the sources are copied"
+    );
     assert!(d.contains("ipset ca-certificates"));
     assert!(d.contains("USER root"));
     assert!(

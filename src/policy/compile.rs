@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::selector::{self, SelectorError};
-use super::spec::{FamilySpec, IPSetPolicy};
+use crate::api::policy::{FamilySpec, IPSetPolicy};
 use crate::ipset::{
     DEFAULT_MAX_ELEM, Family, Member, MemberError, MemberSet, MemberSetBuilder, Naming, SetHeader,
     SetKind, SetType,

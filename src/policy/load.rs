@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::spec::{IPSetPolicy, IPSetPolicySpec};
+use crate::api::policy::{IPSetPolicy, IPSetPolicySpec};
 use kube::Resource;
 
 /// The most bytes read from one policy file. A million IPv4 members are

@@ -1,0 +1,3 @@
+//! What the agent and the controller share on the Kubernetes side.
+
+pub mod kind_guard;
