@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::ipset::SetType;
 
 /// Which address families a policy's sets are created for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum FamilySpec {
     /// IPv4 sets only.
     #[default]
