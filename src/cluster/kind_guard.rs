@@ -1,24 +1,21 @@
-//! Whether the IPSetPolicy kind itself is in place, so that losing it is
-//! never mistaken for "every policy was deleted".
+//! Whether this project's kinds are in place, so that losing one is never
+//! mistaken for "every policy (or every slice) was deleted".
 //!
-//! Deleting the CustomResourceDefinition makes the API server delete every
-//! IPSetPolicy first: the agent's watch then reports each one as deleted,
-//! exactly as if a user had removed them all, and the agent would prune
-//! every owned set. The documented promise is the opposite (uninstalling
-//! leaves the kernel as it is), so the agent watches the CRD too: while the
-//! CRD is terminating, absent, or a list of the kind answers 404, the kernel
-//! is left exactly as it is (fail static) and the agent says so loudly.
+//! Deleting a CustomResourceDefinition makes the API server delete every
+//! object of its kind first: the agent's watch then reports each one as
+//! deleted, exactly as if a user had removed them all, and the agent would
+//! prune every owned set (or every sliced member). The documented promise
+//! is the opposite (uninstalling leaves the kernel as it is), so the agent
+//! watches the CRDs too: while one is terminating, absent, or a list of its
+//! kind answers 404, the kernel is left exactly as it is (fail static) and
+//! the agent says so loudly.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::runtime::watcher::Event;
 
-/// The CRD's name, for the watch's field selector and RBAC.
-pub fn crd_name() -> String {
-    use kube::CustomResourceExt;
-    crate::policy::IPSetPolicy::crd_name().to_string()
-}
-
-/// What the agent knows of the IPSetPolicy kind.
+/// What is known of one kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KindState {
     /// Not seen yet: nothing is applied until it is.
@@ -30,20 +27,17 @@ pub enum KindState {
     Gone,
 }
 
-#[derive(Debug)]
-pub struct KindGuard {
+#[derive(Debug, Clone, Copy)]
+struct Kind {
     state: KindState,
-    /// Whether the initial list of the CRD watch found an object.
+    /// Whether the current initial list of the CRD watch found the object.
     init_seen: bool,
 }
 
-impl Default for KindGuard {
-    fn default() -> Self {
-        KindGuard {
-            state: KindState::Unknown,
-            init_seen: false,
-        }
-    }
+/// The state of each watched CRD, by name (`<plural>.<group>`).
+#[derive(Debug)]
+pub struct KindGuard {
+    kinds: BTreeMap<String, Kind>,
 }
 
 fn state_of(crd: &CustomResourceDefinition) -> KindState {
@@ -55,52 +49,76 @@ fn state_of(crd: &CustomResourceDefinition) -> KindState {
 }
 
 impl KindGuard {
-    pub fn state(&self) -> KindState {
-        self.state
+    /// Guard the kinds of these CRDs.
+    pub fn new(crds: &[String]) -> KindGuard {
+        let unknown = Kind {
+            state: KindState::Unknown,
+            init_seen: false,
+        };
+        KindGuard {
+            kinds: crds.iter().map(|n| (n.clone(), unknown)).collect(),
+        }
     }
 
-    /// Only a present, healthy kind lets the agent change the kernel.
+    /// Only when every kind is present may the kernel be changed.
     pub fn may_apply(&self) -> bool {
-        self.state == KindState::Present
+        self.kinds.values().all(|k| k.state == KindState::Present)
     }
 
-    /// Feed one event of the CRD watch; returns whether the state changed.
-    pub fn on_event(&mut self, ev: Event<CustomResourceDefinition>) -> bool {
+    /// The kinds that are not present, for messages.
+    pub fn missing(&self) -> Vec<(String, KindState)> {
+        self.kinds
+            .iter()
+            .filter(|(_, k)| k.state != KindState::Present)
+            .map(|(n, k)| (n.clone(), k.state))
+            .collect()
+    }
+
+    /// Feed one event of the watch on CRD `name`; returns whether its state
+    /// changed.
+    pub fn on_event(&mut self, name: &str, ev: Event<CustomResourceDefinition>) -> bool {
+        let Some(kind) = self.kinds.get_mut(name) else {
+            return false;
+        };
         let new = match ev {
             Event::Init => {
-                self.init_seen = false;
+                kind.init_seen = false;
                 return false;
             }
             Event::InitApply(crd) => {
-                self.init_seen = true;
+                kind.init_seen = true;
                 state_of(&crd)
             }
-            Event::InitDone if self.init_seen => return false,
+            Event::InitDone if kind.init_seen => return false,
             Event::InitDone | Event::Delete(_) => KindState::Gone,
             Event::Apply(crd) => state_of(&crd),
         };
-        self.set(new)
+        self.set(name, new)
     }
 
-    /// A list or watch of IPSetPolicies answered 404: the kind vanished.
-    pub fn kind_not_found(&mut self) -> bool {
-        self.set(KindState::Gone)
+    /// A list or watch of CRD `name`'s kind answered 404: it vanished.
+    pub fn kind_not_found(&mut self, name: &str) -> bool {
+        self.set(name, KindState::Gone)
     }
 
-    fn set(&mut self, new: KindState) -> bool {
-        let changed = new != self.state;
+    fn set(&mut self, name: &str, new: KindState) -> bool {
+        let Some(kind) = self.kinds.get_mut(name) else {
+            return false;
+        };
+        let changed = new != kind.state;
+        kind.state = new;
         if changed {
             match new {
-                KindState::Present => tracing::info!("the IPSetPolicy kind is present"),
+                KindState::Present => tracing::info!(crd = name, "kind present"),
                 KindState::Terminating | KindState::Gone => tracing::error!(
+                    crd = name,
                     state = ?new,
-                    "the IPSetPolicy CRD is being deleted or is gone: the kernel sets are left \
+                    "a CRD of ipsetmgr is being deleted or is gone: the kernel sets are left \
                      exactly as they are (fail static) until it is back"
                 ),
                 KindState::Unknown => {}
             }
         }
-        self.state = new;
         changed
     }
 }
@@ -123,44 +141,46 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn crd(deleting: bool) -> CustomResourceDefinition {
-        let mut c: CustomResourceDefinition = serde_json::from_value(json!({
-            "metadata": {"name": crd_name()},
-            "spec": {"group": "ipsetmgr.io", "names": {"kind": "IPSetPolicy", "plural": "ipsetpolicies"},
-                     "scope": "Cluster", "versions": []}
-        }))
-        .unwrap();
+    pub(crate) fn crd(name: &str, deleting: bool) -> CustomResourceDefinition {
+        let mut meta = json!({"name": name});
         if deleting {
-            c.metadata.deletion_timestamp =
-                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-                ));
+            meta["deletionTimestamp"] = json!("2026-12-01T00:00:00Z");
         }
-        c
+        serde_json::from_value(json!({
+            "metadata": meta,
+            "spec": {"group": "ipsetmgr.io", "scope": "Cluster", "versions": [],
+                     "names": {"kind": "X", "plural": "xs"}}
+        }))
+        .unwrap()
     }
 
     #[test]
-    fn only_a_present_kind_allows_changes() {
-        let mut g = KindGuard::default();
+    fn only_present_kinds_allow_changes() {
+        let names = ["a.ipsetmgr.io".to_string(), "b.ipsetmgr.io".to_string()];
+        let mut g = KindGuard::new(&names);
         assert!(!g.may_apply(), "unknown at start");
-        g.on_event(Event::Init);
-        g.on_event(Event::InitApply(crd(false)));
-        g.on_event(Event::InitDone);
+        for n in &names {
+            g.on_event(n, Event::Init);
+            g.on_event(n, Event::InitApply(crd(n, false)));
+            g.on_event(n, Event::InitDone);
+        }
         assert!(g.may_apply());
-        assert!(g.on_event(Event::Apply(crd(true))));
-        assert_eq!(g.state(), KindState::Terminating);
-        assert!(!g.may_apply());
-        g.on_event(Event::Delete(crd(true)));
-        assert_eq!(g.state(), KindState::Gone);
+        assert!(g.on_event(&names[1], Event::Apply(crd(&names[1], true))));
+        assert!(!g.may_apply(), "one terminating kind stops everything");
+        assert_eq!(g.missing(), [(names[1].clone(), KindState::Terminating)]);
+        g.on_event(&names[1], Event::Delete(crd(&names[1], true)));
         // A relist that finds nothing: still gone.
-        g.on_event(Event::Init);
-        g.on_event(Event::InitDone);
-        assert_eq!(g.state(), KindState::Gone);
-        // Reinstalled.
-        assert!(g.on_event(Event::Apply(crd(false))));
-        assert!(g.may_apply());
-        assert!(g.kind_not_found());
+        g.on_event(&names[1], Event::Init);
+        g.on_event(&names[1], Event::InitDone);
+        assert_eq!(g.missing(), [(names[1].clone(), KindState::Gone)]);
+        assert!(g.on_event(&names[1], Event::Apply(crd(&names[1], false))));
+        assert!(g.may_apply(), "reinstalled");
+        assert!(g.kind_not_found(&names[0]));
         assert!(!g.may_apply());
+        assert!(
+            !g.on_event("other.io", Event::InitDone),
+            "unwatched names are ignored"
+        );
     }
 
     #[test]

@@ -1,3 +1,8 @@
-//! What the agent and the controller share on the Kubernetes side.
+//! What the agent and the controller share on the Kubernetes side: the
+//! client, watches that read objects one by one, listings that survive
+//! relists, and the guard against a kind that vanishes.
 
+pub mod client;
 pub mod kind_guard;
+pub mod listing;
+pub mod tolerant;
