@@ -22,6 +22,8 @@ pub mod defaults {
     pub const NAMESPACE: &str = "ipsetmgr-system";
     /// How long a writer waits for another writer's lock.
     pub const LOCK_WAIT: &str = "30s";
+    /// Between heartbeats of a node's IPSetNodeState.
+    pub const HEARTBEAT_INTERVAL: &str = "60s";
 }
 
 #[derive(Parser)]

@@ -137,7 +137,7 @@ pub fn is_kind_not_found(e: &kube::runtime::watcher::Error) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 

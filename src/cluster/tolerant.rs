@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::watcher::Event;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
@@ -22,6 +23,17 @@ pub struct Tolerant<K> {
     pub labels: BTreeMap<String, String>,
     /// `Err(why)` when the object does not deserialize into `K`.
     pub value: Result<K, String>,
+}
+
+/// A watch event with its object turned into another type.
+pub fn map_event<A, B>(ev: Event<A>, f: impl FnOnce(A) -> B) -> Event<B> {
+    match ev {
+        Event::Apply(a) => Event::Apply(f(a)),
+        Event::Delete(a) => Event::Delete(f(a)),
+        Event::Init => Event::Init,
+        Event::InitApply(a) => Event::InitApply(f(a)),
+        Event::InitDone => Event::InitDone,
+    }
 }
 
 /// The API resource of `K`, for untyped watches of it.

@@ -1,0 +1,317 @@
+//! What the agent knows of the cluster: the policies, the member slices,
+//! its own Node, and whether the kinds are in place; and from that, the
+//! compile inputs of one node.
+//!
+//! Memory matters here (a million members on every node): a policy's own
+//! member strings are dropped once the compiler has parsed them for the
+//! policy's generation, and a slice's members are kept as one text of lines
+//! (about a third of a `Vec<String>`), from which they can be parsed again
+//! if the policy's type changes.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::watcher::Event;
+
+use crate::api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
+use crate::cluster::kind_guard::KindGuard;
+use crate::cluster::listing::{Change, Listing};
+use crate::cluster::tolerant::Tolerant;
+use crate::policy::compile::{MemberCache, MemberList, PolicyInput, SliceInput};
+
+/// One policy as the agent keeps it.
+#[derive(Clone, Debug)]
+pub struct PolicyEntry {
+    pub generation: i64,
+    pub uid: Option<String>,
+    /// `Err(why)` for an object that does not fit the types: held.
+    pub policy: Result<IPSetPolicy, String>,
+}
+
+/// One slice as the agent keeps it.
+#[derive(Clone, Debug)]
+pub struct SliceEntry {
+    /// The policy it is labelled for.
+    pub policy: Option<String>,
+    pub version: String,
+    pub members: Result<SliceMembers, String>,
+}
+
+/// A slice's members, compactly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SliceMembers {
+    /// One member per line.
+    Lines(String),
+    /// Members with line breaks in them (invalid, but kept exactly so the
+    /// error names them as written).
+    Strings(Vec<String>),
+}
+
+impl SliceMembers {
+    fn of(members: Vec<String>) -> SliceMembers {
+        if members.iter().any(|m| m.contains(['\n', '\r'])) {
+            return SliceMembers::Strings(members);
+        }
+        SliceMembers::Lines(members.join("\n"))
+    }
+
+    fn list(&self) -> MemberList<'_> {
+        match self {
+            SliceMembers::Lines(text) => MemberList::Lines(text),
+            SliceMembers::Strings(v) => MemberList::Strings(v),
+        }
+    }
+}
+
+/// The agent's store.
+pub struct Store {
+    pub policies: Listing<PolicyEntry>,
+    pub slices: Listing<SliceEntry>,
+    /// This node's labels and uid, once seen.
+    pub node: Option<NodeFacts>,
+    node_init: Option<Option<NodeFacts>>,
+    pub kinds: KindGuard,
+}
+
+/// What the agent needs of its Node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeFacts {
+    pub labels: BTreeMap<String, String>,
+    pub uid: Option<String>,
+}
+
+fn policy_entry(t: Tolerant<IPSetPolicy>) -> (String, PolicyEntry) {
+    let (generation, uid) = match &t.value {
+        Ok(p) => (p.metadata.generation.unwrap_or(0), p.metadata.uid.clone()),
+        Err(_) => (0, t.uid.clone()),
+    };
+    let entry = PolicyEntry {
+        generation,
+        uid,
+        policy: t.value.map(|mut p| {
+            p.status = None;
+            p
+        }),
+    };
+    (t.name, entry)
+}
+
+/// Only spec changes (generation) matter to the agent; status writes by
+/// the controller do not wake it.
+fn same_policy(a: &PolicyEntry, b: &PolicyEntry) -> bool {
+    a.generation == b.generation
+        && a.uid == b.uid
+        && a.policy.is_ok() == b.policy.is_ok()
+        && a.generation != 0
+}
+
+fn slice_entry(t: Tolerant<IPSetMemberSlice>) -> (String, SliceEntry) {
+    let policy = t.labels.get(POLICY_LABEL).cloned();
+    let entry = SliceEntry {
+        policy,
+        version: t.resource_version,
+        members: t.value.map(|s| SliceMembers::of(s.spec.members)),
+    };
+    (t.name, entry)
+}
+
+fn same_slice(a: &SliceEntry, b: &SliceEntry) -> bool {
+    a.version == b.version && !a.version.is_empty()
+}
+
+impl Store {
+    pub fn new(crds: &[String]) -> Store {
+        Store {
+            policies: Listing::default(),
+            slices: Listing::default(),
+            node: None,
+            node_init: None,
+            kinds: KindGuard::new(crds),
+        }
+    }
+
+    pub fn on_policy(&mut self, ev: Event<Tolerant<IPSetPolicy>>) -> Change {
+        self.policies.apply(ev, policy_entry, same_policy)
+    }
+
+    pub fn on_slice(&mut self, ev: Event<Tolerant<IPSetMemberSlice>>) -> Change {
+        self.slices.apply(ev, slice_entry, same_slice)
+    }
+
+    /// Feed the watch of this node; returns whether its facts changed. A
+    /// deleted Node keeps the last facts (fail static).
+    pub fn on_node(&mut self, ev: Event<Node>) -> bool {
+        let facts = |n: &Node| NodeFacts {
+            labels: n.metadata.labels.clone().unwrap_or_default(),
+            uid: n.metadata.uid.clone(),
+        };
+        let new = match ev {
+            Event::Init => {
+                self.node_init = Some(None);
+                return false;
+            }
+            Event::InitApply(n) => {
+                self.node_init = Some(Some(facts(&n)));
+                return false;
+            }
+            Event::InitDone => match self.node_init.take().flatten() {
+                Some(f) => f,
+                None => return false,
+            },
+            Event::Apply(n) => facts(&n),
+            Event::Delete(_) => return false,
+        };
+        let changed = self.node.as_ref() != Some(&new);
+        self.node = Some(new);
+        changed
+    }
+
+    /// What still keeps the agent from applying anything, if anything.
+    pub fn waiting_for(&self) -> Option<String> {
+        if !self.kinds.may_apply() {
+            let missing: Vec<String> = self
+                .kinds
+                .missing()
+                .into_iter()
+                .map(|(n, s)| format!("{n} ({s:?})"))
+                .collect();
+            return Some(format!("the CRDs {}", missing.join(", ")));
+        }
+        if !self.policies.listed() {
+            return Some("the initial list of IPSetPolicies".into());
+        }
+        if !self.slices.listed() {
+            return Some("the initial list of IPSetMemberSlices".into());
+        }
+        if self.node.is_none() {
+            return Some("this node's Node object".into());
+        }
+        None
+    }
+
+    /// The compile inputs (readable policies, each with its slices) and
+    /// the policies that could not be read, with why.
+    pub fn inputs(&self) -> (Vec<PolicyInput<'_>>, Vec<(&str, &str)>) {
+        let mut by_policy: BTreeMap<&str, Vec<SliceInput<'_>>> = BTreeMap::new();
+        for (name, s) in self.slices.items() {
+            let Some(policy) = s.policy.as_deref() else {
+                continue;
+            };
+            by_policy.entry(policy).or_default().push(SliceInput {
+                name,
+                version: &s.version,
+                members: match &s.members {
+                    Ok(m) => Ok(m.list()),
+                    Err(why) => Err(why.as_str()),
+                },
+            });
+        }
+        let mut inputs = Vec::new();
+        let mut unreadable = Vec::new();
+        for (name, entry) in self.policies.items() {
+            match &entry.policy {
+                Ok(policy) => inputs.push(PolicyInput {
+                    policy,
+                    slices: by_policy.remove(name.as_str()).unwrap_or_default(),
+                }),
+                Err(why) => unreadable.push((name.as_str(), why.as_str())),
+            }
+        }
+        (inputs, unreadable)
+    }
+
+    /// After a compile: drop the member strings the cache no longer needs.
+    pub fn shed_parsed_members(&mut self, cache: &MemberCache) {
+        for entry in self.policies.items_mut().values_mut() {
+            if let Ok(p) = &mut entry.policy
+                && !p.spec.members.is_empty()
+                && cache.has_inline(p)
+            {
+                p.spec.members = Vec::new();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::tolerant::decode;
+    use serde_json::json;
+
+    fn slice(name: &str, policy: &str, rv: &str, members: &[&str]) -> Tolerant<IPSetMemberSlice> {
+        decode(
+            serde_json::from_value(json!({
+                "apiVersion": "ipsetmgr.io/v1alpha1", "kind": "IPSetMemberSlice",
+                "metadata": {"name": name, "resourceVersion": rv,
+                             "labels": {"ipsetmgr.io/policy": policy}},
+                "spec": {"members": members}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn policy(name: &str, generation: i64) -> Tolerant<IPSetPolicy> {
+        decode(
+            serde_json::from_value(json!({
+                "apiVersion": "ipsetmgr.io/v1alpha1", "kind": "IPSetPolicy",
+                "metadata": {"name": name, "generation": generation, "uid": "u"},
+                "spec": {"type": "hash:ip", "members": ["10.0.0.1"]},
+                "status": {"observedGeneration": 1}
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn slices_join_their_policy_as_text_and_status_writes_are_ignored() {
+        let mut s = Store::new(&[]);
+        s.on_policy(Event::Init);
+        s.on_policy(Event::InitApply(policy("p", 1)));
+        s.on_policy(Event::InitDone);
+        s.on_slice(Event::Init);
+        s.on_slice(Event::InitApply(slice(
+            "p-0",
+            "p",
+            "5",
+            &["10.0.0.2", "10.0.0.3"],
+        )));
+        s.on_slice(Event::InitApply(slice("q-0", "other", "6", &["10.0.0.9"])));
+        s.on_slice(Event::InitDone);
+        assert_eq!(
+            s.slices.get("p-0").unwrap().members,
+            Ok(SliceMembers::Lines("10.0.0.2\n10.0.0.3".into()))
+        );
+        let (inputs, unreadable) = s.inputs();
+        assert!(unreadable.is_empty());
+        assert_eq!(inputs.len(), 1);
+        assert_eq!(inputs[0].slices.len(), 1);
+        assert_eq!(inputs[0].slices[0].name, "p-0");
+        assert!(inputs[0].policy.status.is_none(), "status is not kept");
+        // The controller's status write: same generation, no change.
+        assert!(!s.on_policy(Event::Apply(policy("p", 1))).changed);
+        assert!(s.on_policy(Event::Apply(policy("p", 2))).changed);
+    }
+
+    #[test]
+    fn nothing_is_applied_before_everything_was_seen() {
+        let crd = "ipsetpolicies.ipsetmgr.io".to_string();
+        let mut s = Store::new(std::slice::from_ref(&crd));
+        assert!(s.waiting_for().unwrap().contains("CRDs"));
+        s.kinds.on_event(
+            &crd,
+            Event::Apply(crate::cluster::kind_guard::tests::crd(&crd, false)),
+        );
+        assert!(s.waiting_for().unwrap().contains("IPSetPolicies"));
+        s.on_policy(Event::Init);
+        s.on_policy(Event::InitDone);
+        assert!(s.waiting_for().unwrap().contains("IPSetMemberSlices"));
+        s.on_slice(Event::Init);
+        s.on_slice(Event::InitDone);
+        assert!(s.waiting_for().unwrap().contains("Node"));
+        let node: Node =
+            serde_json::from_value(json!({"metadata": {"name": "n", "uid": "nu"}})).unwrap();
+        assert!(s.on_node(Event::Apply(node)));
+        assert_eq!(s.waiting_for(), None);
+    }
+}
