@@ -18,6 +18,8 @@ pub mod defaults {
     pub const RESYNC_INTERVAL: &str = "60s";
     /// The agent's /healthz, /readyz and /metrics listener.
     pub const LISTEN: &str = "0.0.0.0:9477";
+    /// The controller's.
+    pub const CONTROLLER_LISTEN: &str = "0.0.0.0:9478";
     /// The namespace the agent and controller run in (their Lease, Events).
     pub const NAMESPACE: &str = "ipsetmgr-system";
     /// How long a writer waits for another writer's lock.
@@ -104,6 +106,9 @@ pub enum Command {
     Sets,
     /// Run the per-node Kubernetes agent (normally as a DaemonSet).
     Agent(AgentConfig),
+    /// Run the cluster's controller (normally a small Deployment): policy
+    /// validation and status, from the nodes' states.
+    Controller(crate::controller::ControllerConfig),
     /// Print the IPSetPolicy CustomResourceDefinition.
     Crd,
 }

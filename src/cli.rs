@@ -32,7 +32,7 @@ pub fn main() -> ExitCode {
 fn real_main() -> Result<bool> {
     let cli = Cli::parse();
     let level = match cli.command {
-        Command::Run { .. } | Command::Agent(_) => "info",
+        Command::Run { .. } | Command::Agent(_) | Command::Controller(_) => "info",
         _ => "warn",
     };
     logging::init(cli.log_format, level);
@@ -94,6 +94,11 @@ fn real_main() -> Result<bool> {
         Command::Agent(config) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(crate::agent::run_agent(config, opts))?;
+            Ok(true)
+        }
+        Command::Controller(config) => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(crate::controller::run_controller(config, naming))?;
             Ok(true)
         }
         Command::Crd => {

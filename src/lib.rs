@@ -16,6 +16,8 @@ mod cli;
 #[allow(dead_code, unused_imports)] // WIP-CLUSTER-SCALE: removed before merging
 mod cluster;
 mod commands;
+#[allow(dead_code, unused_imports)] // WIP-CLUSTER-SCALE: removed before merging
+mod controller;
 mod duration;
 mod kernel;
 mod lock;

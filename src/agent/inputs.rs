@@ -6,7 +6,7 @@
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, CustomResourceExt};
@@ -42,7 +42,7 @@ pub fn guarded_crds() -> Vec<String> {
     ]
 }
 
-/// An untyped watch of `K`'s kind, each object decoded on its own.
+/// A tolerant watch of `K`, as agent inputs.
 fn tolerant_watch<K>(
     client: &Client,
     config: watcher::Config,
@@ -55,19 +55,16 @@ where
         + Send
         + 'static,
 {
-    let ar = tolerant::resource::<K>();
     let crd = K::crd_name().to_string();
     let what = K::kind(&()).to_string();
-    watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), config)
-        .default_backoff()
-        .map(move |r| match r {
-            Ok(ev) => wrap(tolerant::map_event(ev, tolerant::decode::<K>)),
-            Err(e) if is_kind_not_found(&e) => Input::KindNotFound {
-                crd: crd.clone(),
-                error: format!("{what} watch: {e}"),
-            },
-            Err(e) => Input::WatchError(format!("{what} watch: {e}")),
-        })
+    tolerant::watch::<K>(client, config).map(move |r| match r {
+        Ok(ev) => wrap(ev),
+        Err(e) if is_kind_not_found(&e) => Input::KindNotFound {
+            crd: crd.clone(),
+            error: format!("{what} watch: {e}"),
+        },
+        Err(e) => Input::WatchError(format!("{what} watch: {e}")),
+    })
 }
 
 /// The production inputs of the agent of `node`.

@@ -13,11 +13,12 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::watcher::Event;
 
-use crate::api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
+use crate::api::{IPSetMemberSlice, IPSetPolicy};
 use crate::cluster::kind_guard::KindGuard;
 use crate::cluster::listing::{Change, Listing};
+use crate::cluster::slices::{SliceEntry, by_policy, same_slice, slice_entry};
 use crate::cluster::tolerant::Tolerant;
-use crate::policy::compile::{MemberCache, MemberList, PolicyInput, SliceInput};
+use crate::policy::compile::{MemberCache, PolicyInput};
 
 /// One policy as the agent keeps it.
 #[derive(Clone, Debug)]
@@ -26,41 +27,6 @@ pub struct PolicyEntry {
     pub uid: Option<String>,
     /// `Err(why)` for an object that does not fit the types: held.
     pub policy: Result<IPSetPolicy, String>,
-}
-
-/// One slice as the agent keeps it.
-#[derive(Clone, Debug)]
-pub struct SliceEntry {
-    /// The policy it is labelled for.
-    pub policy: Option<String>,
-    pub version: String,
-    pub members: Result<SliceMembers, String>,
-}
-
-/// A slice's members, compactly.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SliceMembers {
-    /// One member per line.
-    Lines(String),
-    /// Members with line breaks in them (invalid, but kept exactly so the
-    /// error names them as written).
-    Strings(Vec<String>),
-}
-
-impl SliceMembers {
-    fn of(members: Vec<String>) -> SliceMembers {
-        if members.iter().any(|m| m.contains(['\n', '\r'])) {
-            return SliceMembers::Strings(members);
-        }
-        SliceMembers::Lines(members.join("\n"))
-    }
-
-    fn list(&self) -> MemberList<'_> {
-        match self {
-            SliceMembers::Lines(text) => MemberList::Lines(text),
-            SliceMembers::Strings(v) => MemberList::Strings(v),
-        }
-    }
 }
 
 /// The agent's store.
@@ -103,20 +69,6 @@ fn same_policy(a: &PolicyEntry, b: &PolicyEntry) -> bool {
         && a.uid == b.uid
         && a.policy.is_ok() == b.policy.is_ok()
         && a.generation != 0
-}
-
-fn slice_entry(t: Tolerant<IPSetMemberSlice>) -> (String, SliceEntry) {
-    let policy = t.labels.get(POLICY_LABEL).cloned();
-    let entry = SliceEntry {
-        policy,
-        version: t.resource_version,
-        members: t.value.map(|s| SliceMembers::of(s.spec.members)),
-    };
-    (t.name, entry)
-}
-
-fn same_slice(a: &SliceEntry, b: &SliceEntry) -> bool {
-    a.version == b.version && !a.version.is_empty()
 }
 
 impl Store {
@@ -192,20 +144,7 @@ impl Store {
     /// The compile inputs (readable policies, each with its slices) and
     /// the policies that could not be read, with why.
     pub fn inputs(&self) -> (Vec<PolicyInput<'_>>, Vec<(&str, &str)>) {
-        let mut by_policy: BTreeMap<&str, Vec<SliceInput<'_>>> = BTreeMap::new();
-        for (name, s) in self.slices.items() {
-            let Some(policy) = s.policy.as_deref() else {
-                continue;
-            };
-            by_policy.entry(policy).or_default().push(SliceInput {
-                name,
-                version: &s.version,
-                members: match &s.members {
-                    Ok(m) => Ok(m.list()),
-                    Err(why) => Err(why.as_str()),
-                },
-            });
-        }
+        let mut by_policy = by_policy(self.slices.items());
         let mut inputs = Vec::new();
         let mut unreadable = Vec::new();
         for (name, entry) in self.policies.items() {
@@ -236,6 +175,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::slices::SliceMembers;
     use crate::cluster::tolerant::decode;
     use serde_json::json;
 

@@ -5,4 +5,5 @@
 pub mod client;
 pub mod kind_guard;
 pub mod listing;
+pub mod slices;
 pub mod tolerant;

@@ -6,9 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use kube::api::{ApiResource, DynamicObject};
-use kube::runtime::watcher::Event;
-use kube::{Resource, ResourceExt};
+use futures::{Stream, StreamExt};
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 /// Longest decode error kept (it may quote the object).
@@ -20,6 +22,7 @@ pub struct Tolerant<K> {
     pub name: String,
     pub uid: Option<String>,
     pub resource_version: String,
+    pub generation: Option<i64>,
     pub labels: BTreeMap<String, String>,
     /// `Err(why)` when the object does not deserialize into `K`.
     pub value: Result<K, String>,
@@ -41,6 +44,21 @@ pub fn resource<K: Resource<DynamicType = ()>>() -> ApiResource {
     ApiResource::erase::<K>(&())
 }
 
+/// An untyped watch of `K`'s kind (with kube's default backoff), each
+/// object decoded on its own.
+pub fn watch<K>(
+    client: &Client,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<Event<Tolerant<K>>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Send + 'static,
+{
+    let ar = resource::<K>();
+    watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), config)
+        .default_backoff()
+        .map(|r| r.map(|ev| map_event(ev, decode::<K>)))
+}
+
 /// Decode one untyped object into `K`.
 pub fn decode<K: DeserializeOwned>(mut obj: DynamicObject) -> Tolerant<K> {
     // Nobody reads them, and they are large.
@@ -48,6 +66,7 @@ pub fn decode<K: DeserializeOwned>(mut obj: DynamicObject) -> Tolerant<K> {
     let name = obj.name_any();
     let uid = obj.metadata.uid.clone();
     let resource_version = obj.metadata.resource_version.clone().unwrap_or_default();
+    let generation = obj.metadata.generation;
     let labels = obj.metadata.labels.clone().unwrap_or_default();
     let value = serde_json::to_value(obj)
         .and_then(serde_json::from_value::<K>)
@@ -56,6 +75,7 @@ pub fn decode<K: DeserializeOwned>(mut obj: DynamicObject) -> Tolerant<K> {
         name,
         uid,
         resource_version,
+        generation,
         labels,
         value,
     }

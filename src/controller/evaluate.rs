@@ -1,0 +1,394 @@
+//! What each policy's status should say, from what the controller knows:
+//! the policy (and its compile result), the Nodes it selects, and their
+//! node states. Pure: no API calls, the clock is an argument.
+//!
+//! - `Valid`: the policy and all its slices compile (a message naming the
+//!   member and the reason otherwise).
+//! - `Ready`: valid, and every selected node reports the current generation
+//!   synced with a heartbeat younger than three of its intervals (a dead
+//!   agent is not synced, whatever it last said). True when no node is
+//!   selected: there is nothing to wait for.
+//! - `summary`: counts over the selected nodes; a handful of failing node
+//!   names at most, so the object does not grow with the cluster.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::api::{
+    IPSetNodeStateStatus, IPSetPolicy, IPSetPolicyStatus, PolicyState, StatusSummary,
+};
+use crate::policy::selector;
+
+/// At most this many failing node names in a summary.
+pub const MAX_FAILING_NODES: usize = 5;
+/// A node whose heartbeat is older than this many of its intervals is not
+/// counted as synced.
+pub const STALE_AFTER_HEARTBEATS: i64 = 3;
+/// Condition messages are cut to this many bytes.
+const MAX_MESSAGE_LEN: usize = 1024;
+
+/// What the compile said of one policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Validity {
+    /// Valid, with this many members (over all families).
+    Valid { members: i64 },
+    /// Invalid: the first errors, joined.
+    Invalid { message: String },
+}
+
+/// One node as the controller sees it.
+pub struct NodeView<'a> {
+    pub labels: &'a BTreeMap<String, String>,
+    /// The node's IPSetNodeState status, if it has one.
+    pub state: Option<&'a IPSetNodeStateStatus>,
+}
+
+/// Whether `entry`'s node holds `generation` and is alive at `now`.
+fn synced_at(
+    entry: Option<&PolicyState>,
+    state: &IPSetNodeStateStatus,
+    generation: i64,
+    now: Timestamp,
+) -> Result<(), &'static str> {
+    let entry = entry.ok_or("no entry")?;
+    if entry.observed_generation != generation {
+        return Err("older generation");
+    }
+    if !entry.synced {
+        return Err("not synced");
+    }
+    let interval = state.heartbeat_interval_seconds.max(1);
+    let beat: Timestamp = state
+        .heartbeat_time
+        .as_deref()
+        .and_then(|t| t.parse().ok())
+        .ok_or("no heartbeat")?;
+    let age = now.duration_since(beat).as_secs();
+    if age > STALE_AFTER_HEARTBEATS * interval {
+        return Err("heartbeat stale");
+    }
+    Ok(())
+}
+
+/// The status `policy` should have. `previous` is its current status, so
+/// that conditions keep their transition time while their status holds.
+pub fn status_for(
+    policy: &IPSetPolicy,
+    validity: &Validity,
+    nodes: &BTreeMap<&str, NodeView<'_>>,
+    previous: Option<&IPSetPolicyStatus>,
+    now: Timestamp,
+) -> IPSetPolicyStatus {
+    let name = policy.metadata.name.as_deref().unwrap_or("");
+    let generation = policy.metadata.generation.unwrap_or(0);
+    let mut selected = 0i64;
+    let mut synced = 0i64;
+    let mut problems = 0i64;
+    let mut failing: Vec<(&str, &'static str)> = Vec::new();
+    for (node, view) in nodes {
+        // An invalid selector selects nothing (and the policy is invalid).
+        if !selector::matches(policy.spec.node_selector.as_ref(), view.labels).unwrap_or(false) {
+            continue;
+        }
+        selected += 1;
+        let state = view.state;
+        let entry = state.and_then(|s| s.policies.iter().find(|p| p.name == name));
+        problems += entry.map_or(0, |e| e.problems);
+        let verdict = match state {
+            Some(s) => synced_at(entry, s, generation, now),
+            None => Err("no node state"),
+        };
+        match verdict {
+            Ok(()) => synced += 1,
+            Err(why) => failing.push((node, why)),
+        }
+    }
+    let (valid, members) = match validity {
+        Validity::Valid { members } => (
+            condition(
+                "Valid",
+                true,
+                "Compiled",
+                format!("{members} members"),
+                generation,
+            ),
+            *members,
+        ),
+        Validity::Invalid { message } => (
+            condition("Valid", false, "InvalidPolicy", message.clone(), generation),
+            0,
+        ),
+    };
+    let ready = ready_condition(validity, selected, synced, &failing, generation);
+    let conditions = [valid, ready]
+        .into_iter()
+        .map(|c| keep_transition_time(c, previous, now))
+        .collect();
+    IPSetPolicyStatus {
+        observed_generation: Some(generation),
+        conditions,
+        summary: Some(StatusSummary {
+            nodes: selected,
+            synced,
+            synced_text: format!("{synced}/{selected}"),
+            problems,
+            members,
+            failing_nodes: failing
+                .iter()
+                .take(MAX_FAILING_NODES)
+                .map(|(n, _)| n.to_string())
+                .collect(),
+        }),
+    }
+}
+
+fn ready_condition(
+    validity: &Validity,
+    selected: i64,
+    synced: i64,
+    failing: &[(&str, &str)],
+    generation: i64,
+) -> Condition {
+    if let Validity::Invalid { .. } = validity {
+        return condition(
+            "Ready",
+            false,
+            "Invalid",
+            "the policy is not valid (see the Valid condition); its existing sets are held as they are".into(),
+            generation,
+        );
+    }
+    if selected == 0 {
+        return condition(
+            "Ready",
+            true,
+            "NoNodesSelected",
+            "no node is selected".into(),
+            generation,
+        );
+    }
+    if synced == selected {
+        let msg = format!("{synced} of {selected} selected nodes hold generation {generation}");
+        return condition("Ready", true, "AllNodesSynced", msg, generation);
+    }
+    let shown: Vec<String> = failing
+        .iter()
+        .take(3)
+        .map(|(n, why)| format!("{n} ({why})"))
+        .collect();
+    let more = failing.len().saturating_sub(shown.len());
+    let mut msg = format!(
+        "{synced} of {selected} selected nodes hold generation {generation}; not yet: {}",
+        shown.join(", ")
+    );
+    if more > 0 {
+        msg.push_str(&format!(" and {more} more"));
+    }
+    condition("Ready", false, "NodesNotSynced", msg, generation)
+}
+
+fn condition(type_: &str, ok: bool, reason: &str, message: String, generation: i64) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: if ok { "True" } else { "False" }.to_string(),
+        reason: reason.to_string(),
+        message: crate::logging::bounded(&message, MAX_MESSAGE_LEN).into_owned(),
+        observed_generation: Some(generation),
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+    }
+}
+
+/// A condition whose status did not change keeps its transition time.
+fn keep_transition_time(
+    mut c: Condition,
+    previous: Option<&IPSetPolicyStatus>,
+    now: Timestamp,
+) -> Condition {
+    let before = previous.and_then(|p| p.conditions.iter().find(|o| o.type_ == c.type_));
+    c.last_transition_time = match before {
+        Some(o) if o.status == c.status => o.last_transition_time.clone(),
+        _ => Time(now.round(jiff::Unit::Second).unwrap_or(now)),
+    };
+    c
+}
+
+/// Whether two statuses say the same (the write can be skipped).
+pub fn same_status(a: &IPSetPolicyStatus, b: &IPSetPolicyStatus) -> bool {
+    a == b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn policy(generation: i64, selector: serde_json::Value) -> IPSetPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "ipsetmgr.io/v1alpha1", "kind": "IPSetPolicy",
+            "metadata": {"name": "p", "generation": generation},
+            "spec": {"type": "hash:ip", "nodeSelector": selector}
+        }))
+        .unwrap()
+    }
+
+    fn state(generation: i64, synced: bool, heartbeat: &str) -> IPSetNodeStateStatus {
+        IPSetNodeStateStatus {
+            heartbeat_time: Some(heartbeat.into()),
+            heartbeat_interval_seconds: 60,
+            policies: vec![PolicyState {
+                name: "p".into(),
+                observed_generation: generation,
+                synced,
+                problems: 2,
+                ..PolicyState::default()
+            }],
+            ..IPSetNodeStateStatus::default()
+        }
+    }
+
+    const NOW: &str = "2026-12-01T12:00:00Z";
+
+    fn now() -> Timestamp {
+        NOW.parse().unwrap()
+    }
+
+    #[test]
+    fn ready_only_when_every_selected_node_holds_the_current_generation() {
+        let edge: BTreeMap<String, String> = [("role".to_string(), "edge".to_string())].into();
+        let core: BTreeMap<String, String> = [("role".to_string(), "core".to_string())].into();
+        let fresh = state(3, true, "2026-12-01T11:59:30Z");
+        let old_gen = state(2, true, "2026-12-01T11:59:30Z");
+        let stale = state(3, true, "2026-12-01T11:50:00Z");
+        let p = policy(3, json!({"matchLabels": {"role": "edge"}}));
+        let valid = Validity::Valid { members: 10 };
+        let mut nodes = BTreeMap::new();
+        nodes.insert(
+            "a",
+            NodeView {
+                labels: &edge,
+                state: Some(&fresh),
+            },
+        );
+        nodes.insert(
+            "b",
+            NodeView {
+                labels: &edge,
+                state: Some(&old_gen),
+            },
+        );
+        nodes.insert(
+            "c",
+            NodeView {
+                labels: &edge,
+                state: Some(&stale),
+            },
+        );
+        nodes.insert(
+            "d",
+            NodeView {
+                labels: &edge,
+                state: None,
+            },
+        );
+        nodes.insert(
+            "z",
+            NodeView {
+                labels: &core,
+                state: None,
+            },
+        );
+        let s = status_for(&p, &valid, &nodes, None, now());
+        let sum = s.summary.as_ref().unwrap();
+        assert_eq!(
+            (sum.nodes, sum.synced, sum.synced_text.as_str()),
+            (4, 1, "1/4")
+        );
+        assert_eq!(sum.failing_nodes, ["b", "c", "d"]);
+        assert_eq!(sum.problems, 6, "summed over entries");
+        assert_eq!(sum.members, 10);
+        let ready = &s.conditions[1];
+        assert_eq!(
+            (ready.type_.as_str(), ready.status.as_str()),
+            ("Ready", "False")
+        );
+        assert!(
+            ready.message.contains("b (older generation)"),
+            "{}",
+            ready.message
+        );
+        assert!(
+            ready.message.contains("c (heartbeat stale)"),
+            "{}",
+            ready.message
+        );
+        assert_eq!(s.observed_generation, Some(3));
+
+        // Only the fresh node left: ready.
+        nodes.retain(|n, _| *n == "a" || *n == "z");
+        let s2 = status_for(&p, &valid, &nodes, Some(&s), now());
+        let ready = &s2.conditions[1];
+        assert_eq!(ready.status, "True");
+        assert_eq!(ready.reason, "AllNodesSynced");
+        assert_eq!(ready.message, "1 of 1 selected nodes hold generation 3");
+        // Valid did not change: its transition time is kept.
+        assert_eq!(
+            s2.conditions[0].last_transition_time,
+            s.conditions[0].last_transition_time
+        );
+        assert_eq!(ready.last_transition_time.0, now());
+    }
+
+    #[test]
+    fn invalid_policies_and_empty_selections() {
+        let none: BTreeMap<&str, NodeView<'_>> = BTreeMap::new();
+        let p = policy(1, json!(null));
+        let bad = Validity::Invalid {
+            message: "policy \"p\": member \"x\" rejected".into(),
+        };
+        let s = status_for(&p, &bad, &none, None, now());
+        assert_eq!(s.conditions[0].status, "False");
+        assert_eq!(s.conditions[0].reason, "InvalidPolicy");
+        assert!(s.conditions[0].message.contains("member \"x\""));
+        assert_eq!(s.conditions[1].status, "False");
+        let s = status_for(&p, &Validity::Valid { members: 0 }, &none, None, now());
+        assert_eq!(s.conditions[1].status, "True");
+        assert_eq!(s.conditions[1].reason, "NoNodesSelected");
+        assert_eq!(s.summary.unwrap().synced_text, "0/0");
+    }
+
+    #[test]
+    fn failing_names_are_bounded() {
+        let labels = BTreeMap::new();
+        let names: Vec<String> = (0..50).map(|i| format!("n{i:02}")).collect();
+        let nodes: BTreeMap<&str, NodeView<'_>> = names
+            .iter()
+            .map(|n| {
+                (
+                    n.as_str(),
+                    NodeView {
+                        labels: &labels,
+                        state: None,
+                    },
+                )
+            })
+            .collect();
+        let s = status_for(
+            &policy(1, json!(null)),
+            &Validity::Valid { members: 1 },
+            &nodes,
+            None,
+            now(),
+        );
+        assert_eq!(
+            s.summary.as_ref().unwrap().failing_nodes.len(),
+            MAX_FAILING_NODES
+        );
+        assert!(
+            s.conditions[1].message.ends_with("and 47 more"),
+            "{}",
+            s.conditions[1].message
+        );
+    }
+}
