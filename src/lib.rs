@@ -8,22 +8,18 @@
 //! The public API is what the integration tests and benchmarks use: the
 //! policy types and compiler, the CRD, and the re-exported crates.
 
-#[allow(dead_code, unused_imports)] // WIP-CLUSTER-SCALE: removed before merging
 mod agent;
 pub mod api;
 mod args;
 mod cli;
-#[allow(dead_code, unused_imports)] // WIP-CLUSTER-SCALE: removed before merging
 mod cluster;
 mod commands;
-#[allow(dead_code, unused_imports)] // WIP-CLUSTER-SCALE: removed before merging
 mod controller;
 mod duration;
 mod kernel;
 mod lock;
 mod logging;
 pub mod policy;
-#[allow(dead_code, unused_imports)] // WIP-CLUSTER-SCALE: removed before merging
 mod server;
 
 /// The kernel behind one trait (its own crate).

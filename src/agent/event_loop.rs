@@ -43,7 +43,6 @@ impl KernelPort for KernelSide {
 /// Identity and timing of one agent.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    pub node_name: String,
     pub naming: Naming,
     /// Quiet time before recompiling after a change.
     pub debounce: Duration,
@@ -57,9 +56,8 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn new(node_name: &str, naming: Naming, heartbeat: Duration) -> Settings {
+    pub fn new(naming: Naming, heartbeat: Duration) -> Settings {
         Settings {
-            node_name: node_name.to_string(),
             naming,
             debounce: Duration::from_millis(100),
             deletion_grace: Duration::from_secs(2),

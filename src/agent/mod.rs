@@ -95,7 +95,7 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
 
     let crds = inputs::guarded_crds();
     let inputs = inputs::watch_inputs(client, &config.node_name);
-    let settings = event_loop::Settings::new(&config.node_name, naming, config.heartbeat_interval);
+    let settings = event_loop::Settings::new(naming, config.heartbeat_interval);
     tracing::info!(node = %config.node_name, listen = %config.listen, version = env!("CARGO_PKG_VERSION"), "agent starting");
     let agent = event_loop::Agent::new(
         settings,

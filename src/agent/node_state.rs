@@ -141,10 +141,12 @@ fn new_object(node: &str, node_uid: Option<&str>) -> IPSetNodeState {
     obj
 }
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 enum WriteError {
     /// The object vanished (deleted, or never created): create it again.
+    #[error("the node state is gone (it is created again)")]
     Gone,
+    #[error("{0}")]
     Other(String),
 }
 
@@ -236,7 +238,7 @@ pub async fn run_writer(
                 if matches!(e, WriteError::Gone) {
                     created = false;
                 }
-                tracing::warn!(node = %settings.node, error = ?e, "node state write failed; retrying");
+                tracing::warn!(node = %settings.node, error = %e, "node state write failed; retrying");
                 next_at = Instant::now() + settings.retry;
             }
         }

@@ -185,7 +185,7 @@ impl Harness {
         let server = Arc::new(Mutex::new(Server::default()));
         let client = mock_api(server.clone());
         let naming = Naming::default();
-        let mut settings = Settings::new(NODE, naming.clone(), HEARTBEAT);
+        let mut settings = Settings::new(naming.clone(), HEARTBEAT);
         settings.debounce = Duration::from_millis(10);
         settings.deletion_grace = Duration::from_millis(300);
         let shared = Shared::new(Duration::from_secs(60));

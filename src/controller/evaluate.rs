@@ -214,11 +214,6 @@ fn keep_transition_time(
     c
 }
 
-/// Whether two statuses say the same (the write can be skipped).
-pub fn same_status(a: &IPSetPolicyStatus, b: &IPSetPolicyStatus) -> bool {
-    a == b
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
