@@ -173,6 +173,15 @@ impl Agent {
                 if self.store.on_node(ev) {
                     self.changed_after(self.settings.debounce);
                 }
+                // The writer creates the node state only for a Node that exists.
+                let uid = self.store.node.as_ref().and_then(|n| n.uid.clone());
+                self.status.send_if_modified(|p| match p {
+                    Some(p) if p.node_uid != uid => {
+                        p.node_uid = uid;
+                        true
+                    }
+                    _ => false,
+                });
                 return;
             }
             Input::Policy(ev) => {
@@ -265,6 +274,7 @@ impl Agent {
     /// Per policy selecting this node: its generation, sets and error.
     fn snapshot_of(&self, compiled: &Compiled) -> Snapshot {
         let errors = compiled.errors_by_policy();
+        let revisions = self.store.revisions();
         let mut policies = std::collections::BTreeMap::new();
         for (name, entry) in self.store.policies.items() {
             if compiled.not_selected.iter().any(|n| n == name) {
@@ -284,6 +294,7 @@ impl Agent {
                 name.clone(),
                 PolicyFacts {
                     generation: entry.generation,
+                    revision: revisions.get(name.as_str()).cloned().unwrap_or_default(),
                     sets,
                     error,
                 },

@@ -41,6 +41,8 @@ pub struct Snapshot {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PolicyFacts {
     pub generation: i64,
+    /// See `cluster::slices::members_revision`.
+    pub revision: String,
     /// Its kernel sets (none when it failed to compile).
     pub sets: Vec<String>,
     /// Why it was not compiled (its sets are held as they are).
@@ -77,6 +79,7 @@ pub fn status_of(
         policies.push(PolicyState {
             name: name.clone(),
             observed_generation: facts.generation,
+            revision: facts.revision.clone(),
             synced,
             set_names: facts.sets.clone(),
             members: sets.iter().map(|s| s.members as i64).sum(),
@@ -146,6 +149,9 @@ enum WriteError {
     /// The object vanished (deleted, or never created): create it again.
     #[error("the node state is gone (it is created again)")]
     Gone,
+    /// Its Node is not known to exist: no node state is created for it.
+    #[error("the Node is not known (or gone): its node state is not created")]
+    NoNode,
     #[error("{0}")]
     Other(String),
 }
@@ -161,8 +167,13 @@ async fn ensure_exists(
         Ok(None) => {}
         Err(e) => return Err(WriteError::Other(e.to_string())),
     }
+    // Never for a Node that is gone: the controller (or the garbage
+    // collector) would delete it again, and the two would fight.
+    let Some(uid) = uid else {
+        return Err(WriteError::NoNode);
+    };
     match api
-        .create(&PostParams::default(), &new_object(node, uid))
+        .create(&PostParams::default(), &new_object(node, Some(uid)))
         .await
     {
         Ok(_) => Ok(()),
@@ -235,8 +246,14 @@ pub async fn run_writer(
                 next_at = Instant::now() + settings.heartbeat;
             }
             Err(e) => {
-                if matches!(e, WriteError::Gone) {
-                    created = false;
+                match e {
+                    WriteError::Gone => created = false,
+                    WriteError::NoNode => {
+                        tracing::debug!(node = %settings.node, "{e}");
+                        next_at = Instant::now() + settings.retry;
+                        continue;
+                    }
+                    WriteError::Other(_) => {}
                 }
                 tracing::warn!(node = %settings.node, error = %e, "node state write failed; retrying");
                 next_at = Instant::now() + settings.retry;

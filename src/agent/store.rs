@@ -16,7 +16,7 @@ use kube::runtime::watcher::Event;
 use crate::api::{IPSetMemberSlice, IPSetPolicy};
 use crate::cluster::kind_guard::KindGuard;
 use crate::cluster::listing::{Change, Listing};
-use crate::cluster::slices::{SliceEntry, by_policy, same_slice, slice_entry};
+use crate::cluster::slices::{SliceEntry, by_policy, members_revision, same_slice, slice_entry};
 use crate::cluster::tolerant::Tolerant;
 use crate::policy::compile::{MemberCache, PolicyInput};
 
@@ -111,7 +111,15 @@ impl Store {
                 None => return false,
             },
             Event::Apply(n) => facts(&n),
-            Event::Delete(_) => return false,
+            // The Node is gone: keep its labels (fail static for the
+            // kernel), but forget its uid, so that no node state is
+            // created for a Node that does not exist.
+            Event::Delete(_) => {
+                if let Some(n) = &mut self.node {
+                    n.uid = None;
+                }
+                return false;
+            }
         };
         let changed = self.node.as_ref() != Some(&new);
         self.node = Some(new);
@@ -157,6 +165,22 @@ impl Store {
             }
         }
         (inputs, unreadable)
+    }
+
+    /// Each policy's members revision, as the controller computes it.
+    pub fn revisions(&self) -> BTreeMap<&str, String> {
+        let slices = by_policy(self.slices.items());
+        self.policies
+            .items()
+            .iter()
+            .map(|(name, e)| {
+                let bound = slices.get(name.as_str()).map_or(&[][..], Vec::as_slice);
+                (
+                    name.as_str(),
+                    members_revision(e.uid.as_deref(), e.generation, bound),
+                )
+            })
+            .collect()
     }
 
     /// After a compile: drop the member strings the cache no longer needs.

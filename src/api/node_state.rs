@@ -76,6 +76,12 @@ pub struct PolicyState {
     /// The policy generation this node last applied.
     #[serde(default)]
     pub observed_generation: i64,
+    /// Identifies what was applied: the policy's uid and generation and the
+    /// versions of its member slices. The controller counts the node as
+    /// synced only when this equals its own view, so a slice change is
+    /// waited for like a spec change.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub revision: String,
     /// Whether the kernel holds exactly the desired sets of that generation.
     #[serde(default)]
     pub synced: bool,

@@ -4,10 +4,12 @@
 //!
 //! - `Valid`: the policy and all its slices compile (a message naming the
 //!   member and the reason otherwise).
-//! - `Ready`: valid, and every selected node reports the current generation
-//!   synced with a heartbeat younger than three of its intervals (a dead
-//!   agent is not synced, whatever it last said). True when no node is
-//!   selected: there is nothing to wait for.
+//! - `Ready`: valid, and every selected node reports the current revision
+//!   (the policy's uid and generation and its slices' versions) synced,
+//!   and its node state was refreshed within three heartbeat intervals as
+//!   the controller saw it (a dead agent is not synced, whatever it last
+//!   said; the controller's own clock, so clock skew between nodes does not
+//!   matter). True when no node is selected: there is nothing to wait for.
 //! - `summary`: counts over the selected nodes; a handful of failing node
 //!   names at most, so the object does not grow with the cluster.
 
@@ -43,30 +45,32 @@ pub struct NodeView<'a> {
     pub labels: &'a BTreeMap<String, String>,
     /// The node's IPSetNodeState status, if it has one.
     pub state: Option<&'a IPSetNodeStateStatus>,
+    /// How long ago the controller last saw that node state change.
+    pub seen_ago: Option<std::time::Duration>,
 }
 
-/// Whether `entry`'s node holds `generation` and is alive at `now`.
+/// Whether `entry`'s node holds `revision` of generation `generation` and
+/// is alive (its state refreshed `seen_ago`).
 fn synced_at(
     entry: Option<&PolicyState>,
     state: &IPSetNodeStateStatus,
+    seen_ago: Option<std::time::Duration>,
     generation: i64,
-    now: Timestamp,
+    revision: &str,
 ) -> Result<(), &'static str> {
     let entry = entry.ok_or("no entry")?;
     if entry.observed_generation != generation {
         return Err("older generation");
     }
+    if entry.revision != revision {
+        return Err("older members");
+    }
     if !entry.synced {
         return Err("not synced");
     }
-    let interval = state.heartbeat_interval_seconds.max(1);
-    let beat: Timestamp = state
-        .heartbeat_time
-        .as_deref()
-        .and_then(|t| t.parse().ok())
-        .ok_or("no heartbeat")?;
-    let age = now.duration_since(beat).as_secs();
-    if age > STALE_AFTER_HEARTBEATS * interval {
+    let interval = state.heartbeat_interval_seconds.max(1) as u64;
+    let age = seen_ago.ok_or("no heartbeat")?.as_secs();
+    if age > STALE_AFTER_HEARTBEATS as u64 * interval {
         return Err("heartbeat stale");
     }
     Ok(())
@@ -77,6 +81,7 @@ fn synced_at(
 pub fn status_for(
     policy: &IPSetPolicy,
     validity: &Validity,
+    revision: &str,
     nodes: &BTreeMap<&str, NodeView<'_>>,
     previous: Option<&IPSetPolicyStatus>,
     now: Timestamp,
@@ -97,7 +102,7 @@ pub fn status_for(
         let entry = state.and_then(|s| s.policies.iter().find(|p| p.name == name));
         problems += entry.map_or(0, |e| e.problems);
         let verdict = match state {
-            Some(s) => synced_at(entry, s, generation, now),
+            Some(s) => synced_at(entry, s, view.seen_ago, generation, revision),
             None => Err("no node state"),
         };
         match verdict {
@@ -218,6 +223,7 @@ fn keep_transition_time(
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::time::Duration;
 
     fn policy(generation: i64, selector: serde_json::Value) -> IPSetPolicy {
         serde_json::from_value(json!({
@@ -228,14 +234,14 @@ mod tests {
         .unwrap()
     }
 
-    fn state(generation: i64, synced: bool, heartbeat: &str) -> IPSetNodeStateStatus {
+    fn state(generation: i64, revision: &str) -> IPSetNodeStateStatus {
         IPSetNodeStateStatus {
-            heartbeat_time: Some(heartbeat.into()),
             heartbeat_interval_seconds: 60,
             policies: vec![PolicyState {
                 name: "p".into(),
                 observed_generation: generation,
-                synced,
+                revision: revision.into(),
+                synced: true,
                 problems: 2,
                 ..PolicyState::default()
             }],
@@ -243,65 +249,49 @@ mod tests {
         }
     }
 
-    const NOW: &str = "2026-12-01T12:00:00Z";
-
     fn now() -> Timestamp {
-        NOW.parse().unwrap()
+        "2026-12-01T12:00:00Z".parse().unwrap()
+    }
+
+    fn secs(s: u64) -> Option<Duration> {
+        Some(Duration::from_secs(s))
     }
 
     #[test]
-    fn ready_only_when_every_selected_node_holds_the_current_generation() {
+    fn ready_only_when_every_selected_node_holds_the_current_revision() {
         let edge: BTreeMap<String, String> = [("role".to_string(), "edge".to_string())].into();
         let core: BTreeMap<String, String> = [("role".to_string(), "core".to_string())].into();
-        let fresh = state(3, true, "2026-12-01T11:59:30Z");
-        let old_gen = state(2, true, "2026-12-01T11:59:30Z");
-        let stale = state(3, true, "2026-12-01T11:50:00Z");
+        let fresh = state(3, "rev3");
+        let old_gen = state(2, "rev2");
+        let old_members = state(3, "rev3-before-a-slice-change");
         let p = policy(3, json!({"matchLabels": {"role": "edge"}}));
         let valid = Validity::Valid { members: 10 };
+        let view = |state, seen_ago| NodeView {
+            labels: &edge,
+            state,
+            seen_ago,
+        };
         let mut nodes = BTreeMap::new();
-        nodes.insert(
-            "a",
-            NodeView {
-                labels: &edge,
-                state: Some(&fresh),
-            },
-        );
-        nodes.insert(
-            "b",
-            NodeView {
-                labels: &edge,
-                state: Some(&old_gen),
-            },
-        );
-        nodes.insert(
-            "c",
-            NodeView {
-                labels: &edge,
-                state: Some(&stale),
-            },
-        );
-        nodes.insert(
-            "d",
-            NodeView {
-                labels: &edge,
-                state: None,
-            },
-        );
-        nodes.insert(
-            "z",
-            NodeView {
-                labels: &core,
-                state: None,
-            },
-        );
-        let s = status_for(&p, &valid, &nodes, None, now());
+        nodes.insert("a", view(Some(&fresh), secs(30)));
+        nodes.insert("b", view(Some(&old_gen), secs(30)));
+        // Synced, but not refreshed for four heartbeat intervals: dead.
+        nodes.insert("c", view(Some(&fresh), secs(240)));
+        nodes.insert("d", view(None, None));
+        nodes.insert("e", view(Some(&old_members), secs(30)));
+        let core_view = NodeView {
+            labels: &core,
+            state: None,
+            seen_ago: None,
+        };
+        nodes.insert("z", core_view);
+        let s = status_for(&p, &valid, "rev3", &nodes, None, now());
         let sum = s.summary.as_ref().unwrap();
         assert_eq!(
             (sum.nodes, sum.synced, sum.synced_text.as_str()),
-            (4, 1, "1/4")
+            (5, 1, "1/5")
         );
-        assert_eq!(sum.failing_nodes, ["b", "c", "d"]);
-        assert_eq!(sum.problems, 6, "summed over entries");
+        assert_eq!(sum.failing_nodes, ["b", "c", "d", "e"]);
+        assert_eq!(sum.problems, 8, "summed over entries");
         assert_eq!(sum.members, 10);
         let ready = &s.conditions[1];
         assert_eq!(
@@ -318,11 +308,12 @@ mod tests {
             "{}",
             ready.message
         );
+        assert!(ready.message.ends_with("and 1 more"), "{}", ready.message);
         assert_eq!(s.observed_generation, Some(3));
 
         // Only the fresh node left: ready.
         nodes.retain(|n, _| *n == "a" || *n == "z");
-        let s2 = status_for(&p, &valid, &nodes, Some(&s), now());
+        let s2 = status_for(&p, &valid, "rev3", &nodes, Some(&s), now());
         let ready = &s2.conditions[1];
         assert_eq!(ready.status, "True");
         assert_eq!(ready.reason, "AllNodesSynced");
@@ -342,12 +333,12 @@ mod tests {
         let bad = Validity::Invalid {
             message: "policy \"p\": member \"x\" rejected".into(),
         };
-        let s = status_for(&p, &bad, &none, None, now());
+        let s = status_for(&p, &bad, "", &none, None, now());
         assert_eq!(s.conditions[0].status, "False");
         assert_eq!(s.conditions[0].reason, "InvalidPolicy");
         assert!(s.conditions[0].message.contains("member \"x\""));
         assert_eq!(s.conditions[1].status, "False");
-        let s = status_for(&p, &Validity::Valid { members: 0 }, &none, None, now());
+        let s = status_for(&p, &Validity::Valid { members: 0 }, "", &none, None, now());
         assert_eq!(s.conditions[1].status, "True");
         assert_eq!(s.conditions[1].reason, "NoNodesSelected");
         assert_eq!(s.summary.unwrap().synced_text, "0/0");
@@ -360,22 +351,16 @@ mod tests {
         let nodes: BTreeMap<&str, NodeView<'_>> = names
             .iter()
             .map(|n| {
-                (
-                    n.as_str(),
-                    NodeView {
-                        labels: &labels,
-                        state: None,
-                    },
-                )
+                let v = NodeView {
+                    labels: &labels,
+                    state: None,
+                    seen_ago: None,
+                };
+                (n.as_str(), v)
             })
             .collect();
-        let s = status_for(
-            &policy(1, json!(null)),
-            &Validity::Valid { members: 1 },
-            &nodes,
-            None,
-            now(),
-        );
+        let valid = Validity::Valid { members: 1 };
+        let s = status_for(&policy(1, json!(null)), &valid, "", &nodes, None, now());
         assert_eq!(
             s.summary.as_ref().unwrap().failing_nodes.len(),
             MAX_FAILING_NODES

@@ -150,7 +150,9 @@ impl Controller {
         }
         self.shared.set_listed(true);
         let validity = self.validate();
+        let revisions = self.store.revisions();
         let now = Timestamp::now();
+        let clock = Instant::now();
         let nodes: BTreeMap<&str, NodeView<'_>> = self
             .store
             .nodes
@@ -163,11 +165,13 @@ impl Controller {
                     .get(name)
                     .and_then(|t| t.value.as_ref().ok())
                     .and_then(|s| s.status.as_ref());
+                let seen_ago = self.store.seen.get(name).map(|t| clock.duration_since(*t));
                 (
                     name.as_str(),
                     NodeView {
                         labels: &labels.0,
                         state,
+                        seen_ago,
                     },
                 )
             })
@@ -202,7 +206,8 @@ impl Controller {
                 }
             };
             let v = &validity[name.as_str()];
-            let status = status_for(policy, v, &nodes, previous, now);
+            let revision = revisions.get(name.as_str()).map_or("", String::as_str);
+            let status = status_for(policy, v, revision, &nodes, previous, now);
             if previous != Some(&status) {
                 plan.insert(name.clone(), status);
             }

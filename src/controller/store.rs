@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::watcher::Event;
+use tokio::time::Instant;
 
 use crate::api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
 use crate::cluster::listing::{Change, Listing};
-use crate::cluster::slices::{SliceEntry, by_policy, same_slice, slice_entry};
+use crate::cluster::slices::{SliceEntry, by_policy, members_revision, same_slice, slice_entry};
 use crate::cluster::tolerant::Tolerant;
 use crate::policy::compile::PolicyInput;
 
@@ -22,6 +23,9 @@ pub struct Store {
     pub policies: Listing<Tolerant<IPSetPolicy>>,
     pub slices: Listing<SliceEntry>,
     pub node_states: Listing<Tolerant<IPSetNodeState>>,
+    /// When each node state was last seen to change (by this controller's
+    /// clock: heartbeats are judged without trusting the nodes' clocks).
+    pub seen: BTreeMap<String, Instant>,
     pub nodes: Listing<NodeLabels>,
 }
 
@@ -44,7 +48,38 @@ impl Store {
     }
 
     pub fn on_node_state(&mut self, ev: Event<Tolerant<IPSetNodeState>>) -> Change {
-        self.node_states.apply(ev, named, same_version)
+        let now = Instant::now();
+        let touched = match &ev {
+            Event::Apply(t) | Event::InitApply(t) => Some(t.name.clone()),
+            _ => None,
+        };
+        let change = self.node_states.apply(ev, named, same_version);
+        if let Some(name) = touched
+            && (change.changed || !self.seen.contains_key(&name))
+        {
+            self.seen.insert(name, now);
+        }
+        let states = self.node_states.items();
+        self.seen
+            .retain(|n, _| states.contains_key(n) || !self.node_states.listed());
+        change
+    }
+
+    /// Each policy's members revision (see `cluster::slices::members_revision`).
+    pub fn revisions(&self) -> BTreeMap<&str, String> {
+        let slices = by_policy(self.slices.items());
+        self.policies
+            .items()
+            .iter()
+            .map(|(name, t)| {
+                let bound = slices.get(name.as_str()).map_or(&[][..], Vec::as_slice);
+                let generation = t.generation.unwrap_or(0);
+                (
+                    name.as_str(),
+                    members_revision(t.uid.as_deref(), generation, bound),
+                )
+            })
+            .collect()
     }
 
     pub fn on_node(&mut self, ev: Event<Node>) -> Change {

@@ -234,8 +234,12 @@ fn state(node: &str, rv: &str, ago: i64, entries: Value) -> Value {
     })
 }
 
+/// A node state entry for a policy without slices at `generation`.
 fn entry(policy: &str, generation: i64, synced: bool) -> Value {
-    json!({"name": policy, "observedGeneration": generation, "synced": synced, "problems": 1})
+    let uid = format!("uid-{policy}");
+    let revision = crate::cluster::slices::members_revision(Some(&uid), generation, &[]);
+    json!({"name": policy, "observedGeneration": generation, "revision": revision,
+           "synced": synced, "problems": 1})
 }
 
 fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
@@ -306,22 +310,16 @@ async fn a_dead_agent_is_not_synced_and_nothing_is_rewritten_while_nothing_chang
     h.list(
         vec![p.clone()],
         vec![],
-        // Synced, but its last heartbeat is four intervals old.
-        vec![state("a", "1", 240, json!([entry("p", 1, true)]))],
+        vec![state("a", "1", 0, json!([entry("p", 1, true)]))],
         &[("a", &[])],
     );
-    eventually("status written", || !h.status_writes("p").is_empty()).await;
-    let s = h.last_status("p");
-    assert_eq!(condition(&s, "Ready")["status"], "False");
-    assert!(
-        condition(&s, "Ready")["message"]
-            .as_str()
-            .unwrap()
-            .contains("heartbeat stale")
-    );
-    // The server now shows that status: ticks go by, nothing is written.
+    eventually("ready", || {
+        condition(&h.last_status("p"), "Ready")["status"] == "True"
+    })
+    .await;
+    // The server shows that status: ticks go by, nothing is written.
     let mut shown = p.clone();
-    shown["status"] = s.clone();
+    shown["status"] = h.last_status("p");
     shown["metadata"]["resourceVersion"] = json!("2");
     h.send(Input::Policy(Event::Apply(decode(
         serde_json::from_value(shown).unwrap(),
@@ -333,6 +331,91 @@ async fn a_dead_agent_is_not_synced_and_nothing_is_rewritten_while_nothing_chang
         before,
         "no write without a change"
     );
+    // The agent stops refreshing its node state: after three heartbeat
+    // intervals (60 s each) by the controller's clock, it is not synced.
+    tokio::time::sleep(Duration::from_secs(180)).await;
+    eventually("stale", || {
+        condition(&h.last_status("p"), "Ready")["status"] == "False"
+    })
+    .await;
+    let ready = condition(&h.last_status("p"), "Ready").clone();
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("a (heartbeat stale)"),
+        "{ready}"
+    );
+    // The watch brings the written status back, as the API server would.
+    let mut shown = p.clone();
+    shown["status"] = h.last_status("p");
+    shown["metadata"]["resourceVersion"] = json!("3");
+    h.send(Input::Policy(Event::Apply(decode(
+        serde_json::from_value(shown).unwrap(),
+    ))));
+    // A heartbeat: synced again.
+    h.send(Input::NodeState(Event::Apply(decode(
+        serde_json::from_value(state("a", "3", 0, json!([entry("p", 1, true)]))).unwrap(),
+    ))));
+    eventually("fresh again", || {
+        condition(&h.last_status("p"), "Ready")["status"] == "True"
+    })
+    .await;
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slice_change_is_waited_for_like_a_spec_change() {
+    let h = Harness::start(true);
+    let slice = |rv: &str, members: &[&str]| {
+        json!({
+            "apiVersion": "ipsetmgr.io/v1alpha1", "kind": "IPSetMemberSlice",
+            "metadata": {"name": "p-0", "resourceVersion": rv, "labels": {"ipsetmgr.io/policy": "p"}},
+            "spec": {"members": members}
+        })
+    };
+    let revision = |rv: &str| {
+        let s = crate::policy::compile::SliceInput {
+            name: "p-0",
+            version: rv,
+            members: Err(""),
+        };
+        crate::cluster::slices::members_revision(Some("uid-p"), 1, &[s])
+    };
+    let node_entry = |rv: &str| json!([{"name": "p", "observedGeneration": 1, "revision": revision(rv), "synced": true}]);
+    h.list(
+        vec![policy("p", 1, json!({"type": "hash:ip"}))],
+        vec![slice("10", &["10.0.0.1"])],
+        vec![state("a", "1", 0, node_entry("10"))],
+        &[("a", &[])],
+    );
+    eventually("ready", || {
+        condition(&h.last_status("p"), "Ready")["status"] == "True"
+    })
+    .await;
+    assert_eq!(h.last_status("p")["summary"]["members"], 1);
+    // The slice changes; the policy's generation does not.
+    h.send(Input::Slice(Event::Apply(decode(
+        serde_json::from_value(slice("11", &["10.0.0.1", "10.0.0.2"])).unwrap(),
+    ))));
+    eventually("not ready until the node has it", || {
+        condition(&h.last_status("p"), "Ready")["status"] == "False"
+    })
+    .await;
+    assert!(
+        condition(&h.last_status("p"), "Ready")["message"]
+            .as_str()
+            .unwrap()
+            .contains("older members")
+    );
+    h.send(Input::NodeState(Event::Apply(decode(
+        serde_json::from_value(state("a", "2", 0, node_entry("11"))).unwrap(),
+    ))));
+    eventually("ready again", || {
+        condition(&h.last_status("p"), "Ready")["status"] == "True"
+    })
+    .await;
+    assert_eq!(h.last_status("p")["summary"]["members"], 2);
     h.stop().await;
 }
 
@@ -396,6 +479,12 @@ async fn node_states_of_nodes_that_are_gone_are_deleted() {
         deleted(&h),
         ["/apis/ipsetmgr.io/v1alpha1/ipsetnodestates/ghost"]
     );
+    // The Node was looked up first (the mock server says 404).
+    let asked = h
+        .requests()
+        .iter()
+        .any(|r| r.method == "GET" && r.path == "/api/v1/nodes/ghost");
+    assert!(asked, "the Node is checked before its state is deleted");
     tokio::time::sleep(TICK * 2).await;
     assert_eq!(deleted(&h).len(), 1, "asked once");
     h.stop().await;

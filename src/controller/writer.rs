@@ -142,6 +142,17 @@ impl Writer {
                 }
             }
             Job::DeleteNodeState(name) => {
+                // The Node watch may lag behind a Node that just joined:
+                // ask the API server itself before deleting.
+                let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+                match self.timed(nodes.get_opt(&name)).await {
+                    Ok(None) => {}
+                    Ok(Some(_)) => return,
+                    Err(e) => {
+                        tracing::warn!(node = %name, error = %e, "cannot tell whether the Node exists; its node state is kept");
+                        return;
+                    }
+                }
                 let api: Api<IPSetNodeState> = Api::all(self.client.clone());
                 match self
                     .timed(api.delete(&name, &DeleteParams::default()))
