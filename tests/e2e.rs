@@ -1778,3 +1778,30 @@ async fn e2e_controller_and_agents() {
     .await;
     say("all scenarios passed; cleaning up");
 }
+
+// The suite's own readers, checked without a cluster.
+
+#[test]
+fn parse_save_reads_one_set() {
+    let save = "create ipm4-e2e-x hash:net family inet hashsize 1024 maxelem 65536 bucketsize 12 initval 0x902cda58\n\
+                add ipm4-e2e-x 10.41.0.0/24\n\
+                add ipm4-e2e-x 10.42.0.0/16 nomatch\n\
+                create ipm4-e2e-xy hash:ip family inet hashsize 1024 maxelem 65536\n\
+                add ipm4-e2e-xy 10.0.0.1\n";
+    let k = parse_save(save, "ipm4-e2e-x").unwrap();
+    assert_eq!(k.set_type, "hash:net");
+    assert_eq!(k.members, strings(["10.41.0.0/24", "10.42.0.0/16 nomatch"]));
+    assert!(parse_save(save, "ipm4-e2e").is_err());
+}
+
+#[test]
+fn suite_sets_and_addresses() {
+    assert!(is_suite_set("ipm4-e2e-all") && is_suite_set("ipmx-e2e-macs"));
+    assert!(!is_suite_set("ipm4-web") && !is_suite_set("e2ehold") && !is_suite_set("ipmt-3"));
+    let a = addresses(50, 0, 1000);
+    assert_eq!(strings(&a).len(), 1000);
+    assert_eq!(
+        (a[0].as_str(), a[999].as_str()),
+        ("10.50.0.1", "10.50.3.250")
+    );
+}
