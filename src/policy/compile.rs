@@ -163,7 +163,7 @@ impl Compiled {
     }
 }
 
-fn check_name(name: &str) -> Result<(), &'static str> {
+pub(crate) fn check_name(name: &str) -> Result<(), &'static str> {
     if name.is_empty() || name.len() > 253 {
         return Err("must be 1 to 253 characters");
     }
