@@ -23,6 +23,8 @@ use super::load::{LoadError, bounded, read_bounded, read_limited, strip_bom, yam
 pub(crate) const STDIN: &str = "-";
 /// How standard input is named in messages.
 const STDIN_NAME: &str = "(stdin)";
+/// Input quoted in messages is cut to this many bytes.
+const MAX_QUOTED: usize = 100;
 
 /// The syntax of a member list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -74,11 +76,11 @@ pub(crate) enum MemberListError {
     Yaml { path: PathBuf, message: String },
     #[error("{path}: {message}")]
     Json { path: PathBuf, message: String },
-    #[error("{path}: line {line}: members must be strings: {message}")]
+    #[error("{path}: line {line}: members must be strings, found {found}")]
     NotAString {
         path: PathBuf,
         line: usize,
-        message: String,
+        found: String,
     },
     #[error(
         "{path}: contains no members (an empty or truncated list is an error, never zero members)"
@@ -221,11 +223,13 @@ fn parse_json(text: &str, path: &Path) -> Result<Vec<ListedMember>, MemberListEr
         let at = raw.get().as_ptr() as usize - text.as_ptr() as usize;
         line = line_at(&text.as_bytes()[..at], offset, line);
         offset = at;
+        // The element is valid JSON, so this fails only for a non-string,
+        // and the parser's own position would be within the element.
         let text =
-            serde_json::from_str::<String>(raw.get()).map_err(|e| MemberListError::NotAString {
+            serde_json::from_str::<String>(raw.get()).map_err(|_| MemberListError::NotAString {
                 path: path.to_path_buf(),
                 line,
-                message: bounded(e.to_string()),
+                found: crate::logging::bounded(raw.get(), MAX_QUOTED).into_owned(),
             })?;
         members.push(ListedMember { line, text });
     }
@@ -420,7 +424,11 @@ mod tests {
             ("members: {a: b}\n", ListFormat::Yaml, "sequence"),
             ("10.0.0.1\n", ListFormat::Yaml, "sequence of member strings"),
             ("members: [a]\nmembers: [b]\n", ListFormat::Yaml, "members"),
-            ("[\"10.0.0.1\",\n 42]", ListFormat::Json, "line 2"),
+            (
+                "[\"10.0.0.1\",\n 42]",
+                ListFormat::Json,
+                "line 2: members must be strings, found 42",
+            ),
             ("[\"10.0.0.1\",\n\n {\"a\": 1}]", ListFormat::Json, "line 3"),
             ("[\"10.0.0.1\",\n", ListFormat::Json, "line 2"),
             ("{\"type\": \"hash:ip\"}", ListFormat::Json, "members"),
