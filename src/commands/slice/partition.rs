@@ -175,6 +175,8 @@ fn build_within<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
 
     /// Slices as plain member lists, sized by their JSON-ish length.
     fn plain(members: &[String], limits: Limits) -> Partitioned<Vec<String>> {
@@ -271,5 +273,45 @@ mod tests {
         let members: Vec<String> = (0..5000).map(|i| format!("m{i}")).collect();
         let e = partition(&members, limits(1), |_, _, ms| ms.len(), |_| 0).unwrap_err();
         assert!(e.to_string().contains("do not fit in 65536 slices"), "{e}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Any list: every member in exactly one slice, within the limits;
+        /// removing and adding k members in all, with the count unchanged,
+        /// changes at most k slices.
+        #[test]
+        fn every_member_once_and_k_changes_touch_at_most_k_slices(
+            members in proptest::collection::btree_set(any::<u32>(), 1..3000),
+            max_members in 20usize..2000,
+            removed in proptest::collection::vec(any::<prop::sample::Index>(), 0..10),
+            added in proptest::collection::btree_set(any::<u32>(), 0..10),
+        ) {
+            let mut members: Vec<String> = members.iter().map(|m| format!("m{m}")).collect();
+            members.sort();
+            // Spelled apart from the members, so new.
+            let added: Vec<String> = added.iter().map(|m| format!("new{m}")).collect();
+            let before = plain(&members, limits(max_members));
+            let mut out: Vec<&String> = before.slices.iter().flatten().collect();
+            prop_assert!(before.slices.iter().all(|s| s.len() <= max_members));
+            out.sort();
+            prop_assert_eq!(out, members.iter().collect::<Vec<_>>());
+
+            let gone: BTreeSet<usize> = removed.iter().map(|i| i.index(members.len())).collect();
+            let mut changed: Vec<String> = members
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !gone.contains(i))
+                .map(|(_, m)| m.clone())
+                .chain(added.iter().cloned())
+                .collect();
+            changed.sort();
+            let after = plain(&changed, limits(max_members));
+            if after.slices.len() == before.slices.len() {
+                let differing = before.slices.iter().zip(&after.slices).filter(|(a, b)| a != b).count();
+                prop_assert!(differing <= gone.len() + added.len(), "{} slices changed", differing);
+            }
+        }
     }
 }
