@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 
 use crate::args::{Cli, Command};
-use crate::commands::{apply, run, sets};
+use crate::commands::{apply, run, sets, slice};
 use crate::ipset::Naming;
 use crate::kernel::{self, KernelOptions, KernelSide};
 use crate::logging;
@@ -104,6 +104,40 @@ fn real_main() -> Result<bool> {
         Command::Crd => {
             std::io::stdout().write_all(crate::crd_yaml().as_bytes())?;
             Ok(true)
+        }
+        // Files to objects: no kernel, no lock.
+        Command::Slice {
+            policy,
+            input,
+            max_members,
+            set_type,
+            family,
+            output,
+            output_format,
+            format,
+        } => {
+            let check = match set_type {
+                Some(set_type) => slice::Check::Typed {
+                    set_type,
+                    family: family.unwrap_or_default(),
+                },
+                None => slice::Check::Schema,
+            };
+            let args = slice::SliceArgs {
+                policy,
+                input,
+                input_format: format,
+                check,
+                max_members: max_members as usize,
+                output,
+                output_format,
+            };
+            let ok = slice::slice(
+                &args,
+                &mut std::io::stdout().lock(),
+                &mut std::io::stderr().lock(),
+            )?;
+            Ok(ok)
         }
     }
 }

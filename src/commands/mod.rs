@@ -1,9 +1,11 @@
 //! The file-mode commands (`apply`, `run`, `sets`): policy files to kernel
-//! sets through the manager, without a cluster.
+//! sets through the manager, without a cluster; and `slice`, which turns a
+//! member list into IPSetMemberSlice objects for a cluster.
 
 pub mod apply;
 pub mod run;
 pub mod sets;
+pub(crate) mod slice;
 pub mod table;
 
 use std::collections::BTreeMap;

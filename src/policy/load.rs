@@ -206,7 +206,7 @@ pub fn policy_files(path: &Path) -> Found {
     found
 }
 
-fn yaml_options() -> serde_saphyr::Options {
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
     // Policies may carry millions of members: raise the node and scalar
     // budgets (the defaults protect configs of a few hundred thousand nodes)
     // while keeping every other protection of the parser.
@@ -226,11 +226,11 @@ fn yaml_options() -> serde_saphyr::Options {
 
 /// A parser message, bounded: parsers quote input, and a policy file may
 /// hold a megabyte on one line.
-fn bounded(message: String) -> String {
+pub(crate) fn bounded(message: String) -> String {
     crate::logging::bounded(&message, MAX_MESSAGE_LEN).into_owned()
 }
 
-fn strip_bom(text: &str) -> &str {
+pub(crate) fn strip_bom(text: &str) -> &str {
     text.strip_prefix('\u{feff}').unwrap_or(text)
 }
 
@@ -338,7 +338,7 @@ pub fn load_policies(path: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
 /// Read at most [`MAX_FILE_BYTES`] of a regular file. The file is opened
 /// non-blocking, so a FIFO put in its place after the directory walk cannot
 /// hang the caller either; anything but a regular file is refused.
-fn read_bounded(f: &Path) -> Result<Vec<u8>, LoadError> {
+pub(crate) fn read_bounded(f: &Path) -> Result<Vec<u8>, LoadError> {
     let io = |source| LoadError::Io {
         path: f.to_path_buf(),
         source,
@@ -355,13 +355,28 @@ fn read_bounded(f: &Path) -> Result<Vec<u8>, LoadError> {
             kind: file_kind(&meta),
         });
     }
-    let mut bytes = Vec::with_capacity(meta.len().min(MAX_FILE_BYTES) as usize + 1);
-    file.take(MAX_FILE_BYTES + 1)
+    read_limited(file, f, meta.len())
+}
+
+/// Read at most [`MAX_FILE_BYTES`] from `reader` (an opened file, or
+/// standard input, which has no size to check first); `path` names it in
+/// errors and `size_hint` sizes the buffer.
+pub(crate) fn read_limited(
+    reader: impl Read,
+    path: &Path,
+    size_hint: u64,
+) -> Result<Vec<u8>, LoadError> {
+    let mut bytes = Vec::with_capacity(size_hint.min(MAX_FILE_BYTES) as usize + 1);
+    reader
+        .take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(io)?;
+        .map_err(|source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(LoadError::TooLarge {
-            path: f.to_path_buf(),
+            path: path.to_path_buf(),
             limit: MAX_FILE_BYTES,
         });
     }

@@ -1,9 +1,11 @@
-//! Policies as the kernel side needs them: loading them from files, and
-//! compiling them (with their member slices) into the desired kernel sets
-//! of one node. The resource types themselves are in `crate::api`.
+//! Policies as the kernel side needs them: loading them (and plain member
+//! lists) from files, and compiling them (with their member slices) into
+//! the desired kernel sets of one node. The resource types themselves are
+//! in `crate::api`.
 
 pub mod compile;
 pub mod load;
+pub(crate) mod member_list;
 pub(crate) mod selector;
 
 pub use crate::api::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec};

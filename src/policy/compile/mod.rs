@@ -22,9 +22,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use self::cache::{PolicyKey, SourceKey};
+pub(crate) use self::checks::check_name;
 use self::checks::{
-    check_header_fields, check_name, families, hold, max_elem, name_collisions,
-    nomatch_conflict_errors,
+    check_header_fields, families, hold, max_elem, name_collisions, nomatch_conflict_errors,
 };
 use self::parse::{ParsedSource, parse_source};
 use super::selector;
