@@ -93,6 +93,11 @@ pub enum Command {
         /// Also delete owned sets that no given policy wants.
         #[arg(long)]
         prune: bool,
+        /// Add a plain member list (FireHOL netset, Spamhaus DROP: one
+        /// member per line, `#` comments; or YAML/JSON) to a policy's
+        /// members, as a slice would (repeatable).
+        #[arg(long = "members", value_name = "POLICY=FILE", value_parser = parse_members_file)]
+        members: Vec<crate::commands::MembersFile>,
         #[command(flatten)]
         labels: NodeLabels,
     },
@@ -280,4 +285,18 @@ mod tests {
             .unwrap();
         assert!(e.to_string().contains("at most 63"), "{e}");
     }
+}
+
+/// `POLICY=FILE`: the policy a member list belongs to, and the list's path.
+fn parse_members_file(s: &str) -> Result<crate::commands::MembersFile, String> {
+    let (policy, path) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected POLICY=FILE"))?;
+    if policy.is_empty() || path.is_empty() {
+        return Err(format!("{s:?}: expected POLICY=FILE, both non-empty"));
+    }
+    Ok(crate::commands::MembersFile {
+        policy: policy.to_string(),
+        path: PathBuf::from(path),
+    })
 }

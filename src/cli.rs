@@ -48,10 +48,12 @@ fn real_main() -> Result<bool> {
             paths,
             dry_run,
             prune,
+            members,
             labels,
         } => {
             let args = apply::ApplyArgs {
                 paths,
+                members,
                 dry_run,
                 prune,
                 labels: labels.labels(),

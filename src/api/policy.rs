@@ -87,7 +87,7 @@ pub struct IPSetPolicySpec {
 /// An optional u32 written as a number. A quoted `"100"` is refused: YAML
 /// would read it as a string everywhere else, and the schema says integer.
 /// Numbers out of range are refused with the value and the bound.
-fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+pub(crate) fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     struct Visitor;
     impl serde::de::Visitor<'_> for Visitor {
         type Value = Option<u32>;
