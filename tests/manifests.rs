@@ -775,51 +775,97 @@ fn check_daemonset(ds: &DaemonSet, port: i32, what: &str) {
 
 // ---------------------------------------------------------------- tests ----
 
+/// The three CRDs of `crds/ipsetmgr.yaml`, typed, by kind.
+fn crds_by_kind(docs: &[Value], what: &str) -> BTreeMap<String, CustomResourceDefinition> {
+    let crds: Vec<CustomResourceDefinition> = all_of(docs, "CustomResourceDefinition", what);
+    let by_kind: BTreeMap<String, CustomResourceDefinition> = crds
+        .into_iter()
+        .map(|c| (c.spec.names.kind.clone(), c))
+        .collect();
+    assert_eq!(
+        by_kind.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["IPSetMemberSlice", "IPSetNodeState", "IPSetPolicy"],
+        "{what}: the CRDs, one per kind"
+    );
+    let names: BTreeSet<String> = by_kind
+        .values()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(ipsetmgr::api::crd_names()),
+        "{what}: CRD names"
+    );
+    by_kind
+}
+
 #[test]
 fn crd_copies_are_identical() {
-    let root = read("crds/ipsetpolicy.yaml");
+    let root = read("crds/ipsetmgr.yaml");
     for copy in [
-        "charts/ipsetmgr/crds/ipsetpolicy.yaml",
-        "config/crd/ipsetpolicy.yaml",
+        "charts/ipsetmgr/crds/ipsetmgr.yaml",
+        "config/crd/ipsetmgr.yaml",
     ] {
         assert!(
             read(copy) == root,
-            "{copy} differs from crds/ipsetpolicy.yaml: run scripts/sync-crds.sh"
+            "{copy} differs from crds/ipsetmgr.yaml: run scripts/sync-crds.sh"
         );
     }
-    // Only the generic facts of the resource (the content is `ipsetmgr crd`'s).
-    let docs = yaml_docs(&root, "crds/ipsetpolicy.yaml");
-    assert_eq!(docs.len(), 1);
-    let crd: CustomResourceDefinition = serde_json::from_value(docs[0].clone()).unwrap();
+    // The chart's crds/ holds only this file: Helm installs every file there.
+    let chart_crds: BTreeSet<String> = std::fs::read_dir(repo("charts/ipsetmgr/crds"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     assert_eq!(
-        crd.metadata.name.as_deref(),
-        Some("ipsetpolicies.ipsetmgr.io")
+        chart_crds,
+        BTreeSet::from(["ipsetmgr.yaml".to_string()]),
+        "charts/ipsetmgr/crds/"
     );
-    assert_eq!(crd.spec.group, "ipsetmgr.io");
-    assert_eq!(crd.spec.scope, "Cluster");
-    assert_eq!(crd.spec.names.kind, "IPSetPolicy");
-    assert_eq!(crd.spec.names.plural, "ipsetpolicies");
-    assert!(
-        crd.spec
-            .names
-            .short_names
-            .unwrap_or_default()
-            .contains(&"ipsp".to_string())
-    );
-    let v = crd
-        .spec
-        .versions
-        .iter()
-        .find(|v| v.name == "v1alpha1")
-        .expect("version v1alpha1");
-    assert!(v.served && v.storage);
-    assert!(
-        v.subresources
-            .as_ref()
-            .and_then(|s| s.status.as_ref())
-            .is_some(),
-        "status subresource (the agents patch status)"
-    );
+    // Only the generic facts of the resources (the content is `ipsetmgr
+    // crd`'s, checked by tests/crd.rs).
+    let docs = yaml_docs(&root, "crds/ipsetmgr.yaml");
+    check_all_typed(&docs, "crds/ipsetmgr.yaml");
+    let crds = crds_by_kind(&docs, "crds/ipsetmgr.yaml");
+    for (kind, plural, short, status) in [
+        ("IPSetPolicy", "ipsetpolicies", "ipsp", true),
+        ("IPSetMemberSlice", "ipsetmemberslices", "ipsms", false),
+        ("IPSetNodeState", "ipsetnodestates", "ipsns", true),
+    ] {
+        let crd = &crds[kind];
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some(format!("{plural}.ipsetmgr.io").as_str())
+        );
+        assert_eq!(crd.spec.group, "ipsetmgr.io");
+        assert_eq!(crd.spec.scope, "Cluster", "{kind} is cluster-scoped");
+        assert_eq!(crd.spec.names.plural, plural);
+        assert!(
+            crd.spec
+                .names
+                .short_names
+                .clone()
+                .unwrap_or_default()
+                .contains(&short.to_string()),
+            "{kind}: short name {short}"
+        );
+        let v = crd
+            .spec
+            .versions
+            .iter()
+            .find(|v| v.name == "v1alpha1")
+            .unwrap_or_else(|| panic!("{kind}: version v1alpha1"));
+        assert!(v.served && v.storage);
+        // The RBAC grants `<plural>/status`: it must exist where granted.
+        assert_eq!(
+            v.subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some(),
+            status,
+            "{kind}: status subresource"
+        );
+    }
+    let v = &crds["IPSetPolicy"].spec.versions[0];
     let schema = v
         .schema
         .as_ref()
@@ -1026,11 +1072,7 @@ fn kustomize_base_is_complete_and_hardened() {
     check_all_typed(&docs, "config/default");
     let ns: Namespace = one_of(&docs, "Namespace", "config/default");
     assert_eq!(ns.metadata.name.as_deref(), Some(NAMESPACE));
-    let crd: CustomResourceDefinition = one_of(&docs, "CustomResourceDefinition", "config/default");
-    assert_eq!(
-        crd.metadata.name.as_deref(),
-        Some("ipsetpolicies.ipsetmgr.io")
-    );
+    crds_by_kind(&docs, "config/default");
     let ds: DaemonSet = one_of(&docs, "DaemonSet", "config/default");
     check_daemonset(&ds, METRICS_PORT, "config/default");
     check_rbac(&docs, "config/default");
