@@ -1514,50 +1514,132 @@ fn chart_controller_can_be_disabled() {
     check_daemonset(&ds, AGENT_PORT, what);
 }
 
+/// Whether a label selector (plain labels) selects these labels.
+fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+fn labels_of(v: &Value) -> BTreeMap<String, String> {
+    serde_json::from_value(v.clone()).unwrap_or_default()
+}
+
 #[test]
-fn chart_service_monitor_is_optional_and_selects_the_agents() {
+fn chart_service_monitors_are_optional_and_select_their_component() {
+    assert!(
+        !render_chart(&[])
+            .docs
+            .iter()
+            .any(|d| matches!(kind_of(d), "Service" | "ServiceMonitor")),
+        "no Service or ServiceMonitor by default"
+    );
     let r = render_chart(&[
         ("serviceMonitor.enabled", json!(true)),
         ("serviceMonitor.labels", json!({"release": "prometheus"})),
     ]);
-    check_all_typed(&r.docs, "chart with serviceMonitor");
-    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", "chart");
-    let pod_labels = ds.spec.template.metadata.unwrap().labels.unwrap();
-    let svc: Service = one_of(&r.docs, "Service", "chart");
-    let svc_spec = svc.spec.clone().unwrap();
-    assert_eq!(svc_spec.cluster_ip.as_deref(), Some("None"), "headless");
-    for (k, v) in svc_spec.selector.unwrap() {
-        assert_eq!(
-            pod_labels.get(&k),
-            Some(&v),
-            "Service selects the agent pods ({k})"
-        );
-    }
-    let port = &svc_spec.ports.unwrap()[0];
-    assert_eq!(port.name.as_deref(), Some("metrics"));
-    assert_eq!(port.port, AGENT_PORT);
-
-    let sm = r
+    let what = "chart with serviceMonitor";
+    check_all_typed(&r.docs, what);
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
+    let d: Deployment = one_of(&r.docs, "Deployment", what);
+    let pod_labels = |t: &PodTemplateSpec| t.metadata.clone().unwrap().labels.unwrap();
+    let pods = [
+        ("agent", pod_labels(&ds.spec.template), AGENT_PORT),
+        ("controller", pod_labels(&d.spec.template), CONTROLLER_PORT),
+    ];
+    let services: Vec<Value> = r
         .docs
         .iter()
-        .find(|d| kind_of(d) == "ServiceMonitor")
-        .expect("ServiceMonitor rendered");
-    assert_eq!(sm["metadata"]["namespace"], NAMESPACE);
-    assert_eq!(sm["metadata"]["labels"]["release"], "prometheus");
-    let svc_labels = svc.metadata.labels.unwrap();
-    for (k, v) in sm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
-        assert_eq!(
-            svc_labels.get(k).map(String::as_str),
-            v.as_str(),
-            "ServiceMonitor selects the Service ({k})"
-        );
-    }
+        .filter(|d| kind_of(d) == "Service")
+        .cloned()
+        .collect();
+    let monitors: Vec<Value> = r
+        .docs
+        .iter()
+        .filter(|d| kind_of(d) == "ServiceMonitor")
+        .cloned()
+        .collect();
+    assert_eq!(services.len(), 2, "{what}: one Service per component");
     assert_eq!(
-        sm["spec"]["namespaceSelector"]["matchNames"],
-        json!([NAMESPACE])
+        monitors.len(),
+        2,
+        "{what}: one ServiceMonitor per component"
     );
-    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
-    assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
+    for (component, labels, port) in &pods {
+        // Exactly one Service selects this component's pods, and no other's.
+        let svc: Vec<Service> = services
+            .iter()
+            .filter(|s| selects(&labels_of(&s["spec"]["selector"]), labels))
+            .map(|s| typed(s, what))
+            .collect();
+        assert_eq!(
+            svc.len(),
+            1,
+            "{what}: Services selecting the {component} pods"
+        );
+        let svc = &svc[0];
+        let spec = svc.spec.clone().unwrap();
+        for (other, other_labels, _) in &pods {
+            if other != component {
+                assert!(
+                    !selects(&spec.selector.clone().unwrap(), other_labels),
+                    "{what}: the {component} Service also selects the {other} pods"
+                );
+            }
+        }
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"), "headless");
+        let p = &spec.ports.unwrap()[0];
+        assert_eq!(p.name.as_deref(), Some("metrics"));
+        assert_eq!(p.port, *port, "{what}: {component} Service port");
+        assert_eq!(
+            p.target_port,
+            Some(IntOrString::String("metrics".into())),
+            "{what}: {component} Service targetPort"
+        );
+        // Exactly one ServiceMonitor selects this Service.
+        let svc_labels = svc.metadata.labels.clone().unwrap();
+        let sm: Vec<&Value> = monitors
+            .iter()
+            .filter(|m| {
+                selects(
+                    &labels_of(&m["spec"]["selector"]["matchLabels"]),
+                    &svc_labels,
+                )
+            })
+            .collect();
+        assert_eq!(
+            sm.len(),
+            1,
+            "{what}: ServiceMonitors selecting the {component} Service"
+        );
+        let sm = sm[0];
+        assert_eq!(sm["metadata"]["namespace"], NAMESPACE);
+        assert_eq!(sm["metadata"]["labels"]["release"], "prometheus");
+        assert_eq!(
+            sm["spec"]["namespaceSelector"]["matchNames"],
+            json!([NAMESPACE])
+        );
+        assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+        assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
+    }
+
+    // Without the controller, only the agents' pair.
+    let r = render_chart(&[
+        ("serviceMonitor.enabled", json!(true)),
+        ("controller.enabled", json!(false)),
+    ]);
+    let kinds: Vec<String> = r
+        .docs
+        .iter()
+        .filter(|d| matches!(kind_of(d), "Service" | "ServiceMonitor"))
+        .map(identity)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            format!("Service {NAMESPACE}/{RELEASE}-metrics"),
+            format!("ServiceMonitor {NAMESPACE}/{RELEASE}"),
+        ],
+        "serviceMonitor without the controller"
+    );
 }
 
 /// `cargo test --test manifests -- --ignored --nocapture print_rendered_chart`
