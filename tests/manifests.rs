@@ -20,6 +20,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{
     Container, Namespace, PodSpec, PodTemplateSpec, Service, ServiceAccount,
@@ -160,6 +163,12 @@ fn check_all_typed(docs: &[Value], what: &str) {
             ("rbac.authorization.k8s.io/v1", "RoleBinding") => drop(typed::<RoleBinding>(d, what)),
             ("apps/v1", "DaemonSet") => drop(typed::<DaemonSet>(d, what)),
             ("apps/v1", "Deployment") => drop(typed::<Deployment>(d, what)),
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+                drop(typed::<ValidatingAdmissionPolicy>(d, what))
+            }
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+                drop(typed::<ValidatingAdmissionPolicyBinding>(d, what))
+            }
             // Not in k8s-openapi: checked field by field in its own test.
             ("monitoring.coreos.com/v1", "ServiceMonitor") => {}
             (api, kind) => panic!("{what}: unexpected object {api} {kind} {}", name_of(d)),
@@ -247,6 +256,8 @@ const CLUSTER_SCOPED: &[&str] = &[
     "CustomResourceDefinition",
     "ClusterRole",
     "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 ];
 
 /// Load a kustomization directly: `resources` (files or directories) and
@@ -1749,11 +1760,12 @@ fn chart_and_kustomize_deploy_the_same_controller() {
     assert_eq!(a.replicas, b.replicas, "replicas");
 }
 
-#[test]
-fn kustomize_renders_with_the_real_tool() {
+/// `dir` rendered by the real kustomize (scripts/render-kustomize.sh), or
+/// None when none is installed (allowed outside CI only).
+fn render_with_kustomize(dir: &str) -> Option<Vec<Value>> {
     let out = Command::new("bash")
         .arg(repo("scripts/render-kustomize.sh"))
-        .arg("config/default")
+        .arg(dir)
         .output()
         .expect("run bash");
     if out.status.code() == Some(127) {
@@ -1762,34 +1774,184 @@ fn kustomize_renders_with_the_real_tool() {
             std::env::var_os("CI").is_none(),
             "CI must install kubectl or kustomize: {msg}"
         );
-        eprintln!("SKIPPED kustomize_renders_with_the_real_tool: {msg}");
-        return;
+        eprintln!("SKIPPED rendering {dir} with kustomize: {msg}");
+        return None;
     }
     assert!(
         out.status.success(),
-        "render-kustomize.sh failed: {}",
+        "render-kustomize.sh {dir} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let rendered = yaml_docs(
+        &String::from_utf8(out.stdout).unwrap(),
+        &format!("kustomize {dir}"),
+    );
+    // The test loader sees exactly what kustomize produces.
+    let (real, ours) = (
+        by_identity(&rendered),
+        by_identity(&load_kustomization(&repo(dir))),
+    );
+    assert_eq!(
+        real.keys().collect::<Vec<_>>(),
+        ours.keys().collect::<Vec<_>>(),
+        "{dir}: objects"
+    );
+    for (key, obj) in &real {
+        if let Some(diff) = first_difference(obj, &ours[key], "") {
+            panic!("{dir}: {key}: kustomize vs the test's loader: {diff}");
+        }
+    }
+    Some(rendered)
+}
+
+#[test]
+fn kustomize_renders_with_the_real_tool() {
+    let Some(rendered) = render_with_kustomize("config/default") else {
+        return;
+    };
     let what = "kustomize output";
-    let rendered = yaml_docs(&String::from_utf8(out.stdout).unwrap(), what);
     check_all_typed(&rendered, what);
     let ds: DaemonSet = one_of(&rendered, "DaemonSet", what);
     check_daemonset(&ds, AGENT_PORT, what);
     let d: Deployment = one_of(&rendered, "Deployment", what);
     check_controller(&d, CONTROLLER_PORT, what);
     check_rbac(&rendered, &Names::release(), true, what);
-    // The test loader sees exactly what kustomize produces.
-    let (real, ours) = (by_identity(&rendered), by_identity(&kustomize_default()));
+    let Some(admission) = render_with_kustomize("config/admission") else {
+        return;
+    };
+    check_all_typed(&admission, "kustomize config/admission");
+    check_node_state_policy(&admission, &Names::release(), "kustomize config/admission");
+}
+
+// ------------------------------------------------------------ admission ----
+
+/// The rule of the optional admission policy: the node-name claim of the
+/// agent's token names the node state written. Spelt out here because it is
+/// the whole point of the policy: change it deliberately, in both places.
+const OWN_NODE_RULE: &str = "'authentication.kubernetes.io/node-name' in request.userInfo.extra \
+     && request.userInfo.extra['authentication.kubernetes.io/node-name'] == [object.metadata.name]";
+
+/// The optional ValidatingAdmissionPolicy and its binding: it holds the
+/// agent ServiceAccount, and only it, to its own node's IPSetNodeState, for
+/// every resource that ServiceAccount may write, in every served version.
+fn check_node_state_policy(docs: &[Value], names: &Names, what: &str) {
+    let vap: ValidatingAdmissionPolicy = one_of(docs, "ValidatingAdmissionPolicy", what);
+    let binding: ValidatingAdmissionPolicyBinding =
+        one_of(docs, "ValidatingAdmissionPolicyBinding", what);
+    let name = vap.metadata.name.clone().unwrap();
+    assert_eq!(name, format!("{}-own-node-state", names.agent()));
+    let spec = vap.spec.unwrap();
     assert_eq!(
-        real.keys().collect::<Vec<_>>(),
-        ours.keys().collect::<Vec<_>>(),
-        "objects"
+        spec.failure_policy.as_deref(),
+        Some("Fail"),
+        "{what}: fails closed"
     );
-    for (key, obj) in &real {
-        if let Some(diff) = first_difference(obj, &ours[key], "") {
-            panic!("{key}: kustomize vs the test's loader: {diff}");
+    assert!(spec.param_kind.is_none(), "{what}: no parameters");
+
+    // Every resource the agent may write (per its grants), every operation
+    // that writes it, every served version of the CRD.
+    let writable: BTreeSet<String> = agent_grants()
+        .into_iter()
+        .filter(|(g, _, v)| {
+            g == "ipsetmgr.io" && ["create", "update", "patch"].contains(&v.as_str())
+        })
+        .map(|(_, r, _)| r)
+        .collect();
+    assert!(writable.contains("ipsetnodestates") && writable.contains("ipsetnodestates/status"));
+    let crds = crds_by_kind(&yaml_docs(&read("crds/ipsetmgr.yaml"), "crds"), "crds");
+    let versions: Vec<String> = crds["IPSetNodeState"]
+        .spec
+        .versions
+        .iter()
+        .filter(|v| v.served)
+        .map(|v| v.name.clone())
+        .collect();
+    let mc = spec.match_constraints.clone().expect("matchConstraints");
+    assert_eq!(mc.match_policy.as_deref(), Some("Equivalent"));
+    let rules = mc.resource_rules.unwrap_or_default();
+    for res in &writable {
+        for op in ["CREATE", "UPDATE"] {
+            for version in &versions {
+                let covered = rules.iter().any(|r| {
+                    let has = |l: &Option<Vec<String>>, x: &str| {
+                        l.as_deref().unwrap_or_default().iter().any(|y| y == x)
+                    };
+                    has(&r.api_groups, "ipsetmgr.io")
+                        && has(&r.api_versions, version)
+                        && has(&r.operations, op)
+                        && has(&r.resources, res)
+                });
+                assert!(covered, "{what}: {op} of {res} ({version}) is not matched");
+            }
         }
     }
+
+    // Only the agents' requests, and the rule itself.
+    let conditions = spec.match_conditions.unwrap_or_default();
+    assert_eq!(conditions.len(), 1, "{what}: matchConditions");
+    assert_eq!(
+        conditions[0].expression,
+        format!(
+            "request.userInfo.username == 'system:serviceaccount:{NAMESPACE}:{}'",
+            names.agent()
+        ),
+        "{what}: matches the agent ServiceAccount's requests only"
+    );
+    let validations = spec.validations.unwrap_or_default();
+    assert_eq!(validations.len(), 1, "{what}: validations");
+    assert_eq!(validations[0].expression, OWN_NODE_RULE, "{what}: the rule");
+    assert!(validations[0].message.is_some(), "{what}: a message");
+
+    let b = binding.spec;
+    assert_eq!(b.policy_name, name, "{what}: binding");
+    assert_eq!(
+        b.validation_actions,
+        vec!["Deny".to_string()],
+        "{what}: the binding denies"
+    );
+    assert!(
+        b.param_ref.is_none() && b.match_resources.is_none(),
+        "{what}: the binding applies the policy as it is"
+    );
+}
+
+#[test]
+fn node_state_admission_policy_is_optional_and_holds_agents_to_their_node() {
+    let what = "chart with nodeStateAdmissionPolicy";
+    let values: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/values.yaml")).unwrap();
+    assert_eq!(
+        values["nodeStateAdmissionPolicy"]["enabled"], false,
+        "off by default: it needs Kubernetes 1.30+"
+    );
+    let r = render_chart(&[("nodeStateAdmissionPolicy.enabled", json!(true))]);
+    check_all_typed(&r.docs, what);
+    check_node_state_policy(&r.docs, &Names::release(), what);
+    check_rbac(&r.docs, &Names::release(), true, what);
+
+    // With another name, the policy follows the agent's ServiceAccount.
+    let r = render_chart(&[
+        ("nodeStateAdmissionPolicy.enabled", json!(true)),
+        ("fullnameOverride", json!("ipsm")),
+    ]);
+    check_node_state_policy(&r.docs, &Names("ipsm".into()), "chart, fullnameOverride");
+
+    // kustomize users get the same objects from config/admission.
+    let kust = load_kustomization(&repo("config/admission"));
+    let what = "config/admission";
+    check_all_typed(&kust, what);
+    check_node_state_policy(&kust, &Names::release(), what);
+    let chart =
+        by_identity(&render_chart(&[("nodeStateAdmissionPolicy.enabled", json!(true))]).docs);
+    let kust = by_identity(&kust);
+    for (id, obj) in &kust {
+        let other = chart
+            .get(id)
+            .unwrap_or_else(|| panic!("{what}: {id} is not in the chart"));
+        if let Some(diff) = first_difference(&obj["spec"], &other["spec"], "") {
+            panic!("{id}: {what} vs chart: spec{diff}");
+        }
+    }
+    assert_eq!(kust.len(), 2, "{what}: the policy and its binding");
 }
 
 #[test]
