@@ -2051,4 +2051,17 @@ fn e2e_kind_cluster_has_an_edge_worker() {
         .status()
         .unwrap();
     assert!(syntax.success(), "e2e/run.sh has a bash syntax error");
+    // It waits for both components, under the names the chart gives them.
+    let run = read("e2e/run.sh");
+    let names = Names::release();
+    assert!(run.contains(&format!("RELEASE=\"{RELEASE}\"")));
+    assert_eq!(names.controller(), format!("{RELEASE}-controller"));
+    for wait in [
+        "rollout status \"daemonset/$RELEASE\"",
+        "rollout status \"deployment/$CONTROLLER\"",
+        "wait --for=condition=Available \"deployment/$CONTROLLER\"",
+    ] {
+        assert!(run.contains(wait), "e2e/run.sh does not {wait}");
+    }
+    assert!(run.contains("CONTROLLER=\"$RELEASE-controller\""));
 }
