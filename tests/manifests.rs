@@ -1,6 +1,10 @@
 //! Checks of everything that ships ipsetmgr to a cluster: the CRD copies, the
-//! Helm chart, the kustomize base, the sample policies, the Dockerfile and the
-//! e2e kind config.
+//! Helm chart, the kustomize base (agent, controller, RBAC) and the optional
+//! admission policy, the sample policies, the Dockerfile and the e2e runner.
+//!
+//! RBAC is checked as effective access: every binding is followed to its
+//! role, and each ServiceAccount's grants must equal the API calls of its
+//! component, no more and no less.
 //!
 //! No cluster, helm or docker is needed:
 //! - The chart is rendered by a small Go-template evaluator
@@ -1371,6 +1375,8 @@ fn chart_renders_with_default_values() {
     );
     assert!(r.notes.contains("kubectl get ipsp"), "NOTES.txt renders");
     assert!(r.notes.contains("ipm4-blocklist"));
+    assert!(r.notes.contains("deployment/ipsetmgr-controller"));
+    assert!(r.notes.contains("kubectl get ipsns"));
 }
 
 #[test]
@@ -2028,6 +2034,14 @@ fn dockerfile_builds_the_agent_image() {
     assert!(
         d.trim_end()
             .ends_with(r#"ENTRYPOINT ["/usr/local/bin/ipsetmgr", "agent"]"#)
+    );
+    // The controller runs the same image with the binary as its command.
+    assert!(d.contains("COPY --from=builder /out/ipsetmgr /usr/local/bin/ipsetmgr"));
+    let c: Deployment = one_of(&render_chart(&[]).docs, "Deployment", "chart");
+    assert_eq!(
+        controller_container(&c).command,
+        Some(vec!["/usr/local/bin/ipsetmgr".to_string()]),
+        "the controller's command is the image's binary"
     );
     let ignore: Vec<String> = read(".dockerignore").lines().map(str::to_string).collect();
     assert!(ignore.contains(&"target".to_string()) && ignore.contains(&".git".to_string()));
