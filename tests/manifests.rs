@@ -915,6 +915,27 @@ fn check_selector(
     );
 }
 
+/// A DaemonSet's selector is immutable: the agent's must stay exactly what
+/// 0.1 shipped, or `helm upgrade` and `kubectl apply -k` of an upgrade fail.
+fn check_agent_selector_is_0_1s(ds: &DaemonSet, with_instance: bool, what: &str) {
+    let mut want = BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), "ipsetmgr".to_string()),
+        (
+            "app.kubernetes.io/component".to_string(),
+            "agent".to_string(),
+        ),
+    ]);
+    if with_instance {
+        want.insert("app.kubernetes.io/instance".into(), RELEASE.into());
+    }
+    assert_eq!(
+        ds.spec.selector.match_labels,
+        Some(want),
+        "{what}: the DaemonSet selector of 0.1"
+    );
+    assert!(ds.spec.selector.match_expressions.is_none());
+}
+
 /// The security and wiring contract of the agent DaemonSet.
 fn check_daemonset(ds: &DaemonSet, port: i32, what: &str) {
     let spec = ds.spec.clone();
@@ -1344,6 +1365,7 @@ fn chart_renders_with_default_values() {
     check_rbac(&r.docs, &Names::release(), true, "chart");
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", "chart");
     check_daemonset(&ds, AGENT_PORT, "chart");
+    check_agent_selector_is_0_1s(&ds, true, "chart");
     let c = agent_container(&ds);
     assert_eq!(
         c.image.as_deref(),
@@ -1681,6 +1703,7 @@ fn kustomize_base_is_complete_and_hardened() {
     crds_by_kind(&docs, what);
     let ds: DaemonSet = one_of(&docs, "DaemonSet", what);
     check_daemonset(&ds, AGENT_PORT, what);
+    check_agent_selector_is_0_1s(&ds, false, what);
     let d: Deployment = one_of(&docs, "Deployment", what);
     check_controller(&d, CONTROLLER_PORT, what);
     check_rbac(&docs, &Names::release(), true, what);
