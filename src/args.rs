@@ -217,6 +217,20 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
     Ok((k.to_string(), v.to_string()))
 }
 
+/// `POLICY=FILE`: the policy a member list belongs to, and the list's path.
+fn parse_members_file(s: &str) -> Result<crate::commands::MembersFile, String> {
+    let (policy, path) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected POLICY=FILE"))?;
+    if policy.is_empty() || path.is_empty() {
+        return Err(format!("{s:?}: expected POLICY=FILE, both non-empty"));
+    }
+    Ok(crate::commands::MembersFile {
+        policy: policy.to_string(),
+        path: PathBuf::from(path),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,18 +299,4 @@ mod tests {
             .unwrap();
         assert!(e.to_string().contains("at most 63"), "{e}");
     }
-}
-
-/// `POLICY=FILE`: the policy a member list belongs to, and the list's path.
-fn parse_members_file(s: &str) -> Result<crate::commands::MembersFile, String> {
-    let (policy, path) = s
-        .split_once('=')
-        .ok_or_else(|| format!("{s:?}: expected POLICY=FILE"))?;
-    if policy.is_empty() || path.is_empty() {
-        return Err(format!("{s:?}: expected POLICY=FILE, both non-empty"));
-    }
-    Ok(crate::commands::MembersFile {
-        policy: policy.to_string(),
-        path: PathBuf::from(path),
-    })
 }
