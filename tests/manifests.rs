@@ -458,13 +458,11 @@ fn controller_grants() -> BTreeSet<Grant> {
     ])
 }
 
-/// In the controller's own namespace: its leader Lease only.
+/// In the controller's own namespace: its leader Lease only, with the
+/// verbs kube-lease-manager uses (it creates, reads and patches the Lease;
+/// it never updates or deletes it).
 fn controller_lease_grants() -> BTreeSet<Grant> {
-    expect(&[(
-        "coordination.k8s.io",
-        "leases",
-        &["get", "create", "update", "patch"],
-    )])
+    expect(&[("coordination.k8s.io", "leases", &["get", "create", "patch"])])
 }
 
 /// In `default` (EVENTS_NAMESPACE): Events only. The Recorder writes
