@@ -11,6 +11,8 @@
 mod agent;
 pub mod api;
 mod args;
+#[doc(hidden)]
+pub mod bench_support;
 mod cli;
 mod cluster;
 mod commands;

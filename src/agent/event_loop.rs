@@ -22,7 +22,7 @@ use super::store::Store;
 use crate::ipset::Naming;
 use crate::kernel::KernelSide;
 use crate::manager::driver::{Command, Report};
-use crate::policy::compile::{Compiled, MemberCache, PolicyError, compile_inputs};
+use crate::policy::compile::{Compiled, MemberCache};
 
 /// Where desired states go: the kernel side (tests use an inline one).
 pub trait KernelPort: Send {
@@ -213,41 +213,10 @@ impl Agent {
             tracing::info!(waiting_for = %what, "not applying yet; kernel left as it is");
             return;
         }
-        let labels = self
-            .store
-            .node
-            .as_ref()
-            .map(|n| n.labels.clone())
-            .unwrap_or_default();
-        let (inputs, unreadable) = self.store.inputs();
-        let mut compiled = compile_inputs(
-            &inputs,
-            &self.settings.naming,
-            Some(&labels),
-            &mut self.cache,
-        );
-        drop(inputs);
-        for (name, why) in &unreadable {
-            compiled.errors.push(PolicyError::of_policy(
-                name,
-                crate::policy::compile::PolicyErrorKind::Unreadable(why.to_string()),
-            ));
-            for fam in [
-                Some(crate::ipset::Family::V4),
-                Some(crate::ipset::Family::V6),
-                None,
-            ] {
-                compiled
-                    .held
-                    .push(self.settings.naming.main_set_name(name, fam));
-            }
-        }
+        let compiled = self.store.compile(&self.settings.naming, &mut self.cache);
         self.log_rejections(&compiled);
         self.seq += 1;
         self.snapshot = Some(self.snapshot_of(&compiled));
-        // Parsed members live in the cache (shared with the manager); the
-        // strings would only double the footprint of big policies.
-        self.store.shed_parsed_members(&self.cache);
         if let Some(kernel) = &self.kernel {
             kernel.send(Command::Desired {
                 seq: self.seq,

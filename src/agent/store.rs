@@ -18,7 +18,10 @@ use crate::cluster::kind_guard::KindGuard;
 use crate::cluster::listing::{Change, Listing};
 use crate::cluster::slices::{SliceEntry, by_policy, members_revision, same_slice, slice_entry};
 use crate::cluster::tolerant::Tolerant;
-use crate::policy::compile::{MemberCache, PolicyInput};
+use crate::ipset::{Family, Naming};
+use crate::policy::compile::{
+    Compiled, MemberCache, PolicyError, PolicyErrorKind, PolicyInput, compile_inputs,
+};
 
 /// One policy as the agent keeps it.
 #[derive(Clone, Debug)]
@@ -183,8 +186,35 @@ impl Store {
             .collect()
     }
 
+    /// This node's complete desired state, from everything seen (the
+    /// caller checks `waiting_for` first). Policies that could not be read
+    /// are rejected and their sets held. Afterwards the policies' own
+    /// member strings are dropped: parsed members live in the cache
+    /// (shared with the manager), and the strings would only double the
+    /// footprint of big policies.
+    pub fn compile(&mut self, naming: &Naming, cache: &mut MemberCache) -> Compiled {
+        let labels = self
+            .node
+            .as_ref()
+            .map(|n| n.labels.clone())
+            .unwrap_or_default();
+        let (inputs, unreadable) = self.inputs();
+        let mut compiled = compile_inputs(&inputs, naming, Some(&labels), cache);
+        for (name, why) in unreadable {
+            compiled.errors.push(PolicyError::of_policy(
+                name,
+                PolicyErrorKind::Unreadable(why.to_string()),
+            ));
+            for family in [Some(Family::V4), Some(Family::V6), None] {
+                compiled.held.push(naming.main_set_name(name, family));
+            }
+        }
+        self.shed_parsed_members(cache);
+        compiled
+    }
+
     /// After a compile: drop the member strings the cache no longer needs.
-    pub fn shed_parsed_members(&mut self, cache: &MemberCache) {
+    fn shed_parsed_members(&mut self, cache: &MemberCache) {
         for entry in self.policies.items_mut().values_mut() {
             if let Ok(p) = &mut entry.policy
                 && !p.spec.members.is_empty()
