@@ -118,7 +118,8 @@ pub enum Command {
     /// Run the cluster's controller (normally a small Deployment): policy
     /// validation and status, from the nodes' states.
     Controller(crate::controller::ControllerConfig),
-    /// Print the IPSetPolicy CustomResourceDefinition.
+    /// Print the CustomResourceDefinitions (IPSetPolicy, IPSetMemberSlice,
+    /// IPSetNodeState) as one YAML stream.
     Crd,
     /// Turn a member list (FireHOL netset, Spamhaus DROP, YAML or JSON)
     /// into IPSetMemberSlice objects for one policy, printed as a YAML
