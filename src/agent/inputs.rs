@@ -13,6 +13,7 @@ use kube::{Client, CustomResourceExt};
 
 use crate::api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
 use crate::cluster::kind_guard::is_kind_not_found;
+use crate::cluster::nodes::watch_slim_nodes;
 use crate::cluster::tolerant::{self, Tolerant};
 
 /// One change from the API server.
@@ -80,16 +81,10 @@ pub fn watch_inputs(
         watcher::Config::default().labels(POLICY_LABEL),
         Input::Slice,
     );
-    let nodes = watcher::watcher(
-        Api::<Node>::all(client.clone()),
+    let nodes = watch_slim_nodes(
+        client.clone(),
         watcher::Config::default().fields(&format!("metadata.name={node}")),
     )
-    .modify(|n| {
-        n.metadata.managed_fields = None;
-        n.status = None;
-        n.spec = None;
-    })
-    .default_backoff()
     .map(|r| match r {
         Ok(ev) => Input::Node(ev),
         Err(e) => Input::WatchError(format!("node watch: {e}")),

@@ -8,20 +8,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::channel::mpsc::{UnboundedSender, unbounded};
-use http::{Request, Response};
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use kube::client::Body;
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
-use tower_test::mock;
 
 use super::event_loop::{Agent, KernelPort, Settings};
 use super::inputs::{Input, guarded_crds};
 use super::metrics::Shared;
 use super::node_state::{WriterSettings, run_writer};
 use crate::cluster::kind_guard::tests::crd;
+use crate::cluster::mock_api::{Req, eventually, mock_client};
 use crate::cluster::tolerant::decode;
 use crate::dataplane::model::ModelDataplane;
 use crate::ipset::{Family, Naming, SetHeader, SetKind, SetType};
@@ -30,15 +28,6 @@ use crate::manager::{Manager, ManagerConfig};
 
 const NODE: &str = "node-a";
 const STATE_PATH: &str = "/apis/ipsetmgr.io/v1alpha1/ipsetnodestates";
-
-#[derive(Clone, Debug)]
-struct Req {
-    method: String,
-    path: String,
-    query: String,
-    content_type: String,
-    body: Value,
-}
 
 /// A tiny API server for node states: GET, POST (create), PATCH of
 /// `/status`; `fail_writes` makes status patches fail with 500.
@@ -97,39 +86,12 @@ impl Server {
 }
 
 fn mock_api(server: Arc<Mutex<Server>>) -> Client {
-    let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
-    tokio::spawn(async move {
-        while let Some((req, send)) = handle.next_request().await {
-            let (parts, body) = req.into_parts();
-            let bytes = body.collect_bytes().await.unwrap_or_default();
-            let r = Req {
-                method: parts.method.to_string(),
-                path: parts.uri.path().to_string(),
-                query: parts.uri.query().unwrap_or("").to_string(),
-                content_type: parts
-                    .headers
-                    .get("content-type")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_string(),
-                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-            };
-            let (code, resp) = {
-                let mut s = server.lock().unwrap();
-                let answer = s.answer(&r);
-                s.log.push(r);
-                answer
-            };
-            send.send_response(
-                Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(Body::from(serde_json::to_vec(&resp).unwrap()))
-                    .unwrap(),
-            );
-        }
-    });
-    Client::new(svc, "default")
+    mock_client(move |r| {
+        let mut s = server.lock().unwrap();
+        let answer = s.answer(&r);
+        s.log.push(r);
+        answer
+    })
 }
 
 /// The kernel side, inline: each desired state is applied at once on the
@@ -312,17 +274,6 @@ impl Harness {
             .expect("agent stops")
             .unwrap();
     }
-}
-
-/// Poll (on the paused clock) until `f` holds.
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 fn policy(name: &str, generation: i64, spec: Value) -> Value {

@@ -5,5 +5,8 @@
 pub mod client;
 pub mod kind_guard;
 pub mod listing;
+#[cfg(test)]
+pub mod mock_api;
+pub mod nodes;
 pub mod slices;
 pub mod tolerant;

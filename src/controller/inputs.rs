@@ -4,11 +4,10 @@
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use kube::api::Api;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
 use crate::api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy, POLICY_LABEL};
+use crate::cluster::nodes::watch_slim_nodes;
 use crate::cluster::tolerant::{self, Tolerant};
 
 #[allow(clippy::large_enum_variant)] // moved once into the store
@@ -49,15 +48,7 @@ pub fn watch_inputs(client: Client) -> impl Stream<Item = Input> + Send + Unpin 
         "node state",
         Input::NodeState,
     );
-    let nodes = watcher::watcher(Api::<Node>::all(client), all())
-        .modify(|n| {
-            // Only names and labels matter.
-            n.metadata.managed_fields = None;
-            n.metadata.annotations = None;
-            n.status = None;
-            n.spec = None;
-        })
-        .default_backoff()
+    let nodes = watch_slim_nodes(client, all())
         .map(|r| match r {
             Ok(ev) => Input::Node(ev),
             Err(e) => Input::WatchError(format!("node watch: {e}")),

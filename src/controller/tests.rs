@@ -5,71 +5,36 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::channel::mpsc::{UnboundedSender, unbounded};
-use http::{Request, Response};
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use kube::client::Body;
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
-use tower_test::mock;
 
 use super::event_loop::{Controller, Settings};
 use super::inputs::Input;
 use super::metrics::ControllerShared;
 use super::writer::{WriterSettings, run_writer};
+use crate::cluster::mock_api::{Req, eventually, mock_client};
 use crate::cluster::tolerant::decode;
 use crate::ipset::Naming;
 
-#[derive(Clone, Debug)]
-struct Req {
-    method: String,
-    path: String,
-    query: String,
-    content_type: String,
-    body: Value,
-}
-
 fn mock_api(log: Arc<Mutex<Vec<Req>>>) -> Client {
-    let (svc, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
-    tokio::spawn(async move {
-        while let Some((req, send)) = handle.next_request().await {
-            let (parts, body) = req.into_parts();
-            let bytes = body.collect_bytes().await.unwrap_or_default();
-            let r = Req {
-                method: parts.method.to_string(),
-                path: parts.uri.path().to_string(),
-                query: parts.uri.query().unwrap_or("").to_string(),
-                content_type: parts
-                    .headers
-                    .get("content-type")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_string(),
-                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-            };
-            let (code, resp) = match r.method.as_str() {
-                "PATCH" | "POST" => (200, r.body.clone()),
-                "DELETE" => (
-                    200,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
-                ),
-                _ => (
-                    404,
-                    json!({"kind": "Status", "apiVersion": "v1", "code": 404, "reason": "NotFound"}),
-                ),
-            };
-            log.lock().unwrap().push(r);
-            send.send_response(
-                Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(Body::from(serde_json::to_vec(&resp).unwrap()))
-                    .unwrap(),
-            );
-        }
-    });
-    Client::new(svc, "default")
+    mock_client(move |r| {
+        let answer = match r.method.as_str() {
+            "PATCH" | "POST" => (200, r.body.clone()),
+            "DELETE" => (
+                200,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+            ),
+            _ => (
+                404,
+                json!({"kind": "Status", "apiVersion": "v1", "code": 404, "reason": "NotFound"}),
+            ),
+        };
+        log.lock().unwrap().push(r);
+        answer
+    })
 }
 
 struct Harness {
@@ -193,16 +158,6 @@ impl Harness {
             .expect("controller stops")
             .unwrap();
     }
-}
-
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 fn node(name: &str, labels: &[(&str, &str)]) -> Node {

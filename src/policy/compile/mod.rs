@@ -307,14 +307,7 @@ fn compile_hash(
             }
         }
     }
-    let shown = errors.iter().filter(|e| e.member.is_some()).count();
-    if bad > shown {
-        errors.push(PolicyError::of_policy(
-            name,
-            PolicyErrorKind::More(bad - shown),
-        ));
-    }
-    errors.extend(check_header_fields(name, p));
+    close_errors(&mut errors, bad, name, p);
     let fams = families(p.spec.family, p.spec.set_type);
     let sets: Vec<Arc<MemberSet>> = (0..fams.len())
         .map(|i| merge(SetKind::new(p.spec.set_type, fams[i]), &sources, i))
@@ -332,6 +325,19 @@ fn compile_hash(
 
 /// The members of family slot `i` over all sources: the source's own set
 /// when there is just one (no copy), their union otherwise.
+/// After the members: say how many bad ones were not listed one by one,
+/// and add the header fields' errors.
+fn close_errors(errors: &mut Vec<PolicyError>, bad: usize, name: &str, p: &IPSetPolicy) {
+    let shown = errors.iter().filter(|e| e.member.is_some()).count();
+    if bad > shown {
+        errors.push(PolicyError::of_policy(
+            name,
+            PolicyErrorKind::More(bad - shown),
+        ));
+    }
+    errors.extend(check_header_fields(name, p));
+}
+
 fn merge(kind: SetKind, sources: &[Arc<ParsedSource>], i: usize) -> Arc<MemberSet> {
     let parts: Vec<&MemberSet> = sources
         .iter()
@@ -454,14 +460,7 @@ fn compile_list_set(
             }
         }
     }
-    let shown = errors.iter().filter(|e| e.member.is_some()).count();
-    if bad > shown {
-        errors.push(PolicyError::of_policy(
-            name,
-            PolicyErrorKind::More(bad - shown),
-        ));
-    }
-    errors.extend(check_header_fields(name, p));
+    close_errors(&mut errors, bad, name, p);
     let sets: Vec<Arc<MemberSet>> = builders
         .into_iter()
         .map(|b| Arc::new(b.finish().0))
