@@ -1,6 +1,8 @@
 # syntax=docker/dockerfile:1
 #
-# ipsetmgr agent image.
+# ipsetmgr image: one binary for both components. The ENTRYPOINT runs the
+# agent (the DaemonSet keeps it); the controller Deployment runs the same
+# image with `command: ["/usr/local/bin/ipsetmgr"]` and `args: ["controller"]`.
 #
 #   docker build -t ipsetmgr:dev .
 #
@@ -49,7 +51,10 @@ LABEL org.opencontainers.image.title="ipsetmgr" \
 # netlink socket calls would fail with EPERM. The DaemonSet drops ALL other
 # capabilities, disallows privilege escalation and mounts the root filesystem
 # read-only: uid 0 here holds NET_ADMIN and nothing else.
+# The controller needs none of this: its Deployment runs the image as uid
+# 65532 (runAsNonRoot), with no capabilities at all.
 USER root
 
+# The agent's port; the controller listens on 9478.
 EXPOSE 9477
 ENTRYPOINT ["/usr/local/bin/ipsetmgr", "agent"]

@@ -13,6 +13,9 @@ CLUSTER_NAME="${CLUSTER_NAME:-ipsetmgr-e2e}"
 IMAGE="ipsetmgr:e2e"
 NAMESPACE="ipsetmgr-system"
 RELEASE="ipsetmgr"
+# The chart names the controller's Deployment <release>-controller; the agent
+# DaemonSet is <release>.
+CONTROLLER="$RELEASE-controller"
 ROLLOUT_TIMEOUT="${ROLLOUT_TIMEOUT:-300s}"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,11 +51,18 @@ on_exit() {
     log "FAILED (exit $rc): collecting diagnostics"
     kubectl -n "$NAMESPACE" get pods -o wide || true
     kubectl -n "$NAMESPACE" describe daemonset "$RELEASE" || true
+    kubectl -n "$NAMESPACE" describe deployment "$CONTROLLER" || true
+    # Both components' pods and logs (agents and controller share the name label).
     kubectl -n "$NAMESPACE" describe pods -l app.kubernetes.io/name=ipsetmgr || true
     kubectl -n "$NAMESPACE" logs -l app.kubernetes.io/name=ipsetmgr \
       --all-containers --prefix --tail=-1 || true
     kubectl get ipsetpolicies -o yaml || true
+    kubectl get ipsetnodestates -o yaml || true
+    kubectl get ipsetmemberslices || true
     kubectl -n "$NAMESPACE" get events --sort-by=.lastTimestamp || true
+    # The controller's Events about (cluster-scoped) policies are in default.
+    kubectl -n default get events --field-selector involvedObject.kind=IPSetPolicy \
+      --sort-by=.lastTimestamp || true
   fi
   if ((cluster_created)); then
     if [[ "${KEEP_CLUSTER:-0}" == "1" ]]; then
@@ -84,7 +94,8 @@ log "loading $IMAGE into the kind nodes"
 kind load docker-image "$IMAGE" --name "$CLUSTER_NAME"
 
 # --- 4. Install --------------------------------------------------------------
-# The image is only in the nodes' containerd: pullPolicy Never. `upgrade
+# The agents and the controller (controller.enabled, the chart's default) run
+# the same image. It is only in the nodes' containerd: pullPolicy Never. `upgrade
 # --install` so that a reused cluster (KEEP_CLUSTER=1) can be rerun.
 log "installing the chart"
 kubectl create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl apply -f -
@@ -98,10 +109,14 @@ helm upgrade --install "$RELEASE" "$ROOT/charts/ipsetmgr" \
   --set image.tag=e2e \
   --set image.pullPolicy=Never \
   --set backend=netlink \
-  --set logFormat=text
+  --set logFormat=text \
+  --set controller.enabled=true
 
-log "waiting for the DaemonSet rollout"
+log "waiting for the agent DaemonSet and the controller Deployment"
 kubectl -n "$NAMESPACE" rollout status "daemonset/$RELEASE" --timeout="$ROLLOUT_TIMEOUT"
+kubectl -n "$NAMESPACE" rollout status "deployment/$CONTROLLER" --timeout="$ROLLOUT_TIMEOUT"
+kubectl -n "$NAMESPACE" wait --for=condition=Available "deployment/$CONTROLLER" \
+  --timeout="$ROLLOUT_TIMEOUT"
 kubectl -n "$NAMESPACE" get pods -o wide
 
 # --- 5. Tests ----------------------------------------------------------------

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Copy the CRD (crds/ipsetpolicy.yaml, the output of `ipsetmgr crd`) to the
+# Copy the CRDs (crds/ipsetmgr.yaml, the output of `ipsetmgr crd`) to the
 # places that need their own copy: the Helm chart's crds/ directory (Helm only
 # reads files inside the chart) and config/crd/ (kustomize only reads files
 # inside the kustomization tree). tests/manifests.rs fails while they differ.
@@ -9,8 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-src=crds/ipsetpolicy.yaml
-copies=(charts/ipsetmgr/crds/ipsetpolicy.yaml config/crd/ipsetpolicy.yaml)
+src=crds/ipsetmgr.yaml
+copies=(charts/ipsetmgr/crds/ipsetmgr.yaml config/crd/ipsetmgr.yaml)
 
 status=0
 for dst in "${copies[@]}"; do

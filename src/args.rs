@@ -8,9 +8,13 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::agent::AgentConfig;
+use crate::commands::slice::{OutputFormat, parse_policy_name};
 use crate::dataplane::Backend;
 use crate::duration;
+use crate::ipset::SetType;
 use crate::logging::LogFormat;
+use crate::policy::FamilySpec;
+use crate::policy::member_list::ListFormat;
 
 /// Defaults shared by several flags, the chart and the docs.
 pub mod defaults {
@@ -18,10 +22,14 @@ pub mod defaults {
     pub const RESYNC_INTERVAL: &str = "60s";
     /// The agent's /healthz, /readyz and /metrics listener.
     pub const LISTEN: &str = "0.0.0.0:9477";
+    /// The controller's.
+    pub const CONTROLLER_LISTEN: &str = "0.0.0.0:9478";
     /// The namespace the agent and controller run in (their Lease, Events).
     pub const NAMESPACE: &str = "ipsetmgr-system";
     /// How long a writer waits for another writer's lock.
     pub const LOCK_WAIT: &str = "30s";
+    /// Between heartbeats of a node's IPSetNodeState.
+    pub const HEARTBEAT_INTERVAL: &str = "60s";
 }
 
 #[derive(Parser)]
@@ -85,6 +93,11 @@ pub enum Command {
         /// Also delete owned sets that no given policy wants.
         #[arg(long)]
         prune: bool,
+        /// Add a plain member list (FireHOL netset, Spamhaus DROP: one
+        /// member per line, `#` comments; or YAML/JSON) to a policy's
+        /// members, as a slice would (repeatable).
+        #[arg(long = "members", value_name = "POLICY=FILE", value_parser = parse_members_file)]
+        members: Vec<crate::commands::MembersFile>,
         #[command(flatten)]
         labels: NodeLabels,
     },
@@ -102,8 +115,73 @@ pub enum Command {
     Sets,
     /// Run the per-node Kubernetes agent (normally as a DaemonSet).
     Agent(AgentConfig),
-    /// Print the IPSetPolicy CustomResourceDefinition.
+    /// Run the cluster's controller (normally a small Deployment): policy
+    /// validation and status, from the nodes' states.
+    Controller(crate::controller::ControllerConfig),
+    /// Print the CustomResourceDefinitions (IPSetPolicy, IPSetMemberSlice,
+    /// IPSetNodeState) as one YAML stream.
     Crd,
+    /// Turn a member list (FireHOL netset, Spamhaus DROP, YAML or JSON)
+    /// into IPSetMemberSlice objects for one policy, printed as a YAML
+    /// stream for `kubectl apply -f -`. A member's slice is chosen by a hash
+    /// of the member, so a small change to the list changes few slices.
+    Slice {
+        /// The policy the slices belong to (their `ipsetmgr.io/policy`
+        /// label; at most 63 characters).
+        #[arg(long, value_name = "NAME", value_parser = parse_policy_name)]
+        policy: String,
+        /// The member list: one member per line (`#` and ` ;` start
+        /// comments), or YAML/JSON (`*.yaml`, `*.yml`, `*.json`): a list of
+        /// strings or a mapping with `members:`. `-` reads standard input.
+        #[arg(short = 'f', long = "filename", value_name = "FILE|-")]
+        input: PathBuf,
+        /// The most members of one slice, 1 to 50000 (slices are also kept
+        /// under 200000 bytes of JSON).
+        #[arg(long, value_name = "N", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=50000))]
+        max_members: u32,
+        /// Parse every member as this set type (hash:ip, hash:net,
+        /// hash:ip,port, hash:mac) and write it in canonical form. Without
+        /// it, members are checked only against the CRD's per-member schema
+        /// (printable ASCII without spaces, an optional trailing " nomatch",
+        /// at most 253 characters) and written as given.
+        #[arg(long = "type", value_name = "TYPE", value_parser = parse_slice_type)]
+        set_type: Option<SetType>,
+        /// The policy's family, with --type: IPv4 (default), IPv6 or Dual.
+        /// Members of another family are errors.
+        #[arg(long, value_name = "FAMILY", requires = "set_type", value_parser = parse_family)]
+        family: Option<FamilySpec>,
+        /// Write the slices to this file (complete or not at all) instead
+        /// of standard output.
+        #[arg(short = 'o', long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// A YAML stream of the slices, or one JSON `v1` `List`.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Yaml)]
+        output_format: OutputFormat,
+        /// The member list's syntax, instead of what its name implies
+        /// (standard input: text).
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        format: Option<ListFormat>,
+    },
+}
+
+/// `--type` of `slice`: a hash type. list:set members name other policies,
+/// which slices do not carry.
+fn parse_slice_type(s: &str) -> Result<SetType, String> {
+    match s.parse::<SetType>() {
+        Ok(SetType::ListSet) => Err(
+            "list:set is not sliced (its members are names of other policies); use hash:ip, hash:net, hash:ip,port or hash:mac".into(),
+        ),
+        Ok(t) => Ok(t),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `--family`, spelled as in a policy's `spec.family` (any case).
+fn parse_family(s: &str) -> Result<FamilySpec, String> {
+    [FamilySpec::IPv4, FamilySpec::IPv6, FamilySpec::Dual]
+        .into_iter()
+        .find(|f| format!("{f:?}").eq_ignore_ascii_case(s))
+        .ok_or_else(|| format!("unknown family {s:?} (expected IPv4, IPv6 or Dual)"))
 }
 
 /// `--resync-interval`, for every command with a driver loop.
@@ -140,6 +218,20 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
     Ok((k.to_string(), v.to_string()))
 }
 
+/// `POLICY=FILE`: the policy a member list belongs to, and the list's path.
+fn parse_members_file(s: &str) -> Result<crate::commands::MembersFile, String> {
+    let (policy, path) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected POLICY=FILE"))?;
+    if policy.is_empty() || path.is_empty() {
+        return Err(format!("{s:?}: expected POLICY=FILE, both non-empty"));
+    }
+    Ok(crate::commands::MembersFile {
+        policy: policy.to_string(),
+        path: PathBuf::from(path),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +251,53 @@ mod tests {
         assert!(
             Cli::try_parse_from(["ipsetmgr", "apply", "-f", "x", "--node-label", "=v"]).is_err()
         );
+    }
+
+    fn slice(extra: &[&str]) -> Result<Command, clap::Error> {
+        let base = ["ipsetmgr", "slice", "--policy", "blocklist", "-f", "-"];
+        Cli::try_parse_from(base.iter().chain(extra)).map(|c| c.command)
+    }
+
+    #[test]
+    fn slice_flags_parse_and_refuse_what_cannot_be_sliced() {
+        let Command::Slice {
+            max_members,
+            set_type,
+            family,
+            output_format,
+            format,
+            ..
+        } = slice(&[]).unwrap()
+        else {
+            panic!("slice")
+        };
+        assert_eq!((max_members, set_type, family), (5000, None, None));
+        assert_eq!((output_format, format), (OutputFormat::Yaml, None));
+        let Command::Slice {
+            set_type, family, ..
+        } = slice(&["--type", "hash:net", "--family", "dual"]).unwrap()
+        else {
+            panic!("slice")
+        };
+        assert_eq!(
+            (set_type, family),
+            (Some(SetType::HashNet), Some(FamilySpec::Dual))
+        );
+        for bad in [
+            &["--type", "list:set"][..],
+            &["--type", "hash:foo"],
+            &["--family", "IPv6"],
+            &["--type", "hash:ip", "--family", "v7"],
+            &["--max-members", "0"],
+            &["--max-members", "50001"],
+            &["--format", "csv"],
+        ] {
+            assert!(slice(bad).is_err(), "{bad:?}");
+        }
+        let long = "a".repeat(64);
+        let e = Cli::try_parse_from(["ipsetmgr", "slice", "--policy", &long, "-f", "-"])
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("at most 63"), "{e}");
     }
 }

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 
 use crate::args::{Cli, Command};
-use crate::commands::{apply, run, sets};
+use crate::commands::{apply, run, sets, slice};
 use crate::ipset::Naming;
 use crate::kernel::{self, KernelOptions, KernelSide};
 use crate::logging;
@@ -32,7 +32,7 @@ pub fn main() -> ExitCode {
 fn real_main() -> Result<bool> {
     let cli = Cli::parse();
     let level = match cli.command {
-        Command::Run { .. } | Command::Agent(_) => "info",
+        Command::Run { .. } | Command::Agent(_) | Command::Controller(_) => "info",
         _ => "warn",
     };
     logging::init(cli.log_format, level);
@@ -48,10 +48,12 @@ fn real_main() -> Result<bool> {
             paths,
             dry_run,
             prune,
+            members,
             labels,
         } => {
             let args = apply::ApplyArgs {
                 paths,
+                members,
                 dry_run,
                 prune,
                 labels: labels.labels(),
@@ -96,9 +98,48 @@ fn real_main() -> Result<bool> {
             runtime.block_on(crate::agent::run_agent(config, opts))?;
             Ok(true)
         }
+        Command::Controller(config) => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(crate::controller::run_controller(config, naming))?;
+            Ok(true)
+        }
         Command::Crd => {
             std::io::stdout().write_all(crate::crd_yaml().as_bytes())?;
             Ok(true)
+        }
+        // Files to objects: no kernel, no lock.
+        Command::Slice {
+            policy,
+            input,
+            max_members,
+            set_type,
+            family,
+            output,
+            output_format,
+            format,
+        } => {
+            let check = match set_type {
+                Some(set_type) => slice::Check::Typed {
+                    set_type,
+                    family: family.unwrap_or_default(),
+                },
+                None => slice::Check::Schema,
+            };
+            let args = slice::SliceArgs {
+                policy,
+                input,
+                input_format: format,
+                check,
+                max_members: max_members as usize,
+                output,
+                output_format,
+            };
+            let ok = slice::slice(
+                &args,
+                &mut std::io::stdout().lock(),
+                &mut std::io::stderr().lock(),
+            )?;
+            Ok(ok)
         }
     }
 }

@@ -9,9 +9,14 @@
 //! policy types and compiler, the CRD, and the re-exported crates.
 
 mod agent;
+pub mod api;
 mod args;
+#[doc(hidden)]
+pub mod bench_support;
 mod cli;
+mod cluster;
 mod commands;
+mod controller;
 mod duration;
 mod kernel;
 mod lock;
@@ -26,5 +31,5 @@ pub use ipsetmgr_ipset as ipset;
 /// The manager and its driver loop (its own crate).
 pub use ipsetmgr_manager as manager;
 
-pub use agent::crd_yaml;
+pub use api::crd_yaml;
 pub use cli::main;

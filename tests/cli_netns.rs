@@ -1112,3 +1112,52 @@ fn a_killed_holder_leaves_no_stale_lock() {
     assert!(!stderr.contains("waiting for the lock"), "{stderr}");
     assert!(start.elapsed() < Duration::from_secs(5));
 }
+
+#[test]
+fn slices_and_plain_member_lists_apply_with_their_policy() {
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("slices-{backend}")) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_policy(
+            dir.path(),
+            "drop.yaml",
+            &policy_yaml("drop", "hash:net", &["10.0.0.0/8"]),
+        );
+        write_policy(
+            dir.path(),
+            "drop-slice.yaml",
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetMemberSlice\nmetadata:\n  name: drop-a\n  labels: {ipsetmgr.io/policy: drop}\nspec:\n  members: [192.0.2.0/24]\n",
+        );
+        let list = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            list.path(),
+            "; Spamhaus style header\n198.51.100.0/24 ; SBL1\n",
+        )
+        .unwrap();
+        let members = format!("drop={}", list.path().display());
+        let args = [
+            "apply",
+            "-f",
+            dir.path().to_str().unwrap(),
+            "--members",
+            &members,
+        ];
+        let (ok, out) = ns.ipsetmgr(backend, &args);
+        assert!(ok, "{backend}: {out}");
+        let (_, got) = ns.saved("ipm4-drop").unwrap_or_else(|| panic!("{out}"));
+        assert_eq!(
+            got,
+            ["10.0.0.0/8", "192.0.2.0/24", "198.51.100.0/24"],
+            "{backend}"
+        );
+
+        // A bad member in the list holds the set as it is and fails.
+        std::fs::write(list.path(), "198.51.100.0/33\n").unwrap();
+        let (ok, out) = ns.ipsetmgr(backend, &args);
+        assert!(!ok && out.contains("198.51.100.0/33"), "{backend}: {out}");
+        let (_, kept) = ns.saved("ipm4-drop").unwrap();
+        assert_eq!(kept, got, "{backend}: held, not emptied");
+    }
+}

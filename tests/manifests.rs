@@ -1,6 +1,10 @@
 //! Checks of everything that ships ipsetmgr to a cluster: the CRD copies, the
-//! Helm chart, the kustomize base, the sample policies, the Dockerfile and the
-//! e2e kind config.
+//! Helm chart, the kustomize base (agent, controller, RBAC) and the optional
+//! admission policy, the sample policies, the Dockerfile and the e2e runner.
+//!
+//! RBAC is checked as effective access: every binding is followed to its
+//! role, and each ServiceAccount's grants must equal the API calls of its
+//! component, no more and no less.
 //!
 //! No cluster, helm or docker is needed:
 //! - The chart is rendered by a small Go-template evaluator
@@ -20,10 +24,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Container, Namespace, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{
+    Container, Namespace, PodSpec, PodTemplateSpec, Service, ServiceAccount,
+};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -31,12 +43,15 @@ use serde_json::{Value, json};
 use support::gotmpl::Templates;
 
 const NAMESPACE: &str = "ipsetmgr-system";
-/// Where the agent's Events go: they are about IPSetPolicy objects, which are
-/// cluster-scoped, and the API server accepts Events about cluster-scoped
+/// Where the controller's Events go: they are about IPSetPolicy objects, which
+/// are cluster-scoped, and the API server accepts Events about cluster-scoped
 /// objects only in `default` (kube-runtime's Recorder creates them there).
 const EVENTS_NAMESPACE: &str = "default";
 const RELEASE: &str = "ipsetmgr";
-const METRICS_PORT: i32 = 9477;
+/// The agent's listener (hostNetwork: a port on every node).
+const AGENT_PORT: i32 = 9477;
+/// The controller's listener (its own pod network namespace).
+const CONTROLLER_PORT: i32 = 9478;
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
@@ -151,6 +166,13 @@ fn check_all_typed(docs: &[Value], what: &str) {
             ("rbac.authorization.k8s.io/v1", "Role") => drop(typed::<Role>(d, what)),
             ("rbac.authorization.k8s.io/v1", "RoleBinding") => drop(typed::<RoleBinding>(d, what)),
             ("apps/v1", "DaemonSet") => drop(typed::<DaemonSet>(d, what)),
+            ("apps/v1", "Deployment") => drop(typed::<Deployment>(d, what)),
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+                drop(typed::<ValidatingAdmissionPolicy>(d, what))
+            }
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+                drop(typed::<ValidatingAdmissionPolicyBinding>(d, what))
+            }
             // Not in k8s-openapi: checked field by field in its own test.
             ("monitoring.coreos.com/v1", "ServiceMonitor") => {}
             (api, kind) => panic!("{what}: unexpected object {api} {kind} {}", name_of(d)),
@@ -238,6 +260,8 @@ const CLUSTER_SCOPED: &[&str] = &[
     "CustomResourceDefinition",
     "ClusterRole",
     "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 ];
 
 /// Load a kustomization directly: `resources` (files or directories) and
@@ -301,19 +325,19 @@ fn kustomize_default() -> Vec<Value> {
     load_kustomization(&repo("config/default"))
 }
 
+/// `Kind namespace/name` (namespace empty for cluster-scoped objects).
+fn identity(d: &Value) -> String {
+    format!(
+        "{} {}/{}",
+        kind_of(d),
+        d["metadata"]["namespace"].as_str().unwrap_or(""),
+        name_of(d)
+    )
+}
+
 /// Key for comparing object lists regardless of order.
 fn by_identity(docs: &[Value]) -> BTreeMap<String, Value> {
-    docs.iter()
-        .map(|d| {
-            let key = format!(
-                "{} {}/{}",
-                kind_of(d),
-                d["metadata"]["namespace"].as_str().unwrap_or(""),
-                name_of(d)
-            );
-            (key, d.clone())
-        })
-        .collect()
+    docs.iter().map(|d| (identity(d), d.clone())).collect()
 }
 
 // ----------------------------------------------------------------- RBAC ----
@@ -346,7 +370,7 @@ fn grants(rules: &[PolicyRule], what: &str) -> BTreeSet<Grant> {
                     for x in [g, res, v] {
                         assert!(!x.contains('*'), "{what}: wildcard in {r:?}");
                     }
-                    assert!(res != "secrets", "{what}: the agent never needs secrets");
+                    assert!(res != "secrets", "{what}: no component needs secrets");
                     out.insert((g.clone(), res.clone(), v.clone()));
                 }
             }
@@ -365,67 +389,145 @@ fn expect(list: &[(&str, &str, &[&str])]) -> BTreeSet<Grant> {
         .collect()
 }
 
-/// The API calls the agent makes (the interface it was written to).
-fn expected_cluster_grants() -> BTreeSet<Grant> {
+/// The names of a rendering's objects, from its fullname (the release name,
+/// or fullnameOverride).
+struct Names(String);
+
+impl Names {
+    fn release() -> Names {
+        Names(RELEASE.to_string())
+    }
+    /// The DaemonSet: the plain fullname, as in 0.1 (its selector cannot
+    /// change, and a new name would run old and new agents side by side).
+    fn daemonset(&self) -> String {
+        self.0.clone()
+    }
+    /// The agent's ServiceAccount, ClusterRole and ClusterRoleBinding.
+    fn agent(&self) -> String {
+        format!("{}-agent", self.0)
+    }
+    /// The controller's Deployment, ServiceAccount, roles and bindings.
+    fn controller(&self) -> String {
+        format!("{}-controller", self.0)
+    }
+}
+
+/// The API calls the agent makes (the interface it is written to). All
+/// cluster-wide; nothing namespaced: no Lease, no Events.
+fn agent_grants() -> BTreeSet<Grant> {
+    use kube::CustomResourceExt;
+    let crd = |name: &str| format!("customresourcedefinitions#{name}");
+    let policies = crd(ipsetmgr::api::IPSetPolicy::crd_name());
+    let slices = crd(ipsetmgr::api::IPSetMemberSlice::crd_name());
     expect(&[
         ("ipsetmgr.io", "ipsetpolicies", &["get", "list", "watch"]),
-        ("ipsetmgr.io", "ipsetpolicies/status", &["get", "patch"]),
-        ("", "nodes", &["get", "list", "watch"]),
-        // Its own CRD only: a terminating CRD must not read as "every
-        // policy deleted".
         (
-            "apiextensions.k8s.io",
-            "customresourcedefinitions#ipsetpolicies.ipsetmgr.io",
+            "ipsetmgr.io",
+            "ipsetmemberslices",
             &["get", "list", "watch"],
         ),
+        // Its own IPSetNodeState: read it, create it when missing,
+        // server-side apply its status. No list, no update, no delete.
+        ("ipsetmgr.io", "ipsetnodestates", &["get", "create"]),
+        ("ipsetmgr.io", "ipsetnodestates/status", &["get", "patch"]),
+        ("", "nodes", &["get", "list", "watch"]),
+        // By name only, the CRDs whose deletion (which deletes all their
+        // objects first) must not read as "every policy or member removed".
+        ("apiextensions.k8s.io", &policies, &["get", "list", "watch"]),
+        ("apiextensions.k8s.io", &slices, &["get", "list", "watch"]),
     ])
 }
 
-/// In the agent's own namespace: the leader Lease only.
-fn expected_namespace_grants() -> BTreeSet<Grant> {
-    expect(&[(
-        "coordination.k8s.io",
-        "leases",
-        &["get", "create", "update"],
-    )])
+/// The controller's cluster-wide API calls.
+fn controller_grants() -> BTreeSet<Grant> {
+    expect(&[
+        ("ipsetmgr.io", "ipsetpolicies", &["get", "list", "watch"]),
+        ("ipsetmgr.io", "ipsetpolicies/status", &["get", "patch"]),
+        (
+            "ipsetmgr.io",
+            "ipsetmemberslices",
+            &["get", "list", "watch"],
+        ),
+        // Aggregated into policy status; deleted when their node is gone.
+        (
+            "ipsetmgr.io",
+            "ipsetnodestates",
+            &["get", "list", "watch", "delete"],
+        ),
+        ("", "nodes", &["get", "list", "watch"]),
+    ])
+}
+
+/// In the controller's own namespace: its leader Lease only, with the
+/// verbs kube-lease-manager uses (it creates, reads and patches the Lease;
+/// it never updates or deletes it).
+fn controller_lease_grants() -> BTreeSet<Grant> {
+    expect(&[("coordination.k8s.io", "leases", &["get", "create", "patch"])])
 }
 
 /// In `default` (EVENTS_NAMESPACE): Events only. The Recorder writes
 /// events.k8s.io/v1 (create, patch for a repeat); core/v1 is kept in case a
 /// Recorder falls back to it.
-fn expected_events_grants() -> BTreeSet<Grant> {
+fn controller_events_grants() -> BTreeSet<Grant> {
     expect(&[
         ("events.k8s.io", "events", &["create", "patch"]),
         ("", "events", &["create", "patch"]),
     ])
 }
 
-/// The agent's roles in a rendering.
-struct Rbac {
-    cluster_role: ClusterRole,
-    /// In the agent's namespace (NAMESPACE).
-    role: Role,
-    /// In EVENTS_NAMESPACE.
-    events_role: Role,
+/// Where a grant holds.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Scope {
+    Cluster,
+    Namespace(String),
 }
 
-/// The only object of `kind` in namespace `ns`.
-fn one_in<T: DeserializeOwned + serde::Serialize>(
-    docs: &[Value],
-    kind: &str,
-    ns: &str,
-    what: &str,
-) -> T {
-    let in_ns: Vec<Value> = docs
-        .iter()
-        .filter(|d| kind_of(d) == kind && d["metadata"]["namespace"] == ns)
-        .cloned()
-        .collect();
-    one_of(&in_ns, kind, &format!("{what} (namespace {ns})"))
+/// What each ServiceAccount (by name; all live in NAMESPACE) may do, where.
+type Access = BTreeMap<(String, Scope), BTreeSet<Grant>>;
+
+fn expected_access(names: &Names, controller: bool) -> Access {
+    let mut want = Access::new();
+    want.insert((names.agent(), Scope::Cluster), agent_grants());
+    if controller {
+        let c = names.controller();
+        want.insert((c.clone(), Scope::Cluster), controller_grants());
+        want.insert(
+            (c.clone(), Scope::Namespace(NAMESPACE.into())),
+            controller_lease_grants(),
+        );
+        want.insert(
+            (c, Scope::Namespace(EVENTS_NAMESPACE.into())),
+            controller_events_grants(),
+        );
+    }
+    want
 }
 
-/// Every namespaced object is in the agent's namespace, except the events
-/// Role and its RoleBinding, which are in `default`, and nothing else is.
+/// The RBAC objects of a rendering, by identity (the docs name them).
+fn expected_rbac_objects(names: &Names, controller: bool) -> BTreeSet<String> {
+    let (a, c) = (names.agent(), names.controller());
+    let mut ids = vec![
+        format!("ServiceAccount {NAMESPACE}/{a}"),
+        format!("ClusterRole /{a}"),
+        format!("ClusterRoleBinding /{a}"),
+    ];
+    if controller {
+        ids.extend([
+            format!("ServiceAccount {NAMESPACE}/{c}"),
+            format!("ClusterRole /{c}"),
+            format!("ClusterRoleBinding /{c}"),
+            format!("Role {NAMESPACE}/{c}"),
+            format!("RoleBinding {NAMESPACE}/{c}"),
+            format!("Role {EVENTS_NAMESPACE}/{c}-events"),
+            format!("RoleBinding {EVENTS_NAMESPACE}/{c}-events"),
+        ]);
+    }
+    ids.into_iter().collect()
+}
+
+/// Every namespaced object is in NAMESPACE, except Roles and RoleBindings,
+/// which may also be in `default` (the events Role); which ones are there is
+/// checked by name in `check_rbac`.
 fn check_namespaces(docs: &[Value], what: &str) {
     for d in docs {
         let kind = kind_of(d);
@@ -451,106 +553,217 @@ fn check_namespaces(docs: &[Value], what: &str) {
     }
 }
 
-/// RBAC objects of a rendering: exactly one ClusterRole, one Role in the
-/// agent's namespace (the Lease) and one Role in `default` (Events), each with
-/// the expected grants and bound by exactly one binding to the DaemonSet's
-/// service account; no other namespaced object outside the agent's namespace.
-fn check_rbac(docs: &[Value], what: &str) -> Rbac {
+/// The effective permissions of a rendering, found by following every binding
+/// to its role. Checks the wiring on the way: each binding has one subject, a
+/// ServiceAccount of NAMESPACE that the rendering creates; each roleRef names
+/// a role of the rendering (a RoleBinding only a Role of its own namespace);
+/// every role is bound by something.
+fn access(docs: &[Value], what: &str) -> Access {
     check_namespaces(docs, what);
-    let cr: ClusterRole = one_of(docs, "ClusterRole", what);
+    let cluster_roles: BTreeMap<String, ClusterRole> =
+        all_of::<ClusterRole>(docs, "ClusterRole", what)
+            .into_iter()
+            .map(|r| (r.metadata.name.clone().unwrap(), r))
+            .collect();
+    let roles: BTreeMap<(String, String), Role> = all_of::<Role>(docs, "Role", what)
+        .into_iter()
+        .map(|r| {
+            let key = (
+                r.metadata.namespace.clone().unwrap(),
+                r.metadata.name.clone().unwrap(),
+            );
+            (key, r)
+        })
+        .collect();
+    let accounts: BTreeSet<String> = all_of::<ServiceAccount>(docs, "ServiceAccount", what)
+        .into_iter()
+        .map(|sa| sa.metadata.name.unwrap())
+        .collect();
+    let subject = |subjects: Option<Vec<Subject>>, binding: &str| -> String {
+        let s = subjects.unwrap_or_default();
+        assert_eq!(s.len(), 1, "{what}: {binding}: one subject per binding");
+        assert_eq!(s[0].kind, "ServiceAccount", "{what}: {binding}: subject");
+        assert_eq!(
+            s[0].namespace.as_deref(),
+            Some(NAMESPACE),
+            "{what}: {binding}: subject namespace (the ServiceAccount's, also for \
+             a binding in {EVENTS_NAMESPACE})"
+        );
+        assert!(
+            accounts.contains(&s[0].name),
+            "{what}: {binding} binds ServiceAccount {}, which is not rendered",
+            s[0].name
+        );
+        s[0].name.clone()
+    };
+    let mut bound = BTreeSet::new();
+    let mut out = Access::new();
+    for crb in all_of::<ClusterRoleBinding>(docs, "ClusterRoleBinding", what) {
+        let b = format!(
+            "ClusterRoleBinding {}",
+            crb.metadata.name.unwrap_or_default()
+        );
+        let r = &crb.role_ref;
+        assert_eq!(
+            r.api_group.as_deref(),
+            Some("rbac.authorization.k8s.io"),
+            "{what}: {b}"
+        );
+        assert_eq!(r.kind, "ClusterRole", "{what}: {b}");
+        let role = cluster_roles
+            .get(&r.name)
+            .unwrap_or_else(|| panic!("{what}: {b}: no ClusterRole {}", r.name));
+        bound.insert(format!("ClusterRole {}", r.name));
+        let sa = subject(crb.subjects, &b);
+        out.entry((sa, Scope::Cluster))
+            .or_default()
+            .extend(grants(role.rules.as_deref().unwrap_or_default(), what));
+    }
+    for rb in all_of::<RoleBinding>(docs, "RoleBinding", what) {
+        let ns = rb.metadata.namespace.clone().unwrap();
+        let b = format!("RoleBinding {ns}/{}", rb.metadata.name.unwrap_or_default());
+        let r = &rb.role_ref;
+        assert_eq!(
+            r.api_group.as_deref(),
+            Some("rbac.authorization.k8s.io"),
+            "{what}: {b}"
+        );
+        assert_eq!(r.kind, "Role", "{what}: {b}");
+        let role = roles.get(&(ns.clone(), r.name.clone())).unwrap_or_else(|| {
+            panic!(
+                "{what}: {b}: no Role {} in {ns} (a RoleBinding can only bind a Role \
+                 of its own namespace)",
+                r.name
+            )
+        });
+        bound.insert(format!("Role {ns}/{}", r.name));
+        let sa = subject(rb.subjects, &b);
+        out.entry((sa, Scope::Namespace(ns)))
+            .or_default()
+            .extend(grants(role.rules.as_deref().unwrap_or_default(), what));
+    }
+    for name in cluster_roles.keys() {
+        let id = format!("ClusterRole {name}");
+        assert!(bound.contains(&id), "{what}: {id} is not bound");
+    }
+    for (ns, name) in roles.keys() {
+        let id = format!("Role {ns}/{name}");
+        assert!(bound.contains(&id), "{what}: {id} is not bound");
+    }
+    out
+}
+
+/// The RBAC of a rendering: every component's ServiceAccount has exactly the
+/// grants its API calls need, where it needs them; the objects have the names
+/// the docs use; each workload runs as its own ServiceAccount.
+fn check_rbac(docs: &[Value], names: &Names, controller: bool, what: &str) {
+    let got = access(docs, what);
+    // The agent's token is on every node: nothing namespaced, and in
+    // particular no Events and no Leases, anywhere.
+    for ((sa, scope), granted) in &got {
+        if *sa != names.agent() {
+            continue;
+        }
+        assert_eq!(
+            *scope,
+            Scope::Cluster,
+            "{what}: the agent has no namespaced role"
+        );
+        for (group, res, verb) in granted {
+            assert!(
+                !res.starts_with("events") && !res.starts_with("leases"),
+                "{what}: the agent may {verb} {group}/{res}: it publishes no Events \
+                 and takes no Lease"
+            );
+        }
+    }
+    let want = expected_access(names, controller);
+    for key in got.keys().chain(want.keys()).collect::<BTreeSet<_>>() {
+        let (g, w) = (
+            got.get(key).cloned().unwrap_or_default(),
+            want.get(key).cloned().unwrap_or_default(),
+        );
+        assert!(
+            g == w,
+            "{what}: ServiceAccount {} {:?}: granted but not needed: {:?}; needed but \
+             not granted: {:?}",
+            key.0,
+            key.1,
+            g.difference(&w).collect::<Vec<_>>(),
+            w.difference(&g).collect::<Vec<_>>()
+        );
+    }
+    let rbac_kinds = [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ];
+    let ids: BTreeSet<String> = docs
+        .iter()
+        .filter(|d| rbac_kinds.contains(&kind_of(d)))
+        .map(identity)
+        .collect();
     assert_eq!(
-        grants(cr.rules.as_deref().unwrap_or_default(), what),
-        expected_cluster_grants(),
-        "{what}: ClusterRole rules"
-    );
-    let roles: Vec<Role> = all_of(docs, "Role", what);
-    assert_eq!(
-        roles.len(),
-        2,
-        "{what}: one Role in {NAMESPACE} and one in {EVENTS_NAMESPACE}"
-    );
-    let role: Role = one_in(docs, "Role", NAMESPACE, what);
-    assert_eq!(
-        grants(role.rules.as_deref().unwrap_or_default(), what),
-        expected_namespace_grants(),
-        "{what}: Role rules in {NAMESPACE} (the Lease only)"
-    );
-    let events_role: Role = one_in(docs, "Role", EVENTS_NAMESPACE, what);
-    assert_eq!(
-        grants(events_role.rules.as_deref().unwrap_or_default(), what),
-        expected_events_grants(),
-        "{what}: Role rules in {EVENTS_NAMESPACE} (Events only)"
-    );
-    let role_name = role.metadata.name.clone().unwrap();
-    assert_eq!(
-        events_role.metadata.name.as_deref(),
-        Some(format!("{role_name}-events").as_str()),
-        "{what}: events Role name"
+        ids,
+        expected_rbac_objects(names, controller),
+        "{what}: RBAC objects"
     );
 
     let ds: DaemonSet = one_of(docs, "DaemonSet", what);
-    let sa_name = ds.spec.template.spec.unwrap().service_account_name.unwrap();
-    let sa: ServiceAccount = one_of(docs, "ServiceAccount", what);
     assert_eq!(
-        sa.metadata.name.as_deref(),
-        Some(sa_name.as_str()),
-        "{what}: service account"
+        ds.metadata.name,
+        Some(names.daemonset()),
+        "{what}: DaemonSet name"
     );
-    assert_eq!(sa.metadata.namespace.as_deref(), Some(NAMESPACE));
-
-    let crb: ClusterRoleBinding = one_of(docs, "ClusterRoleBinding", what);
     assert_eq!(
-        crb.role_ref.api_group.as_deref(),
-        Some("rbac.authorization.k8s.io")
+        pod_of(&ds.spec.template).service_account_name,
+        Some(names.agent()),
+        "{what}: the agent's ServiceAccount"
     );
-    assert_eq!(crb.role_ref.kind, "ClusterRole");
-    assert_eq!(
-        Some(&crb.role_ref.name),
-        cr.metadata.name.as_ref(),
-        "{what}: ClusterRoleBinding roleRef"
-    );
-    let bindings: Vec<RoleBinding> = all_of(docs, "RoleBinding", what);
-    assert_eq!(
-        bindings.len(),
-        2,
-        "{what}: one RoleBinding per Role ({NAMESPACE} and {EVENTS_NAMESPACE})"
-    );
-    let mut subjects = vec![crb.subjects.unwrap_or_default()];
-    for r in [&role, &events_role] {
-        let ns = r.metadata.namespace.as_deref().unwrap();
-        let rb: RoleBinding = one_in(docs, "RoleBinding", ns, what);
+    let deployments: Vec<Deployment> = all_of(docs, "Deployment", what);
+    if controller {
+        assert_eq!(deployments.len(), 1, "{what}: one controller Deployment");
+        let d = &deployments[0];
         assert_eq!(
-            rb.role_ref.api_group.as_deref(),
-            Some("rbac.authorization.k8s.io")
+            d.metadata.name,
+            Some(names.controller()),
+            "{what}: Deployment name"
         );
-        assert_eq!(rb.role_ref.kind, "Role");
         assert_eq!(
-            Some(&rb.role_ref.name),
-            r.metadata.name.as_ref(),
-            "{what}: RoleBinding roleRef in {ns} (a RoleBinding can only bind a Role \
-             of its own namespace)"
+            pod_of(&d.spec.clone().template).service_account_name,
+            Some(names.controller()),
+            "{what}: the controller's ServiceAccount"
         );
-        subjects.push(rb.subjects.unwrap_or_default());
-    }
-    for subjects in subjects {
-        assert_eq!(subjects.len(), 1, "{what}: one subject per binding");
-        assert_eq!(subjects[0].kind, "ServiceAccount");
-        assert_eq!(subjects[0].name, sa_name, "{what}: binding subject");
-        assert_eq!(
-            subjects[0].namespace.as_deref(),
-            Some(NAMESPACE),
-            "{what}: subject namespace (the ServiceAccount's, also for the \
-             binding in {EVENTS_NAMESPACE})"
-        );
-    }
-    Rbac {
-        cluster_role: cr,
-        role,
-        events_role,
+    } else {
+        assert!(deployments.is_empty(), "{what}: no controller");
     }
 }
 
-// ------------------------------------------------------------ DaemonSet ----
+// ------------------------------------------------------------ workloads ----
+
+fn pod_of(template: &PodTemplateSpec) -> PodSpec {
+    template.spec.clone().expect("pod spec")
+}
+
+/// The pod's only container, which has this name; no init containers.
+fn only_container(pod: &PodSpec, name: &str, what: &str) -> Container {
+    assert_eq!(pod.containers.len(), 1, "{what}: one container");
+    assert!(pod.init_containers.is_none(), "{what}: no init containers");
+    assert_eq!(pod.containers[0].name, name, "{what}: container name");
+    pod.containers[0].clone()
+}
+
+fn agent_container(ds: &DaemonSet) -> Container {
+    let pod = pod_of(&ds.spec.clone().template);
+    only_container(&pod, "agent", "agent")
+}
+
+fn controller_container(d: &Deployment) -> Container {
+    let pod = pod_of(&d.spec.clone().template);
+    only_container(&pod, "controller", "controller")
+}
 
 fn env_map(c: &Container) -> BTreeMap<String, Value> {
     c.env
@@ -583,17 +796,148 @@ fn field_ref(c: &Container, name: &str) -> Option<String> {
         .map(|f| f.field_path.clone())
 }
 
-fn agent_container(ds: &DaemonSet) -> Container {
-    let pod = ds.spec.clone().template.spec.unwrap();
-    assert_eq!(pod.containers.len(), 1, "one container");
-    assert!(pod.init_containers.is_none(), "no init containers");
-    pod.containers[0].clone()
+/// Only these variables, each a setting of the component.
+fn check_env_names(c: &Container, known: &[&str], what: &str) {
+    for name in env_map(c).keys() {
+        assert!(
+            known.contains(&name.as_str()),
+            "{what}: env {name} is not a setting of this component"
+        );
+    }
+}
+
+/// A duration as the flags parse it (src/duration.rs): a bare number of
+/// seconds, or jiff's friendly format (60s, 5m, 1h30m); more than zero.
+fn positive_duration(s: &str) -> bool {
+    let s = s.trim();
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s.parse::<u64>().is_ok_and(|n| n > 0);
+    }
+    s.parse::<jiff::SignedDuration>()
+        .is_ok_and(|d| d.is_positive())
+}
+
+/// The settings both components read: listener, log format, set prefix.
+fn check_common_env(c: &Container, port: i32, what: &str) {
+    assert_eq!(
+        env_value(c, "IPSETMGR_LISTEN"),
+        Some(format!("0.0.0.0:{port}")),
+        "{what}: listens on the metrics port"
+    );
+    let log = env_value(c, "IPSETMGR_LOG_FORMAT").unwrap_or_default();
+    assert!(
+        ["text", "json"].contains(&log.as_str()),
+        "{what}: log format {log:?}"
+    );
+    let prefix = env_value(c, "IPSETMGR_SET_PREFIX").unwrap_or_default();
+    assert!(
+        ipsetmgr::ipset::Naming::new(&prefix).is_ok(),
+        "{what}: set prefix {prefix:?} is not valid"
+    );
+}
+
+/// Port `metrics`, health probes on it, requests and a memory limit.
+fn check_served(c: &Container, port: i32, what: &str) {
+    let ports = c.ports.clone().unwrap_or_default();
+    let metrics = ports
+        .iter()
+        .find(|p| p.name.as_deref() == Some("metrics"))
+        .unwrap_or_else(|| panic!("{what}: no port named metrics"));
+    assert_eq!(metrics.container_port, port, "{what}: metrics port");
+    let probe_target = |probe: Option<k8s_openapi::api::core::v1::Probe>, kind: &str| {
+        let get = probe
+            .unwrap_or_else(|| panic!("{what}: no {kind}"))
+            .http_get
+            .unwrap_or_else(|| panic!("{what}: {kind} is not httpGet"));
+        let on_metrics = match &get.port {
+            IntOrString::String(s) => s == "metrics",
+            IntOrString::Int(p) => *p == port,
+        };
+        assert!(
+            on_metrics,
+            "{what}: {kind} must use the metrics port, got {:?}",
+            get.port
+        );
+        get.path.unwrap_or_default()
+    };
+    assert_eq!(
+        probe_target(c.liveness_probe.clone(), "livenessProbe"),
+        "/healthz"
+    );
+    assert_eq!(
+        probe_target(c.readiness_probe.clone(), "readinessProbe"),
+        "/readyz"
+    );
+    let res = c
+        .resources
+        .clone()
+        .unwrap_or_else(|| panic!("{what}: no resources"));
+    assert!(
+        res.requests
+            .is_some_and(|r| r.contains_key("cpu") && r.contains_key("memory")),
+        "{what}: cpu and memory requests"
+    );
+    assert!(
+        res.limits.is_some_and(|l| l.contains_key("memory")),
+        "{what}: memory limit"
+    );
+}
+
+/// The selector matches the pod template, and names the component, so the
+/// agent's and the controller's selectors never match each other's pods.
+fn check_selector(
+    selector: &LabelSelector,
+    template: &PodTemplateSpec,
+    component: &str,
+    what: &str,
+) {
+    let labels = template
+        .metadata
+        .clone()
+        .and_then(|m| m.labels)
+        .unwrap_or_default();
+    let match_labels = selector.match_labels.clone().unwrap_or_default();
+    for (k, v) in &match_labels {
+        assert_eq!(labels.get(k), Some(v), "{what}: selector label {k}");
+    }
+    assert_eq!(
+        match_labels
+            .get("app.kubernetes.io/component")
+            .map(String::as_str),
+        Some(component),
+        "{what}: the selector names the component"
+    );
+    assert_eq!(
+        labels.get("app.kubernetes.io/name").map(String::as_str),
+        Some("ipsetmgr")
+    );
+}
+
+/// A DaemonSet's selector is immutable: the agent's must stay exactly what
+/// 0.1 shipped, or `helm upgrade` and `kubectl apply -k` of an upgrade fail.
+fn check_agent_selector_is_0_1s(ds: &DaemonSet, with_instance: bool, what: &str) {
+    let mut want = BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), "ipsetmgr".to_string()),
+        (
+            "app.kubernetes.io/component".to_string(),
+            "agent".to_string(),
+        ),
+    ]);
+    if with_instance {
+        want.insert("app.kubernetes.io/instance".into(), RELEASE.into());
+    }
+    assert_eq!(
+        ds.spec.selector.match_labels,
+        Some(want),
+        "{what}: the DaemonSet selector of 0.1"
+    );
+    assert!(ds.spec.selector.match_expressions.is_none());
 }
 
 /// The security and wiring contract of the agent DaemonSet.
 fn check_daemonset(ds: &DaemonSet, port: i32, what: &str) {
     let spec = ds.spec.clone();
-    let pod = spec.template.spec.clone().unwrap();
+    let pod = pod_of(&spec.template);
     assert_eq!(
         ds.metadata.namespace.as_deref(),
         Some(NAMESPACE),
@@ -608,6 +952,11 @@ fn check_daemonset(ds: &DaemonSet, port: i32, what: &str) {
     for (field, v) in [("hostPID", pod.host_pid), ("hostIPC", pod.host_ipc)] {
         assert_ne!(v, Some(true), "{what}: {field}");
     }
+    assert_ne!(
+        pod.automount_service_account_token,
+        Some(false),
+        "{what}: the agent needs its token"
+    );
     assert!(
         pod.volumes.as_deref().unwrap_or_default().is_empty(),
         "{what}: the agent needs no volumes (hostPath in particular)"
@@ -622,24 +971,16 @@ fn check_daemonset(ds: &DaemonSet, port: i32, what: &str) {
                 && t.effect.is_none()),
         "{what}: tolerates every taint"
     );
-    let strategy = spec.update_strategy.unwrap();
+    let strategy = spec.update_strategy.clone().unwrap();
     assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
     assert_eq!(
         strategy.rolling_update.unwrap().max_unavailable,
         Some(IntOrString::Int(1)),
         "{what}: maxUnavailable"
     );
-    // The selector matches the pod template.
-    let labels = spec.template.metadata.unwrap().labels.unwrap_or_default();
-    for (k, v) in spec.selector.match_labels.unwrap_or_default() {
-        assert_eq!(labels.get(&k), Some(&v), "{what}: selector label {k}");
-    }
-    assert_eq!(
-        labels.get("app.kubernetes.io/name").map(String::as_str),
-        Some("ipsetmgr")
-    );
+    check_selector(&spec.selector, &spec.template, "agent", what);
 
-    let c = agent_container(ds);
+    let c = only_container(&pod, "agent", what);
     assert!(
         c.command.is_none(),
         "{what}: keep the image ENTRYPOINT (ipsetmgr agent)"
@@ -683,143 +1024,272 @@ fn check_daemonset(ds: &DaemonSet, port: i32, what: &str) {
         Some("spec.nodeName"),
         "{what}: NODE_NAME"
     );
-    assert_eq!(
-        field_ref(&c, "POD_NAMESPACE").as_deref(),
-        Some("metadata.namespace"),
-        "{what}: POD_NAMESPACE"
-    );
-    let known = [
-        "NODE_NAME",
-        "POD_NAMESPACE",
-        "IPSETMGR_SET_PREFIX",
-        "IPSETMGR_BACKEND",
-        "IPSETMGR_RESYNC_INTERVAL",
-        "IPSETMGR_LISTEN",
-        "IPSETMGR_LOG_FORMAT",
-    ];
-    for name in env_map(&c).keys() {
+    for gone in ["POD_NAMESPACE", "POD_NAME"] {
         assert!(
-            known.contains(&name.as_str()),
-            "{what}: env {name} is not an agent setting"
+            !env_map(&c).contains_key(gone),
+            "{what}: {gone}: the agent takes no Lease and publishes no Events"
         );
     }
-    assert_eq!(
-        env_value(&c, "IPSETMGR_LISTEN"),
-        Some(format!("0.0.0.0:{port}")),
-        "{what}: the agent listens on the metrics port"
+    check_env_names(
+        &c,
+        &[
+            "NODE_NAME",
+            "IPSETMGR_SET_PREFIX",
+            "IPSETMGR_BACKEND",
+            "IPSETMGR_RESYNC_INTERVAL",
+            "IPSETMGR_HEARTBEAT_INTERVAL",
+            "IPSETMGR_LISTEN",
+            "IPSETMGR_LOG_FORMAT",
+        ],
+        what,
     );
-    let backend = env_value(&c, "IPSETMGR_BACKEND").unwrap();
+    check_common_env(&c, port, what);
+    let backend = env_value(&c, "IPSETMGR_BACKEND").unwrap_or_default();
     assert!(
         ["netlink", "cli"].contains(&backend.as_str()),
         "{what}: backend {backend}"
     );
-    let log = env_value(&c, "IPSETMGR_LOG_FORMAT").unwrap();
-    assert!(
-        ["text", "json"].contains(&log.as_str()),
-        "{what}: log format {log}"
-    );
-    let resync = env_value(&c, "IPSETMGR_RESYNC_INTERVAL").unwrap();
+    let resync = env_value(&c, "IPSETMGR_RESYNC_INTERVAL").unwrap_or_default();
     assert!(
         resync.parse::<u64>().is_ok_and(|s| s > 0),
-        "{what}: resync interval {resync}"
+        "{what}: resync interval {resync:?} (seconds)"
     );
-    let prefix = env_value(&c, "IPSETMGR_SET_PREFIX").unwrap();
+    let heartbeat = env_value(&c, "IPSETMGR_HEARTBEAT_INTERVAL").unwrap_or_default();
     assert!(
-        ipsetmgr::ipset::Naming::new(&prefix).is_ok(),
-        "{what}: set prefix {prefix:?} is not valid"
+        positive_duration(&heartbeat),
+        "{what}: heartbeat interval {heartbeat:?}"
     );
+    check_served(&c, port, what);
+}
 
-    let ports = c.ports.clone().unwrap_or_default();
-    let metrics = ports
-        .iter()
-        .find(|p| p.name.as_deref() == Some("metrics"))
-        .unwrap_or_else(|| panic!("{what}: no port named metrics"));
-    assert_eq!(metrics.container_port, port, "{what}: metrics port");
-    let probe_target = |probe: Option<k8s_openapi::api::core::v1::Probe>, kind: &str| {
-        let get = probe
-            .unwrap_or_else(|| panic!("{what}: no {kind}"))
-            .http_get
-            .unwrap_or_else(|| panic!("{what}: {kind} is not httpGet"));
-        let on_metrics = match &get.port {
-            IntOrString::String(s) => s == "metrics",
-            IntOrString::Int(p) => *p == port,
-        };
-        assert!(
-            on_metrics,
-            "{what}: {kind} must use the metrics port, got {:?}",
-            get.port
-        );
-        get.path.unwrap_or_default()
-    };
+/// The security and wiring contract of the controller Deployment: no host
+/// access of any kind, an unprivileged uid, its own token.
+fn check_controller(d: &Deployment, port: i32, what: &str) {
     assert_eq!(
-        probe_target(c.liveness_probe.clone(), "livenessProbe"),
-        "/healthz"
+        d.metadata.namespace.as_deref(),
+        Some(NAMESPACE),
+        "{what}: namespace"
+    );
+    let spec = d.spec.clone();
+    assert!(spec.replicas.is_some_and(|r| r >= 1), "{what}: replicas");
+    // Not maxUnavailable 0: a new controller may have to wait for the old
+    // one's Lease before it is ready, and the rollout would never finish.
+    let strategy = spec.strategy.clone().unwrap_or_default();
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
+    let rolling = strategy.rolling_update.unwrap_or_default();
+    assert_eq!(
+        rolling.max_unavailable,
+        Some(IntOrString::Int(1)),
+        "{what}: maxUnavailable"
     );
     assert_eq!(
-        probe_target(c.readiness_probe.clone(), "readinessProbe"),
-        "/readyz"
+        rolling.max_surge,
+        Some(IntOrString::Int(1)),
+        "{what}: maxSurge"
     );
-    let res = c
-        .resources
+    check_selector(&spec.selector, &spec.template, "controller", what);
+
+    let pod = pod_of(&spec.template);
+    assert_ne!(pod.host_network, Some(true), "{what}: no hostNetwork");
+    for (field, v) in [("hostPID", pod.host_pid), ("hostIPC", pod.host_ipc)] {
+        assert_ne!(v, Some(true), "{what}: {field}");
+    }
+    assert!(
+        pod.volumes.as_deref().unwrap_or_default().is_empty(),
+        "{what}: the controller needs no volumes"
+    );
+    assert_eq!(
+        pod.automount_service_account_token,
+        Some(true),
+        "{what}: the controller needs its token"
+    );
+    let c = only_container(&pod, "controller", what);
+    // The image's ENTRYPOINT is `ipsetmgr agent`.
+    assert_eq!(
+        c.command,
+        Some(vec!["/usr/local/bin/ipsetmgr".to_string()]),
+        "{what}: command"
+    );
+    assert_eq!(c.args, Some(vec!["controller".to_string()]), "{what}: args");
+
+    let psc = pod.security_context.clone().unwrap_or_default();
+    let sc = c
+        .security_context
         .clone()
-        .unwrap_or_else(|| panic!("{what}: no resources"));
-    assert!(
-        res.requests
-            .is_some_and(|r| r.contains_key("cpu") && r.contains_key("memory"))
+        .expect("container securityContext");
+    assert_eq!(
+        sc.run_as_non_root.or(psc.run_as_non_root),
+        Some(true),
+        "{what}: runAsNonRoot"
     );
+    // The image's USER is root: without a uid, runAsNonRoot would stop the
+    // kubelet from starting it.
+    let uid = sc.run_as_user.or(psc.run_as_user);
     assert!(
-        res.limits.is_some_and(|l| l.contains_key("memory")),
-        "{what}: memory limit"
+        uid.is_some_and(|u| u != 0),
+        "{what}: a non-zero runAsUser, got {uid:?}"
     );
+    let seccomp = sc.seccomp_profile.clone().or(psc.seccomp_profile.clone());
+    assert_eq!(
+        seccomp.map(|s| s.type_).as_deref(),
+        Some("RuntimeDefault"),
+        "{what}: seccompProfile"
+    );
+    let caps = sc.capabilities.clone().expect("capabilities");
+    assert!(
+        caps.add.unwrap_or_default().is_empty(),
+        "{what}: adds no capability"
+    );
+    assert_eq!(
+        caps.drop,
+        Some(vec!["ALL".to_string()]),
+        "{what}: drops ALL"
+    );
+    assert_ne!(sc.privileged, Some(true), "{what}: not privileged");
+    assert_eq!(
+        sc.allow_privilege_escalation,
+        Some(false),
+        "{what}: allowPrivilegeEscalation"
+    );
+    assert_eq!(
+        sc.read_only_root_filesystem,
+        Some(true),
+        "{what}: readOnlyRootFilesystem"
+    );
+    assert!(psc.sysctls.is_none(), "{what}: no sysctls");
+
+    assert_eq!(
+        field_ref(&c, "POD_NAMESPACE").as_deref(),
+        Some("metadata.namespace"),
+        "{what}: POD_NAMESPACE (where its Lease lives)"
+    );
+    assert_eq!(
+        field_ref(&c, "POD_NAME").as_deref(),
+        Some("metadata.name"),
+        "{what}: POD_NAME (the Lease holder)"
+    );
+    check_env_names(
+        &c,
+        &[
+            "POD_NAMESPACE",
+            "POD_NAME",
+            "IPSETMGR_SET_PREFIX",
+            "IPSETMGR_LISTEN",
+            "IPSETMGR_LOG_FORMAT",
+        ],
+        what,
+    );
+    check_common_env(&c, port, what);
+    check_served(&c, port, what);
+    for p in c.ports.clone().unwrap_or_default() {
+        assert!(p.host_port.is_none(), "{what}: no hostPort");
+    }
+}
+
+/// Two serialisable values are equal, or the first difference is shown.
+fn assert_same<T: serde::Serialize>(a: &T, b: &T, what: &str) {
+    let (a, b) = (
+        serde_json::to_value(a).unwrap(),
+        serde_json::to_value(b).unwrap(),
+    );
+    if let Some(diff) = first_difference(&a, &b, "") {
+        panic!("{what}: {diff}");
+    }
 }
 
 // ---------------------------------------------------------------- tests ----
 
+/// The three CRDs of `crds/ipsetmgr.yaml`, typed, by kind.
+fn crds_by_kind(docs: &[Value], what: &str) -> BTreeMap<String, CustomResourceDefinition> {
+    let crds: Vec<CustomResourceDefinition> = all_of(docs, "CustomResourceDefinition", what);
+    let by_kind: BTreeMap<String, CustomResourceDefinition> = crds
+        .into_iter()
+        .map(|c| (c.spec.names.kind.clone(), c))
+        .collect();
+    assert_eq!(
+        by_kind.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["IPSetMemberSlice", "IPSetNodeState", "IPSetPolicy"],
+        "{what}: the CRDs, one per kind"
+    );
+    let names: BTreeSet<String> = by_kind
+        .values()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(ipsetmgr::api::crd_names()),
+        "{what}: CRD names"
+    );
+    by_kind
+}
+
 #[test]
 fn crd_copies_are_identical() {
-    let root = read("crds/ipsetpolicy.yaml");
+    let root = read("crds/ipsetmgr.yaml");
     for copy in [
-        "charts/ipsetmgr/crds/ipsetpolicy.yaml",
-        "config/crd/ipsetpolicy.yaml",
+        "charts/ipsetmgr/crds/ipsetmgr.yaml",
+        "config/crd/ipsetmgr.yaml",
     ] {
         assert!(
             read(copy) == root,
-            "{copy} differs from crds/ipsetpolicy.yaml: run scripts/sync-crds.sh"
+            "{copy} differs from crds/ipsetmgr.yaml: run scripts/sync-crds.sh"
         );
     }
-    // Only the generic facts of the resource (the content is `ipsetmgr crd`'s).
-    let docs = yaml_docs(&root, "crds/ipsetpolicy.yaml");
-    assert_eq!(docs.len(), 1);
-    let crd: CustomResourceDefinition = serde_json::from_value(docs[0].clone()).unwrap();
+    // The chart's crds/ holds only this file: Helm installs every file there.
+    let chart_crds: BTreeSet<String> = std::fs::read_dir(repo("charts/ipsetmgr/crds"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     assert_eq!(
-        crd.metadata.name.as_deref(),
-        Some("ipsetpolicies.ipsetmgr.io")
+        chart_crds,
+        BTreeSet::from(["ipsetmgr.yaml".to_string()]),
+        "charts/ipsetmgr/crds/"
     );
-    assert_eq!(crd.spec.group, "ipsetmgr.io");
-    assert_eq!(crd.spec.scope, "Cluster");
-    assert_eq!(crd.spec.names.kind, "IPSetPolicy");
-    assert_eq!(crd.spec.names.plural, "ipsetpolicies");
-    assert!(
-        crd.spec
-            .names
-            .short_names
-            .unwrap_or_default()
-            .contains(&"ipsp".to_string())
-    );
-    let v = crd
-        .spec
-        .versions
-        .iter()
-        .find(|v| v.name == "v1alpha1")
-        .expect("version v1alpha1");
-    assert!(v.served && v.storage);
-    assert!(
-        v.subresources
-            .as_ref()
-            .and_then(|s| s.status.as_ref())
-            .is_some(),
-        "status subresource (the agents patch status)"
-    );
+    // Only the generic facts of the resources (the content is `ipsetmgr
+    // crd`'s, checked by tests/crd.rs).
+    let docs = yaml_docs(&root, "crds/ipsetmgr.yaml");
+    check_all_typed(&docs, "crds/ipsetmgr.yaml");
+    let crds = crds_by_kind(&docs, "crds/ipsetmgr.yaml");
+    for (kind, plural, short, status) in [
+        ("IPSetPolicy", "ipsetpolicies", "ipsp", true),
+        ("IPSetMemberSlice", "ipsetmemberslices", "ipsms", false),
+        ("IPSetNodeState", "ipsetnodestates", "ipsns", true),
+    ] {
+        let crd = &crds[kind];
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some(format!("{plural}.ipsetmgr.io").as_str())
+        );
+        assert_eq!(crd.spec.group, "ipsetmgr.io");
+        assert_eq!(crd.spec.scope, "Cluster", "{kind} is cluster-scoped");
+        assert_eq!(crd.spec.names.plural, plural);
+        assert!(
+            crd.spec
+                .names
+                .short_names
+                .clone()
+                .unwrap_or_default()
+                .contains(&short.to_string()),
+            "{kind}: short name {short}"
+        );
+        let v = crd
+            .spec
+            .versions
+            .iter()
+            .find(|v| v.name == "v1alpha1")
+            .unwrap_or_else(|| panic!("{kind}: version v1alpha1"));
+        assert!(v.served && v.storage);
+        // The RBAC grants `<plural>/status`: it must exist where granted.
+        assert_eq!(
+            v.subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some(),
+            status,
+            "{kind}: status subresource"
+        );
+    }
+    let v = &crds["IPSetPolicy"].spec.versions[0];
     let schema = v
         .schema
         .as_ref()
@@ -857,9 +1327,18 @@ fn chart_metadata_matches_the_crate() {
     let values: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/values.yaml")).unwrap();
     assert_eq!(values["tolerations"], json!([{"operator": "Exists"}]));
     assert_eq!(values["priorityClassName"], "system-node-critical");
-    assert_eq!(values["metrics"]["port"], METRICS_PORT);
+    assert_eq!(values["metrics"]["port"], AGENT_PORT);
     assert_eq!(values["serviceMonitor"]["enabled"], false);
     assert_eq!(values["backend"], "netlink");
+    assert_eq!(values["heartbeatInterval"], "60s");
+    let c = &values["controller"];
+    assert_eq!(c["enabled"], true);
+    assert_eq!(c["replicas"], 1);
+    assert_eq!(c["metrics"]["port"], CONTROLLER_PORT);
+    assert_eq!(
+        c["resources"],
+        json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}})
+    );
 }
 
 #[test]
@@ -875,14 +1354,16 @@ fn chart_renders_with_default_values() {
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
-            "DaemonSet"
+            "DaemonSet",
+            "Deployment",
         ]),
-        "objects rendered with default values (no ServiceMonitor by default)"
+        "objects rendered with default values (no ServiceMonitor, no admission \
+         policy by default)"
     );
-    // Everything in the release namespace, but the events Role/RoleBinding.
-    check_rbac(&r.docs, "chart");
+    check_rbac(&r.docs, &Names::release(), true, "chart");
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", "chart");
-    check_daemonset(&ds, METRICS_PORT, "chart");
+    check_daemonset(&ds, AGENT_PORT, "chart");
+    check_agent_selector_is_0_1s(&ds, true, "chart");
     let c = agent_container(&ds);
     assert_eq!(
         c.image.as_deref(),
@@ -893,13 +1374,29 @@ fn chart_renders_with_default_values() {
         env_value(&c, "IPSETMGR_BACKEND").as_deref(),
         Some("netlink")
     );
-    let pod = ds.spec.template.spec.unwrap();
+    assert_eq!(
+        env_value(&c, "IPSETMGR_HEARTBEAT_INTERVAL").as_deref(),
+        Some("60s")
+    );
+    let pod = pod_of(&ds.spec.template);
     assert_eq!(
         pod.priority_class_name.as_deref(),
         Some("system-node-critical")
     );
+    let d: Deployment = one_of(&r.docs, "Deployment", "chart");
+    check_controller(&d, CONTROLLER_PORT, "chart");
+    assert_eq!(d.spec.clone().replicas, Some(1));
+    let cc = controller_container(&d);
+    assert_eq!(cc.image, c.image, "one image for both components");
+    assert_eq!(
+        pod_of(&d.spec.template).priority_class_name,
+        None,
+        "the controller is not node-critical"
+    );
     assert!(r.notes.contains("kubectl get ipsp"), "NOTES.txt renders");
     assert!(r.notes.contains("ipm4-blocklist"));
+    assert!(r.notes.contains("deployment/ipsetmgr-controller"));
+    assert!(r.notes.contains("kubectl get ipsns"));
 }
 
 #[test]
@@ -910,6 +1407,7 @@ fn chart_values_reach_the_agent() {
         ("setPrefix", json!("fw")),
         ("backend", json!("cli")),
         ("resyncInterval", json!(15)),
+        ("heartbeatInterval", json!("2m")),
         ("logFormat", json!("json")),
         ("metrics.port", json!(9555)),
         ("priorityClassName", json!("")),
@@ -924,11 +1422,12 @@ fn chart_values_reach_the_agent() {
                     {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}}),
         ),
     ]);
-    check_all_typed(&r.docs, "chart with overrides");
-    check_rbac(&r.docs, "chart with overrides");
-    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", "chart with overrides");
+    let what = "chart with overrides";
+    check_all_typed(&r.docs, what);
+    check_rbac(&r.docs, &Names("ipsm".into()), true, what);
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
     assert_eq!(ds.metadata.name.as_deref(), Some("ipsm"));
-    check_daemonset(&ds, 9555, "chart with overrides");
+    check_daemonset(&ds, 9555, what);
     let c = agent_container(&ds);
     assert_eq!(c.image.as_deref(), Some("registry.example/ipsetmgr:dev"));
     assert_eq!(env_value(&c, "IPSETMGR_SET_PREFIX").as_deref(), Some("fw"));
@@ -936,6 +1435,10 @@ fn chart_values_reach_the_agent() {
     assert_eq!(
         env_value(&c, "IPSETMGR_RESYNC_INTERVAL").as_deref(),
         Some("15")
+    );
+    assert_eq!(
+        env_value(&c, "IPSETMGR_HEARTBEAT_INTERVAL").as_deref(),
+        Some("2m")
     );
     assert_eq!(
         env_value(&c, "IPSETMGR_LOG_FORMAT").as_deref(),
@@ -960,52 +1463,220 @@ fn chart_values_reach_the_agent() {
     );
     assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "regcred");
     assert!(pod.affinity.unwrap().node_affinity.is_some());
+
+    // The settings both components share reach the controller too; the
+    // agent's own do not.
+    let d: Deployment = one_of(&r.docs, "Deployment", what);
+    check_controller(&d, CONTROLLER_PORT, what);
+    let cc = controller_container(&d);
+    assert_eq!(cc.image.as_deref(), Some("registry.example/ipsetmgr:dev"));
+    assert_eq!(env_value(&cc, "IPSETMGR_SET_PREFIX").as_deref(), Some("fw"));
+    assert_eq!(
+        env_value(&cc, "IPSETMGR_LOG_FORMAT").as_deref(),
+        Some("json")
+    );
+    let cpod = pod_of(&d.spec.template);
+    assert_eq!(cpod.image_pull_secrets.unwrap()[0].name, "regcred");
+    assert!(cpod.affinity.is_none(), "affinity is the agent's");
 }
 
 #[test]
-fn chart_service_monitor_is_optional_and_selects_the_agents() {
+fn chart_values_reach_the_controller() {
+    let r = render_chart(&[
+        ("controller.replicas", json!(2)),
+        ("controller.metrics.port", json!(9600)),
+        (
+            "controller.resources",
+            json!({"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}),
+        ),
+        (
+            "controller.nodeSelector",
+            json!({"node-role.example/infra": "true"}),
+        ),
+        (
+            "controller.tolerations",
+            json!([{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}]),
+        ),
+        (
+            "controller.priorityClassName",
+            json!("system-cluster-critical"),
+        ),
+    ]);
+    let what = "chart with controller overrides";
+    check_all_typed(&r.docs, what);
+    check_rbac(&r.docs, &Names::release(), true, what);
+    let d: Deployment = one_of(&r.docs, "Deployment", what);
+    check_controller(&d, 9600, what);
+    let spec = d.spec.clone();
+    assert_eq!(spec.replicas, Some(2));
+    let pod = pod_of(&spec.template);
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-cluster-critical")
+    );
+    assert_eq!(
+        pod.node_selector,
+        Some(BTreeMap::from([(
+            "node-role.example/infra".to_string(),
+            "true".to_string()
+        )]))
+    );
+    assert_eq!(pod.tolerations.unwrap()[0].key.as_deref(), Some("infra"));
+    let c = controller_container(&d);
+    let res = c.resources.unwrap();
+    assert_eq!(
+        res.limits.unwrap()["memory"],
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into())
+    );
+    // The agent keeps its own port.
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
+    check_daemonset(&ds, AGENT_PORT, what);
+}
+
+#[test]
+fn chart_controller_can_be_disabled() {
+    let r = render_chart(&[("controller.enabled", json!(false))]);
+    let what = "chart without controller";
+    check_all_typed(&r.docs, what);
+    check_rbac(&r.docs, &Names::release(), false, what);
+    for d in &r.docs {
+        assert_ne!(
+            d["metadata"]["labels"]["app.kubernetes.io/component"],
+            "controller",
+            "{what}: {} rendered",
+            identity(d)
+        );
+    }
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
+    check_daemonset(&ds, AGENT_PORT, what);
+}
+
+/// Whether a label selector (plain labels) selects these labels.
+fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+fn labels_of(v: &Value) -> BTreeMap<String, String> {
+    serde_json::from_value(v.clone()).unwrap_or_default()
+}
+
+#[test]
+fn chart_service_monitors_are_optional_and_select_their_component() {
+    assert!(
+        !render_chart(&[])
+            .docs
+            .iter()
+            .any(|d| matches!(kind_of(d), "Service" | "ServiceMonitor")),
+        "no Service or ServiceMonitor by default"
+    );
     let r = render_chart(&[
         ("serviceMonitor.enabled", json!(true)),
         ("serviceMonitor.labels", json!({"release": "prometheus"})),
     ]);
-    check_all_typed(&r.docs, "chart with serviceMonitor");
-    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", "chart");
-    let pod_labels = ds.spec.template.metadata.unwrap().labels.unwrap();
-    let svc: Service = one_of(&r.docs, "Service", "chart");
-    let svc_spec = svc.spec.clone().unwrap();
-    assert_eq!(svc_spec.cluster_ip.as_deref(), Some("None"), "headless");
-    for (k, v) in svc_spec.selector.unwrap() {
-        assert_eq!(
-            pod_labels.get(&k),
-            Some(&v),
-            "Service selects the agent pods ({k})"
-        );
-    }
-    let port = &svc_spec.ports.unwrap()[0];
-    assert_eq!(port.name.as_deref(), Some("metrics"));
-    assert_eq!(port.port, METRICS_PORT);
-
-    let sm = r
+    let what = "chart with serviceMonitor";
+    check_all_typed(&r.docs, what);
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
+    let d: Deployment = one_of(&r.docs, "Deployment", what);
+    let pod_labels = |t: &PodTemplateSpec| t.metadata.clone().unwrap().labels.unwrap();
+    let pods = [
+        ("agent", pod_labels(&ds.spec.template), AGENT_PORT),
+        ("controller", pod_labels(&d.spec.template), CONTROLLER_PORT),
+    ];
+    let services: Vec<Value> = r
         .docs
         .iter()
-        .find(|d| kind_of(d) == "ServiceMonitor")
-        .expect("ServiceMonitor rendered");
-    assert_eq!(sm["metadata"]["namespace"], NAMESPACE);
-    assert_eq!(sm["metadata"]["labels"]["release"], "prometheus");
-    let svc_labels = svc.metadata.labels.unwrap();
-    for (k, v) in sm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
-        assert_eq!(
-            svc_labels.get(k).map(String::as_str),
-            v.as_str(),
-            "ServiceMonitor selects the Service ({k})"
-        );
-    }
+        .filter(|d| kind_of(d) == "Service")
+        .cloned()
+        .collect();
+    let monitors: Vec<Value> = r
+        .docs
+        .iter()
+        .filter(|d| kind_of(d) == "ServiceMonitor")
+        .cloned()
+        .collect();
+    assert_eq!(services.len(), 2, "{what}: one Service per component");
     assert_eq!(
-        sm["spec"]["namespaceSelector"]["matchNames"],
-        json!([NAMESPACE])
+        monitors.len(),
+        2,
+        "{what}: one ServiceMonitor per component"
     );
-    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
-    assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
+    for (component, labels, port) in &pods {
+        // Exactly one Service selects this component's pods, and no other's.
+        let svc: Vec<Service> = services
+            .iter()
+            .filter(|s| selects(&labels_of(&s["spec"]["selector"]), labels))
+            .map(|s| typed(s, what))
+            .collect();
+        assert_eq!(
+            svc.len(),
+            1,
+            "{what}: Services selecting the {component} pods"
+        );
+        let svc = &svc[0];
+        let spec = svc.spec.clone().unwrap();
+        for (other, other_labels, _) in &pods {
+            if other != component {
+                assert!(
+                    !selects(&spec.selector.clone().unwrap(), other_labels),
+                    "{what}: the {component} Service also selects the {other} pods"
+                );
+            }
+        }
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"), "headless");
+        let p = &spec.ports.unwrap()[0];
+        assert_eq!(p.name.as_deref(), Some("metrics"));
+        assert_eq!(p.port, *port, "{what}: {component} Service port");
+        assert_eq!(
+            p.target_port,
+            Some(IntOrString::String("metrics".into())),
+            "{what}: {component} Service targetPort"
+        );
+        // Exactly one ServiceMonitor selects this Service.
+        let svc_labels = svc.metadata.labels.clone().unwrap();
+        let sm: Vec<&Value> = monitors
+            .iter()
+            .filter(|m| {
+                selects(
+                    &labels_of(&m["spec"]["selector"]["matchLabels"]),
+                    &svc_labels,
+                )
+            })
+            .collect();
+        assert_eq!(
+            sm.len(),
+            1,
+            "{what}: ServiceMonitors selecting the {component} Service"
+        );
+        let sm = sm[0];
+        assert_eq!(sm["metadata"]["namespace"], NAMESPACE);
+        assert_eq!(sm["metadata"]["labels"]["release"], "prometheus");
+        assert_eq!(
+            sm["spec"]["namespaceSelector"]["matchNames"],
+            json!([NAMESPACE])
+        );
+        assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+        assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
+    }
+
+    // Without the controller, only the agents' pair.
+    let r = render_chart(&[
+        ("serviceMonitor.enabled", json!(true)),
+        ("controller.enabled", json!(false)),
+    ]);
+    let kinds: Vec<String> = r
+        .docs
+        .iter()
+        .filter(|d| matches!(kind_of(d), "Service" | "ServiceMonitor"))
+        .map(identity)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            format!("Service {NAMESPACE}/{RELEASE}-metrics"),
+            format!("ServiceMonitor {NAMESPACE}/{RELEASE}"),
+        ],
+        "serviceMonitor without the controller"
+    );
 }
 
 /// `cargo test --test manifests -- --ignored --nocapture print_rendered_chart`
@@ -1023,91 +1694,105 @@ fn print_rendered_chart() {
 #[test]
 fn kustomize_base_is_complete_and_hardened() {
     let docs = kustomize_default();
-    check_all_typed(&docs, "config/default");
-    let ns: Namespace = one_of(&docs, "Namespace", "config/default");
+    let what = "config/default";
+    check_all_typed(&docs, what);
+    let ns: Namespace = one_of(&docs, "Namespace", what);
     assert_eq!(ns.metadata.name.as_deref(), Some(NAMESPACE));
-    let crd: CustomResourceDefinition = one_of(&docs, "CustomResourceDefinition", "config/default");
-    assert_eq!(
-        crd.metadata.name.as_deref(),
-        Some("ipsetpolicies.ipsetmgr.io")
-    );
-    let ds: DaemonSet = one_of(&docs, "DaemonSet", "config/default");
-    check_daemonset(&ds, METRICS_PORT, "config/default");
-    check_rbac(&docs, "config/default");
+    crds_by_kind(&docs, what);
+    let ds: DaemonSet = one_of(&docs, "DaemonSet", what);
+    check_daemonset(&ds, AGENT_PORT, what);
+    check_agent_selector_is_0_1s(&ds, false, what);
+    let d: Deployment = one_of(&docs, "Deployment", what);
+    check_controller(&d, CONTROLLER_PORT, what);
+    check_rbac(&docs, &Names::release(), true, what);
 }
 
 #[test]
 fn rbac_has_one_source_and_the_chart_renders_it() {
     // config/rbac/role.yaml is the source of truth.
-    let source = yaml_docs(&read("config/rbac/role.yaml"), "config/rbac/role.yaml");
+    let what = "config/rbac/role.yaml";
+    let source = yaml_docs(&read(what), what);
+    check_all_typed(&source, what);
+    let names = Names::release();
+    let (a, c) = (names.agent(), names.controller());
+    let source_ids: BTreeSet<String> = source.iter().map(identity).collect();
     assert_eq!(
-        source.len(),
-        3,
-        "config/rbac/role.yaml holds the ClusterRole, the Role in {NAMESPACE} \
-         and the events Role in {EVENTS_NAMESPACE}"
+        source_ids,
+        BTreeSet::from([
+            format!("ClusterRole /{a}"),
+            format!("ClusterRole /{c}"),
+            format!("Role {NAMESPACE}/{c}"),
+            format!("Role {EVENTS_NAMESPACE}/{c}-events"),
+        ]),
+        "{what} holds the agent's ClusterRole and the controller's ClusterRole, \
+         Lease Role in {NAMESPACE} and events Role in {EVENTS_NAMESPACE}"
     );
-    check_all_typed(&source, "config/rbac/role.yaml");
-    let cr: ClusterRole = one_of(&source, "ClusterRole", "config/rbac/role.yaml");
-    let role: Role = one_in(&source, "Role", NAMESPACE, "config/rbac/role.yaml");
-    let events_role: Role = one_in(&source, "Role", EVENTS_NAMESPACE, "config/rbac/role.yaml");
+    let source = by_identity(&source);
 
-    let chart = check_rbac(&render_chart(&[]).docs, "chart");
+    // The chart renders exactly these rules.
+    let chart = render_chart(&[]).docs;
+    check_rbac(&chart, &names, true, "chart");
+    let chart_roles: BTreeMap<String, Value> = by_identity(&chart)
+        .into_iter()
+        .filter(|(_, d)| matches!(kind_of(d), "ClusterRole" | "Role"))
+        .collect();
     assert_eq!(
-        chart.cluster_role.rules, cr.rules,
-        "chart ClusterRole rules == config/rbac/role.yaml"
+        chart_roles.keys().collect::<Vec<_>>(),
+        source.keys().collect::<Vec<_>>(),
+        "chart roles == {what}"
     );
-    assert_eq!(
-        chart.role.rules, role.rules,
-        "chart Role rules in {NAMESPACE} == config/rbac/role.yaml"
-    );
-    assert_eq!(
-        chart.events_role.rules, events_role.rules,
-        "chart Role rules in {EVENTS_NAMESPACE} == config/rbac/role.yaml"
-    );
+    for (id, role) in &source {
+        if let Some(diff) = first_difference(&role["rules"], &chart_roles[id]["rules"], "") {
+            panic!("{id}: {what} vs chart: rules{diff}");
+        }
+    }
 
-    // No other file under config/ defines roles, and no kustomize transformer
-    // moved them (config/default must not set `namespace:`).
-    let kust = check_rbac(&kustomize_default(), "config/default");
-    assert_eq!(kust.cluster_role, cr, "config/default ClusterRole");
-    assert_eq!(kust.role, role, "config/default Role in {NAMESPACE}");
-    assert_eq!(
-        kust.events_role, events_role,
-        "config/default Role in {EVENTS_NAMESPACE}"
-    );
+    // kustomize uses the file itself: no other file under config/ defines
+    // roles, and no transformer moved or changed them (config/default must
+    // not set `namespace:`).
+    let kust = kustomize_default();
+    check_rbac(&kust, &names, true, "config/default");
+    let kust_roles: BTreeMap<String, Value> = by_identity(&kust)
+        .into_iter()
+        .filter(|(_, d)| matches!(kind_of(d), "ClusterRole" | "Role"))
+        .collect();
+    assert_eq!(kust_roles, source, "config/default roles == {what}");
 }
 
 #[test]
 fn chart_and_kustomize_deploy_the_same_agent() {
     let chart: DaemonSet = one_of(&render_chart(&[]).docs, "DaemonSet", "chart");
     let kust: DaemonSet = one_of(&kustomize_default(), "DaemonSet", "config/default");
-    let (a, b) = (agent_container(&chart), agent_container(&kust));
-    assert_eq!(env_map(&a), env_map(&b), "env");
-    assert_eq!(
-        a.security_context, b.security_context,
-        "container securityContext"
+    let (a, b) = (chart.spec, kust.spec);
+    // The whole pod (the chart's labels and selector add Helm's own).
+    assert_same(
+        &a.template.spec,
+        &b.template.spec,
+        "agent pod, chart vs config/default",
     );
-    assert_eq!(a.ports, b.ports, "ports");
-    assert_eq!(a.liveness_probe, b.liveness_probe, "livenessProbe");
-    assert_eq!(a.readiness_probe, b.readiness_probe, "readinessProbe");
-    assert_eq!(a.resources, b.resources, "resources");
-    let (pa, pb) = (
-        chart.spec.clone().template.spec.unwrap(),
-        kust.spec.clone().template.spec.unwrap(),
-    );
-    assert_eq!(pa.host_network, pb.host_network);
-    assert_eq!(pa.dns_policy, pb.dns_policy);
-    assert_eq!(pa.tolerations, pb.tolerations);
-    assert_eq!(pa.node_selector, pb.node_selector);
-    assert_eq!(pa.priority_class_name, pb.priority_class_name);
-    assert_eq!(pa.security_context, pb.security_context);
-    assert_eq!(chart.spec.update_strategy, kust.spec.update_strategy);
+    assert_same(&a.update_strategy, &b.update_strategy, "updateStrategy");
 }
 
 #[test]
-fn kustomize_renders_with_the_real_tool() {
+fn chart_and_kustomize_deploy_the_same_controller() {
+    let chart: Deployment = one_of(&render_chart(&[]).docs, "Deployment", "chart");
+    let kust: Deployment = one_of(&kustomize_default(), "Deployment", "config/default");
+    let (a, b) = (chart.spec, kust.spec);
+    assert_same(
+        &a.template.spec,
+        &b.template.spec,
+        "controller pod, chart vs config/default",
+    );
+    assert_same(&a.strategy, &b.strategy, "strategy");
+    assert_eq!(a.replicas, b.replicas, "replicas");
+}
+
+/// `dir` rendered by the real kustomize (scripts/render-kustomize.sh), or
+/// None when none is installed (allowed outside CI only).
+fn render_with_kustomize(dir: &str) -> Option<Vec<Value>> {
     let out = Command::new("bash")
         .arg(repo("scripts/render-kustomize.sh"))
-        .arg("config/default")
+        .arg(dir)
         .output()
         .expect("run bash");
     if out.status.code() == Some(127) {
@@ -1116,31 +1801,184 @@ fn kustomize_renders_with_the_real_tool() {
             std::env::var_os("CI").is_none(),
             "CI must install kubectl or kustomize: {msg}"
         );
-        eprintln!("SKIPPED kustomize_renders_with_the_real_tool: {msg}");
-        return;
+        eprintln!("SKIPPED rendering {dir} with kustomize: {msg}");
+        return None;
     }
     assert!(
         out.status.success(),
-        "render-kustomize.sh failed: {}",
+        "render-kustomize.sh {dir} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rendered = yaml_docs(&String::from_utf8(out.stdout).unwrap(), "kustomize output");
-    check_all_typed(&rendered, "kustomize output");
-    let ds: DaemonSet = one_of(&rendered, "DaemonSet", "kustomize output");
-    check_daemonset(&ds, METRICS_PORT, "kustomize output");
-    check_rbac(&rendered, "kustomize output");
+    let rendered = yaml_docs(
+        &String::from_utf8(out.stdout).unwrap(),
+        &format!("kustomize {dir}"),
+    );
     // The test loader sees exactly what kustomize produces.
-    let (real, ours) = (by_identity(&rendered), by_identity(&kustomize_default()));
+    let (real, ours) = (
+        by_identity(&rendered),
+        by_identity(&load_kustomization(&repo(dir))),
+    );
     assert_eq!(
         real.keys().collect::<Vec<_>>(),
         ours.keys().collect::<Vec<_>>(),
-        "objects"
+        "{dir}: objects"
     );
     for (key, obj) in &real {
         if let Some(diff) = first_difference(obj, &ours[key], "") {
-            panic!("{key}: kustomize vs the test's loader: {diff}");
+            panic!("{dir}: {key}: kustomize vs the test's loader: {diff}");
         }
     }
+    Some(rendered)
+}
+
+#[test]
+fn kustomize_renders_with_the_real_tool() {
+    let Some(rendered) = render_with_kustomize("config/default") else {
+        return;
+    };
+    let what = "kustomize output";
+    check_all_typed(&rendered, what);
+    let ds: DaemonSet = one_of(&rendered, "DaemonSet", what);
+    check_daemonset(&ds, AGENT_PORT, what);
+    let d: Deployment = one_of(&rendered, "Deployment", what);
+    check_controller(&d, CONTROLLER_PORT, what);
+    check_rbac(&rendered, &Names::release(), true, what);
+    let Some(admission) = render_with_kustomize("config/admission") else {
+        return;
+    };
+    check_all_typed(&admission, "kustomize config/admission");
+    check_node_state_policy(&admission, &Names::release(), "kustomize config/admission");
+}
+
+// ------------------------------------------------------------ admission ----
+
+/// The rule of the optional admission policy: the node-name claim of the
+/// agent's token names the node state written. Spelt out here because it is
+/// the whole point of the policy: change it deliberately, in both places.
+const OWN_NODE_RULE: &str = "'authentication.kubernetes.io/node-name' in request.userInfo.extra \
+     && request.userInfo.extra['authentication.kubernetes.io/node-name'] == [object.metadata.name]";
+
+/// The optional ValidatingAdmissionPolicy and its binding: it holds the
+/// agent ServiceAccount, and only it, to its own node's IPSetNodeState, for
+/// every resource that ServiceAccount may write, in every served version.
+fn check_node_state_policy(docs: &[Value], names: &Names, what: &str) {
+    let vap: ValidatingAdmissionPolicy = one_of(docs, "ValidatingAdmissionPolicy", what);
+    let binding: ValidatingAdmissionPolicyBinding =
+        one_of(docs, "ValidatingAdmissionPolicyBinding", what);
+    let name = vap.metadata.name.clone().unwrap();
+    assert_eq!(name, format!("{}-own-node-state", names.agent()));
+    let spec = vap.spec.unwrap();
+    assert_eq!(
+        spec.failure_policy.as_deref(),
+        Some("Fail"),
+        "{what}: fails closed"
+    );
+    assert!(spec.param_kind.is_none(), "{what}: no parameters");
+
+    // Every resource the agent may write (per its grants), every operation
+    // that writes it, every served version of the CRD.
+    let writable: BTreeSet<String> = agent_grants()
+        .into_iter()
+        .filter(|(g, _, v)| {
+            g == "ipsetmgr.io" && ["create", "update", "patch"].contains(&v.as_str())
+        })
+        .map(|(_, r, _)| r)
+        .collect();
+    assert!(writable.contains("ipsetnodestates") && writable.contains("ipsetnodestates/status"));
+    let crds = crds_by_kind(&yaml_docs(&read("crds/ipsetmgr.yaml"), "crds"), "crds");
+    let versions: Vec<String> = crds["IPSetNodeState"]
+        .spec
+        .versions
+        .iter()
+        .filter(|v| v.served)
+        .map(|v| v.name.clone())
+        .collect();
+    let mc = spec.match_constraints.clone().expect("matchConstraints");
+    assert_eq!(mc.match_policy.as_deref(), Some("Equivalent"));
+    let rules = mc.resource_rules.unwrap_or_default();
+    for res in &writable {
+        for op in ["CREATE", "UPDATE"] {
+            for version in &versions {
+                let covered = rules.iter().any(|r| {
+                    let has = |l: &Option<Vec<String>>, x: &str| {
+                        l.as_deref().unwrap_or_default().iter().any(|y| y == x)
+                    };
+                    has(&r.api_groups, "ipsetmgr.io")
+                        && has(&r.api_versions, version)
+                        && has(&r.operations, op)
+                        && has(&r.resources, res)
+                });
+                assert!(covered, "{what}: {op} of {res} ({version}) is not matched");
+            }
+        }
+    }
+
+    // Only the agents' requests, and the rule itself.
+    let conditions = spec.match_conditions.unwrap_or_default();
+    assert_eq!(conditions.len(), 1, "{what}: matchConditions");
+    assert_eq!(
+        conditions[0].expression,
+        format!(
+            "request.userInfo.username == 'system:serviceaccount:{NAMESPACE}:{}'",
+            names.agent()
+        ),
+        "{what}: matches the agent ServiceAccount's requests only"
+    );
+    let validations = spec.validations.unwrap_or_default();
+    assert_eq!(validations.len(), 1, "{what}: validations");
+    assert_eq!(validations[0].expression, OWN_NODE_RULE, "{what}: the rule");
+    assert!(validations[0].message.is_some(), "{what}: a message");
+
+    let b = binding.spec;
+    assert_eq!(b.policy_name, name, "{what}: binding");
+    assert_eq!(
+        b.validation_actions,
+        vec!["Deny".to_string()],
+        "{what}: the binding denies"
+    );
+    assert!(
+        b.param_ref.is_none() && b.match_resources.is_none(),
+        "{what}: the binding applies the policy as it is"
+    );
+}
+
+#[test]
+fn node_state_admission_policy_is_optional_and_holds_agents_to_their_node() {
+    let what = "chart with nodeStateAdmissionPolicy";
+    let values: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/values.yaml")).unwrap();
+    assert_eq!(
+        values["nodeStateAdmissionPolicy"]["enabled"], false,
+        "off by default: it needs Kubernetes 1.30+"
+    );
+    let r = render_chart(&[("nodeStateAdmissionPolicy.enabled", json!(true))]);
+    check_all_typed(&r.docs, what);
+    check_node_state_policy(&r.docs, &Names::release(), what);
+    check_rbac(&r.docs, &Names::release(), true, what);
+
+    // With another name, the policy follows the agent's ServiceAccount.
+    let r = render_chart(&[
+        ("nodeStateAdmissionPolicy.enabled", json!(true)),
+        ("fullnameOverride", json!("ipsm")),
+    ]);
+    check_node_state_policy(&r.docs, &Names("ipsm".into()), "chart, fullnameOverride");
+
+    // kustomize users get the same objects from config/admission.
+    let kust = load_kustomization(&repo("config/admission"));
+    let what = "config/admission";
+    check_all_typed(&kust, what);
+    check_node_state_policy(&kust, &Names::release(), what);
+    let chart =
+        by_identity(&render_chart(&[("nodeStateAdmissionPolicy.enabled", json!(true))]).docs);
+    let kust = by_identity(&kust);
+    for (id, obj) in &kust {
+        let other = chart
+            .get(id)
+            .unwrap_or_else(|| panic!("{what}: {id} is not in the chart"));
+        if let Some(diff) = first_difference(&obj["spec"], &other["spec"], "") {
+            panic!("{id}: {what} vs chart: spec{diff}");
+        }
+    }
+    assert_eq!(kust.len(), 2, "{what}: the policy and its binding");
 }
 
 #[test]
@@ -1208,12 +2046,23 @@ fn dockerfile_builds_the_agent_image() {
     let cook = d.find("cargo chef cook --release --locked").expect("cook");
     let sources = d.rfind("COPY . .").expect("sources");
     assert!(d.contains("cargo chef prepare --recipe-path recipe.json"));
-    assert!(cook < sources, "dependencies are built before the sources are copied");
+    assert!(
+        cook < sources,
+        "dependencies are built before the sources are copied"
+    );
     assert!(d.contains("ipset ca-certificates"));
     assert!(d.contains("USER root"));
     assert!(
         d.trim_end()
             .ends_with(r#"ENTRYPOINT ["/usr/local/bin/ipsetmgr", "agent"]"#)
+    );
+    // The controller runs the same image with the binary as its command.
+    assert!(d.contains("COPY --from=builder /out/ipsetmgr /usr/local/bin/ipsetmgr"));
+    let c: Deployment = one_of(&render_chart(&[]).docs, "Deployment", "chart");
+    assert_eq!(
+        controller_container(&c).command,
+        Some(vec!["/usr/local/bin/ipsetmgr".to_string()]),
+        "the controller's command is the image's binary"
     );
     let ignore: Vec<String> = read(".dockerignore").lines().map(str::to_string).collect();
     assert!(ignore.contains(&"target".to_string()) && ignore.contains(&".git".to_string()));
@@ -1237,4 +2086,17 @@ fn e2e_kind_cluster_has_an_edge_worker() {
         .status()
         .unwrap();
     assert!(syntax.success(), "e2e/run.sh has a bash syntax error");
+    // It waits for both components, under the names the chart gives them.
+    let run = read("e2e/run.sh");
+    let names = Names::release();
+    assert!(run.contains(&format!("RELEASE=\"{RELEASE}\"")));
+    assert_eq!(names.controller(), format!("{RELEASE}-controller"));
+    for wait in [
+        "rollout status \"daemonset/$RELEASE\"",
+        "rollout status \"deployment/$CONTROLLER\"",
+        "wait --for=condition=Available \"deployment/$CONTROLLER\"",
+    ] {
+        assert!(run.contains(wait), "e2e/run.sh does not {wait}");
+    }
+    assert!(run.contains("CONTROLLER=\"$RELEASE-controller\""));
 }

@@ -31,9 +31,9 @@ fuzz_target!(|data: &[u8]| {
     };
     let text = String::from_utf8_lossy(rest);
     let loaded = if format % 2 == 1 {
-        parse_policies(&text, Path::new("fuzz.yaml"))
+        parse_policies(&text, Path::new("fuzz.yaml")).map(|l| l.policies)
     } else {
-        parse_json_policies(&text, Path::new("fuzz.json"))
+        parse_json_policies(&text, Path::new("fuzz.json")).map(|l| l.policies)
     };
     let policies = match loaded {
         Ok(p) => p,

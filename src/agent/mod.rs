@@ -1,17 +1,17 @@
 //! Cluster mode: the per-node agent (see `docs/architecture.md`).
 //!
-//! - [`controller`]: the event loop (policy and node watches, debounced
-//!   recompiles, status entries, Warning events).
-//! - [`worker`]: the manager on a dedicated thread, with periodic resyncs.
-//! - [`status`]: this node's `status.nodes[]` entries and their SSA bodies.
-//! - [`leader`]: the Lease-elected summary writer and entry collector.
-//! - [`metrics`]: Prometheus metrics and health/readiness facts.
+//! - [`inputs`]: what it watches (policies, slices, its Node, the CRDs);
+//! - [`store`]: what it keeps of them, compactly;
+//! - [`event_loop`]: recompiles and hands desired states to the kernel side;
+//! - [`node_state`]: this node's `IPSetNodeState` and the task writing it;
+//! - [`worker`]: the kernel side's reports back into the loop;
+//! - [`metrics`]: Prometheus metrics and health facts.
 
-pub mod controller;
-pub mod kind_guard;
-pub mod leader;
+pub mod event_loop;
+pub mod inputs;
 pub mod metrics;
-pub mod status;
+pub mod node_state;
+pub mod store;
 pub mod worker;
 
 #[cfg(test)]
@@ -19,15 +19,14 @@ mod tests;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, CustomResourceExt};
 
 use crate::args::defaults;
+use crate::cluster::client::{make_client, shutdown_signal};
 use crate::kernel::{KernelOptions, KernelSide};
 use crate::manager::driver::DriverConfig;
-use crate::policy::IPSetPolicy;
 
 /// Flags of `ipsetmgr agent` (the global flags set the kernel side).
 #[derive(Clone, Debug, clap::Args)]
@@ -43,51 +42,15 @@ pub struct AgentConfig {
     /// Address of the /healthz, /readyz and /metrics listener.
     #[arg(long, env = "IPSETMGR_LISTEN", default_value = defaults::LISTEN)]
     pub listen: SocketAddr,
-    /// Namespace of the summary-writer Lease.
-    #[arg(long, env = "POD_NAMESPACE", default_value = defaults::NAMESPACE)]
-    pub lease_namespace: String,
-}
-
-/// The CRD as YAML (what `ipsetmgr crd` prints and `crds/` holds).
-pub fn crd_yaml() -> String {
-    let crd = IPSetPolicy::crd();
-    serde_saphyr::to_string(&crd).expect("the CRD serializes")
-}
-
-async fn make_client(config: &AgentConfig) -> anyhow::Result<Client> {
-    match &config.kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                .await
-                .context("loading kubeconfig")?;
-            Ok(Client::try_from(cfg)?)
-        }
-        None => Ok(Client::try_default()
-            .await
-            .context("no in-cluster config or kubeconfig")?),
-    }
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for SIGTERM");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
-    }
+    /// Time between heartbeats of this node's IPSetNodeState: the
+    /// controller counts a node whose heartbeat is older than three of
+    /// these as not synced.
+    #[arg(long, env = "IPSETMGR_HEARTBEAT_INTERVAL", default_value = defaults::HEARTBEAT_INTERVAL, value_parser = crate::duration::parse_positive)]
+    pub heartbeat_interval: Duration,
 }
 
 /// Run the agent until SIGTERM/SIGINT. The kernel is never touched on the
-/// way out: watchers stop, the current apply finishes, the process exits.
+/// way out: watches stop, the current apply finishes, the process exits.
 pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Result<()> {
     anyhow::ensure!(
         !config.node_name.is_empty(),
@@ -95,7 +58,7 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
     );
     let naming = kernel.naming.clone();
     let resync_interval = config.resync.interval;
-    let client = make_client(&config).await?;
+    let client = make_client(config.kubeconfig.as_deref()).await?;
     let shared = metrics::Shared::new(resync_interval);
     // The kernel side first: it takes the writer lock and opens the
     // dataplane, and either failing is a reason not to start at all.
@@ -114,28 +77,39 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(crate::server::serve(
-        listener,
-        shared.clone(),
-        stop_rx.clone(),
-    ));
+    let server = tokio::spawn(crate::server::serve(listener, shared.clone(), stop_rx));
 
-    let leader = tokio::spawn(leader::run(
+    let (status_tx, status_rx) = tokio::sync::watch::channel(None);
+    let writer = tokio::spawn(node_state::run_writer(
         client.clone(),
-        leader::LeaderSettings::new(&config.node_name, &config.lease_namespace),
+        node_state::WriterSettings {
+            node: config.node_name.clone(),
+            heartbeat: config.heartbeat_interval,
+            min_interval: Duration::from_secs(1),
+            retry: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+        },
+        status_rx,
         shared.clone(),
-        stop_rx,
     ));
 
-    let observed = controller::Observed::default();
-    let inputs = controller::watch_inputs(client.clone(), &config.node_name, observed.clone());
-    let settings = controller::Settings::new(&config.node_name, naming);
-    tracing::info!(node = %config.node_name, listen = %config.listen, "agent starting");
-    let agent = controller::Agent::new(client, settings, kernel, reports, shared, observed);
+    let crds = inputs::guarded_crds();
+    let inputs = inputs::watch_inputs(client, &config.node_name);
+    let settings = event_loop::Settings::new(naming, config.heartbeat_interval);
+    tracing::info!(node = %config.node_name, listen = %config.listen, version = env!("CARGO_PKG_VERSION"), "agent starting");
+    let agent = event_loop::Agent::new(
+        settings,
+        &crds,
+        Box::new(kernel),
+        reports,
+        status_tx,
+        shared,
+    );
     agent.run(inputs, shutdown_signal()).await;
 
+    // The loop dropped the status sender: the writer ends.
+    let _ = writer.await;
     let _ = stop_tx.send(true);
-    let _ = leader.await;
     let _ = server.await;
     tracing::info!("agent stopped");
     Ok(())

@@ -10,7 +10,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::Shared;
 use crate::manager::driver::Observer;
-pub use crate::manager::driver::{Command, Report};
+use crate::manager::driver::Report;
 
 /// Forwards the driver's reports to the event loop.
 pub struct Forward {

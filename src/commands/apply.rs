@@ -13,6 +13,8 @@ use crate::policy::PolicyError;
 
 pub struct ApplyArgs {
     pub paths: Vec<PathBuf>,
+    /// Plain member lists added to policies.
+    pub members: Vec<super::MembersFile>,
     pub dry_run: bool,
     pub prune: bool,
     /// `Some`: evaluate nodeSelectors against these labels.
@@ -35,7 +37,13 @@ pub fn apply(
     args: &ApplyArgs,
     out: &mut dyn Write,
 ) -> io::Result<bool> {
-    let mut files = load(&args.paths, &naming, args.labels.as_ref(), false);
+    let mut files = load(
+        &args.paths,
+        &args.members,
+        &naming,
+        args.labels.as_ref(),
+        false,
+    );
     for e in &files.load_errors {
         writeln!(out, "error: {e}")?;
     }

@@ -227,6 +227,7 @@ impl Source<'_> {
         self.loaded = fingerprint(&self.args.policy_dir);
         let files = load(
             std::slice::from_ref(&self.args.policy_dir),
+            &[],
             self.naming,
             self.args.labels.as_ref(),
             true,

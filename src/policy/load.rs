@@ -11,7 +11,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::spec::{IPSetPolicy, IPSetPolicySpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use crate::api::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, integer};
+use crate::api::{IPSetMemberSlice, IPSetMemberSliceSpec, POLICY_LABEL};
+use crate::ipset::SetType;
 use kube::Resource;
 
 /// The most bytes read from one policy file. A million IPv4 members are
@@ -52,6 +56,22 @@ pub enum LoadError {
     Json { path: PathBuf, message: String },
     #[error("{0}: no policy files (*.yaml, *.yml, *.json) found")]
     Empty(PathBuf),
+    #[error(
+        "{path}: IPSetMemberSlice {slice:?} belongs to policy {policy:?}, which no policy file defines"
+    )]
+    OrphanSlice {
+        path: PathBuf,
+        slice: String,
+        policy: String,
+    },
+    #[error("IPSetMemberSlice {slice:?} is defined twice: in {first} and in {second}")]
+    DuplicateSlice {
+        slice: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    #[error("members of policy {policy:?}: {message}")]
+    MemberList { policy: String, message: String },
 }
 
 /// One document of a policy file. Unknown fields are errors: a typo such as
@@ -62,17 +82,68 @@ struct Document {
     api_version: Option<String>,
     kind: Option<String>,
     metadata: Option<Metadata>,
-    spec: Option<IPSetPolicySpec>,
+    spec: Option<AnySpec>,
 }
 
-/// What a policy file's metadata may say. Labels and annotations are
-/// accepted (and ignored) so a manifest written for the cluster also loads.
+/// A document's spec before its kind is known: the fields of an
+/// IPSetPolicy's spec, of which an IPSetMemberSlice's is a part (its
+/// members). Read in one pass, so a big list is never buffered to be read
+/// again; each kind then refuses what is not its own.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AnySpec {
+    #[serde(rename = "type")]
+    set_type: Option<SetType>,
+    family: Option<FamilySpec>,
+    #[serde(default)]
+    members: Vec<String>,
+    node_selector: Option<LabelSelector>,
+    #[serde(default, deserialize_with = "integer")]
+    max_elem: Option<u32>,
+    #[serde(default, deserialize_with = "integer")]
+    hash_size: Option<u32>,
+}
+
+impl AnySpec {
+    fn into_policy(self) -> Result<IPSetPolicySpec, String> {
+        let set_type = self.set_type.ok_or("spec.type is required")?;
+        Ok(IPSetPolicySpec {
+            set_type,
+            family: self.family.unwrap_or_default(),
+            members: self.members,
+            node_selector: self.node_selector,
+            max_elem: self.max_elem,
+            hash_size: self.hash_size,
+        })
+    }
+
+    fn into_slice(self) -> Result<IPSetMemberSliceSpec, String> {
+        let extra = [
+            ("type", self.set_type.is_some()),
+            ("family", self.family.is_some()),
+            ("nodeSelector", self.node_selector.is_some()),
+            ("maxElem", self.max_elem.is_some()),
+            ("hashSize", self.hash_size.is_some()),
+        ];
+        if let Some((field, _)) = extra.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "spec.{field} is not a field of an IPSetMemberSlice (only members; the policy says the rest)"
+            ));
+        }
+        Ok(IPSetMemberSliceSpec {
+            members: self.members,
+        })
+    }
+}
+
+/// What a policy file's metadata may say. Labels (a slice's names its
+/// policy) and annotations are accepted, so a manifest written for the
+/// cluster also loads.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Metadata {
     name: Option<String>,
     #[serde(default)]
-    #[allow(dead_code)]
     labels: BTreeMap<String, String>,
     #[serde(default)]
     #[allow(dead_code)]
@@ -84,6 +155,22 @@ struct Metadata {
 pub struct LoadedPolicy {
     pub policy: IPSetPolicy,
     pub source: PathBuf,
+}
+
+/// A member slice from a file, with the policy its label names.
+#[derive(Clone, Debug)]
+pub struct LoadedSlice {
+    pub name: String,
+    pub policy: String,
+    pub members: Vec<String>,
+    pub source: PathBuf,
+}
+
+/// What one file (or text) holds.
+#[derive(Clone, Debug, Default)]
+pub struct Loaded {
+    pub policies: Vec<LoadedPolicy>,
+    pub slices: Vec<LoadedSlice>,
 }
 
 /// The policy files under one path, and what could not be used.
@@ -206,7 +293,7 @@ pub fn policy_files(path: &Path) -> Found {
     found
 }
 
-fn yaml_options() -> serde_saphyr::Options {
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
     // Policies may carry millions of members: raise the node and scalar
     // budgets (the defaults protect configs of a few hundred thousand nodes)
     // while keeping every other protection of the parser.
@@ -226,16 +313,17 @@ fn yaml_options() -> serde_saphyr::Options {
 
 /// A parser message, bounded: parsers quote input, and a policy file may
 /// hold a megabyte on one line.
-fn bounded(message: String) -> String {
+pub(crate) fn bounded(message: String) -> String {
     crate::logging::bounded(&message, MAX_MESSAGE_LEN).into_owned()
 }
 
-fn strip_bom(text: &str) -> &str {
+pub(crate) fn strip_bom(text: &str) -> &str {
     text.strip_prefix('\u{feff}').unwrap_or(text)
 }
 
-/// Parse every `IPSetPolicy` document of one YAML text.
-pub fn parse_policies(text: &str, path: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
+/// Parse every `IPSetPolicy` and `IPSetMemberSlice` document of one YAML
+/// text.
+pub fn parse_policies(text: &str, path: &Path) -> Result<Loaded, LoadError> {
     let docs: Vec<Option<Document>> =
         serde_saphyr::from_multiple_with_options(strip_bom(text), yaml_options()).map_err(|e| {
             LoadError::Yaml {
@@ -248,8 +336,8 @@ pub fn parse_policies(text: &str, path: &Path) -> Result<Vec<LoadedPolicy>, Load
     policies_of(docs.into_iter().flatten().collect(), path)
 }
 
-/// Parse a JSON text: one policy object, or an array of them.
-pub fn parse_json_policies(text: &str, path: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
+/// Parse a JSON text: one policy (or slice) object, or an array of them.
+pub fn parse_json_policies(text: &str, path: &Path) -> Result<Loaded, LoadError> {
     let text = strip_bom(text);
     let docs = if text.trim_start().starts_with('[') {
         serde_json::from_str::<Vec<Document>>(text)
@@ -263,15 +351,16 @@ pub fn parse_json_policies(text: &str, path: &Path) -> Result<Vec<LoadedPolicy>,
     policies_of(docs, path)
 }
 
-fn policies_of(docs: Vec<Document>, path: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
+fn policies_of(docs: Vec<Document>, path: &Path) -> Result<Loaded, LoadError> {
     if docs.is_empty() {
         return Err(LoadError::NoPolicies {
             path: path.to_path_buf(),
         });
     }
     let api_version = IPSetPolicy::api_version(&());
-    let kind = IPSetPolicy::kind(&());
-    let mut out = Vec::with_capacity(docs.len());
+    let policy_kind = IPSetPolicy::kind(&());
+    let slice_kind = IPSetMemberSlice::kind(&());
+    let mut out = Loaded::default();
     for (i, doc) in docs.into_iter().enumerate() {
         let index = i + 1;
         let bad = |message: String| LoadError::Document {
@@ -279,17 +368,21 @@ fn policies_of(docs: Vec<Document>, path: &Path) -> Result<Vec<LoadedPolicy>, Lo
             index,
             message,
         };
-        if doc.api_version.as_deref() != Some(&*api_version) || doc.kind.as_deref() != Some(&*kind)
+        let kind = doc.kind.as_deref().unwrap_or_default();
+        if doc.api_version.as_deref() != Some(&*api_version)
+            || (kind != policy_kind && kind != slice_kind)
         {
             return Err(bad(format!(
-                "expected apiVersion {api_version} and kind {kind}, found {} {}",
+                "expected apiVersion {api_version} and kind {policy_kind} or {slice_kind}, found {} {}",
                 doc.api_version.as_deref().map_or("(none)", shorten),
                 doc.kind.as_deref().map_or("(none)", shorten)
             )));
         }
-        let name = doc
+        let metadata = doc
             .metadata
-            .and_then(|m| m.name)
+            .ok_or_else(|| bad("metadata.name is required".into()))?;
+        let name = metadata
+            .name
             .ok_or_else(|| bad("metadata.name is required".into()))?;
         if name.len() > MAX_NAME_LEN {
             return Err(bad(format!(
@@ -300,11 +393,27 @@ fn policies_of(docs: Vec<Document>, path: &Path) -> Result<Vec<LoadedPolicy>, Lo
         }
         let spec = doc
             .spec
-            .ok_or_else(|| bad(format!("policy {name:?} has no spec")))?;
-        out.push(LoadedPolicy {
-            policy: IPSetPolicy::new(&name, spec),
-            source: path.to_path_buf(),
-        });
+            .ok_or_else(|| bad(format!("{kind} {name:?} has no spec")))?;
+        if kind == policy_kind {
+            let spec = spec.into_policy().map_err(&bad)?;
+            out.policies.push(LoadedPolicy {
+                policy: IPSetPolicy::new(&name, spec),
+                source: path.to_path_buf(),
+            });
+        } else {
+            let policy = metadata.labels.get(POLICY_LABEL).cloned().ok_or_else(|| {
+                bad(format!(
+                    "slice {name:?} has no label {POLICY_LABEL} naming its policy"
+                ))
+            })?;
+            let spec = spec.into_slice().map_err(&bad)?;
+            out.slices.push(LoadedSlice {
+                name,
+                policy,
+                members: spec.members,
+                source: path.to_path_buf(),
+            });
+        }
     }
     Ok(out)
 }
@@ -330,7 +439,7 @@ pub fn load_policies(path: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
     }
     let mut all = Vec::new();
     for f in found.files {
-        all.extend(load_file(&f)?);
+        all.extend(load_file(&f)?.policies);
     }
     Ok(all)
 }
@@ -338,7 +447,7 @@ pub fn load_policies(path: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
 /// Read at most [`MAX_FILE_BYTES`] of a regular file. The file is opened
 /// non-blocking, so a FIFO put in its place after the directory walk cannot
 /// hang the caller either; anything but a regular file is refused.
-fn read_bounded(f: &Path) -> Result<Vec<u8>, LoadError> {
+pub(crate) fn read_bounded(f: &Path) -> Result<Vec<u8>, LoadError> {
     let io = |source| LoadError::Io {
         path: f.to_path_buf(),
         source,
@@ -355,21 +464,37 @@ fn read_bounded(f: &Path) -> Result<Vec<u8>, LoadError> {
             kind: file_kind(&meta),
         });
     }
-    let mut bytes = Vec::with_capacity(meta.len().min(MAX_FILE_BYTES) as usize + 1);
-    file.take(MAX_FILE_BYTES + 1)
+    read_limited(file, f, meta.len())
+}
+
+/// Read at most [`MAX_FILE_BYTES`] from `reader` (an opened file, or
+/// standard input, which has no size to check first); `path` names it in
+/// errors and `size_hint` sizes the buffer.
+pub(crate) fn read_limited(
+    reader: impl Read,
+    path: &Path,
+    size_hint: u64,
+) -> Result<Vec<u8>, LoadError> {
+    let mut bytes = Vec::with_capacity(size_hint.min(MAX_FILE_BYTES) as usize + 1);
+    reader
+        .take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(io)?;
+        .map_err(|source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(LoadError::TooLarge {
-            path: f.to_path_buf(),
+            path: path.to_path_buf(),
             limit: MAX_FILE_BYTES,
         });
     }
     Ok(bytes)
 }
 
-/// Load the policies of one file: JSON for `*.json`, YAML otherwise.
-pub fn load_file(f: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
+/// Load the policies and slices of one file: JSON for `*.json`, YAML
+/// otherwise.
+pub fn load_file(f: &Path) -> Result<Loaded, LoadError> {
     let bytes = read_bounded(f)?;
     let text = std::str::from_utf8(&bytes).map_err(|e| LoadError::NotUtf8 {
         path: f.to_path_buf(),
@@ -390,7 +515,7 @@ mod tests {
     #[test]
     fn multi_document_files_parse() {
         let text = "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {name: a}\nspec: {type: hash:ip, members: [10.0.0.1]}\n---\napiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {name: b}\nspec:\n  type: hash:net\n  family: Dual\n  members: [\"::/0\"]\n";
-        let got = parse_policies(text, Path::new("x.yaml")).unwrap();
+        let got = parse_policies(text, Path::new("x.yaml")).unwrap().policies;
         assert_eq!(got.len(), 2);
         assert_eq!(got[1].policy.spec.set_type, SetType::HashNet);
         assert_eq!(got[1].policy.metadata.name.as_deref(), Some("b"));
@@ -400,11 +525,16 @@ mod tests {
     fn json_object_and_array_parse() {
         let one = r#"{"apiVersion":"ipsetmgr.io/v1alpha1","kind":"IPSetPolicy","metadata":{"name":"j"},"spec":{"type":"hash:ip","members":["10.0.0.1"]}}"#;
         assert_eq!(
-            parse_json_policies(one, Path::new("j.json")).unwrap().len(),
+            parse_json_policies(one, Path::new("j.json"))
+                .unwrap()
+                .policies
+                .len(),
             1
         );
         let many = format!("[{one},{}]", one.replace("\"j\"", "\"k\""));
-        let got = parse_json_policies(&many, Path::new("j.json")).unwrap();
+        let got = parse_json_policies(&many, Path::new("j.json"))
+            .unwrap()
+            .policies;
         assert_eq!(got[1].policy.metadata.name.as_deref(), Some("k"));
         let e = parse_json_policies("{\"kind\":", Path::new("bad.json")).unwrap_err();
         assert!(e.to_string().starts_with("bad.json: "), "{e}");
@@ -413,7 +543,7 @@ mod tests {
     const HEAD: &str = "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {name: a}\n";
 
     fn yaml(body: &str) -> Result<Vec<LoadedPolicy>, LoadError> {
-        parse_policies(&format!("{HEAD}{body}"), Path::new("p.yaml"))
+        parse_policies(&format!("{HEAD}{body}"), Path::new("p.yaml")).map(|l| l.policies)
     }
 
     #[test]
@@ -440,7 +570,13 @@ mod tests {
         assert!(parse_json_policies("", Path::new("e.json")).is_err());
         // An empty document next to a policy is just a separator.
         let two = format!("---\n{HEAD}spec: {{type: hash:ip}}\n---\n");
-        assert_eq!(parse_policies(&two, Path::new("x.yaml")).unwrap().len(), 1);
+        assert_eq!(
+            parse_policies(&two, Path::new("x.yaml"))
+                .unwrap()
+                .policies
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -494,10 +630,19 @@ mod tests {
     #[test]
     fn a_byte_order_mark_is_accepted_in_yaml_and_json() {
         let y = format!("\u{feff}{HEAD}spec: {{type: hash:ip}}\n");
-        assert_eq!(parse_policies(&y, Path::new("b.yaml")).unwrap().len(), 1);
+        assert_eq!(
+            parse_policies(&y, Path::new("b.yaml"))
+                .unwrap()
+                .policies
+                .len(),
+            1
+        );
         let j = "\u{feff}{\"apiVersion\":\"ipsetmgr.io/v1alpha1\",\"kind\":\"IPSetPolicy\",\"metadata\":{\"name\":\"j\"},\"spec\":{\"type\":\"hash:ip\"}}";
         assert_eq!(
-            parse_json_policies(j, Path::new("b.json")).unwrap().len(),
+            parse_json_policies(j, Path::new("b.json"))
+                .unwrap()
+                .policies
+                .len(),
             1
         );
     }

@@ -1,13 +1,13 @@
-//! The `IPSetPolicy` resource, loading it from files, and compiling it into
-//! the desired kernel sets of one node.
+//! Policies as the kernel side needs them: loading them (and plain member
+//! lists) from files, and compiling them (with their member slices) into
+//! the desired kernel sets of one node. The resource types themselves are
+//! in `crate::api`.
 
 pub mod compile;
 pub mod load;
+pub(crate) mod member_list;
 pub(crate) mod selector;
-pub mod spec;
 
+pub use crate::api::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec};
 pub use compile::{Compiled, DesiredSet, PolicyError, PolicyErrorKind, compile};
 pub use load::{LoadError, LoadedPolicy, load_policies};
-pub use spec::{
-    FamilySpec, IPSetPolicy, IPSetPolicySpec, IPSetPolicyStatus, NodeStatus, StatusSummary,
-};

@@ -339,6 +339,42 @@ impl MemberSet {
         out
     }
 
+    /// The union of `parts` (all of `kind`), and how many members were in
+    /// more than one part. Packed parts are merged as integers: the union of
+    /// a policy's member slices costs one sort of the packed values, not a
+    /// hash insert per member.
+    pub fn union(kind: SetKind, parts: &[&MemberSet]) -> (MemberSet, usize) {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if packable(kind) && parts.iter().all(|p| p.kind == kind) {
+            let mut v: Vec<u64> = Vec::with_capacity(total);
+            for p in parts {
+                match &p.store {
+                    Store::Sorted(s) => v.extend_from_slice(s),
+                    Store::Packed(s) => v.extend(s.iter().copied()),
+                    Store::Full(_) => {}
+                }
+            }
+            v.sort_unstable();
+            v.dedup();
+            let dups = total - v.len();
+            return (
+                MemberSet {
+                    kind,
+                    store: Store::Sorted(v),
+                },
+                dups,
+            );
+        }
+        let mut out = MemberSet::with_capacity(kind, total);
+        for p in parts {
+            for m in p.iter() {
+                out.insert(m);
+            }
+        }
+        let dups = total - out.len();
+        (out, dups)
+    }
+
     /// Sorted canonical strings: for stable output and tests.
     pub fn sorted_strings(&self) -> Vec<String> {
         let mut v: Vec<Member> = self.iter().collect();
@@ -555,6 +591,32 @@ mod tests {
         assert_eq!(found[0].0.to_string(), "2001:db8::/32");
         assert_eq!(found[0].1.to_string(), "2001:db8::/32 nomatch");
         assert!(full.nomatch_conflicts(0).is_empty());
+    }
+
+    #[test]
+    fn unions_merge_packed_and_full_parts() {
+        let k = v4(SetType::HashIp);
+        let ip = |s: &str| Member::Ip(s.parse().unwrap());
+        let mut b = MemberSetBuilder::with_capacity(k, 2);
+        b.push(ip("10.0.0.2"));
+        b.push(ip("10.0.0.1"));
+        let (sorted, _) = b.finish();
+        let hashed = MemberSet::from_members(k, [ip("10.0.0.2"), ip("10.0.0.3")]);
+        let (u, dups) = MemberSet::union(k, &[&sorted, &hashed]);
+        assert_eq!(dups, 1);
+        assert_eq!(u.sorted_strings(), ["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+        let k6 = SetKind::new(SetType::HashIp, Some(Family::V6));
+        let a = MemberSet::from_members(k6, [Member::Ip("::1".parse().unwrap())]);
+        let b = MemberSet::from_members(
+            k6,
+            [
+                Member::Ip("::1".parse().unwrap()),
+                Member::Ip("::2".parse().unwrap()),
+            ],
+        );
+        let (u, dups) = MemberSet::union(k6, &[&a, &b]);
+        assert_eq!((u.len(), dups), (2, 1));
+        assert!(MemberSet::union(k, &[]).0.is_empty());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The `IPSetPolicy` resource: one Rust type for the CRD and for policy files.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::ipset::SetType;
 
 /// Which address families a policy's sets are created for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum FamilySpec {
     /// IPv4 sets only.
     #[default]
@@ -27,13 +27,17 @@ pub enum FamilySpec {
     kind = "IPSetPolicy",
     plural = "ipsetpolicies",
     shortname = "ipsp",
-    doc = "Kernel ipsets that the ipsetmgr agent keeps on every selected node, with per-node sync status.",
+    category = "ipsetmgr",
+    doc = "Kernel ipsets that ipsetmgr keeps on every selected node. Members come from spec.members and from IPSetMemberSlices labelled ipsetmgr.io/policy=<name>; the controller reports Valid and Ready conditions and a bounded summary.",
     status = "IPSetPolicyStatus",
     printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.type"}"#,
     printcolumn = r#"{"name":"Family","type":"string","jsonPath":".spec.family"}"#,
-    printcolumn = r#"{"name":"Synced","type":"string","description":"Selected nodes whose kernel holds the policy, of all selected","jsonPath":".status.summary.syncedText"}"#,
-    printcolumn = r#"{"name":"Problems","type":"integer","description":"Discrepancies repaired by the last resync, summed over nodes","jsonPath":".status.summary.problems"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Synced","type":"string","description":"Selected nodes whose kernel holds the current generation, of all selected","jsonPath":".status.summary.syncedText"}"#,
+    printcolumn = r#"{"name":"Problems","type":"integer","description":"Discrepancies repaired by the last resyncs, summed over nodes","jsonPath":".status.summary.problems"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Members","type":"integer","priority":1,"jsonPath":".status.summary.members"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -53,7 +57,7 @@ pub struct IPSetPolicySpec {
     /// Set members in ipset syntax: addresses (hash:ip), CIDRs (hash:net, with an
     /// optional " nomatch"), "ADDRESS,PROTO:PORT" (hash:ip,port), MAC addresses
     /// (hash:mac) or names of other IPSetPolicies (list:set). Host names are
-    /// rejected.
+    /// rejected. More members can come in IPSetMemberSlices.
     #[serde(default)]
     #[schemars(schema_with = "members_schema")]
     pub members: Vec<String>,
@@ -83,7 +87,7 @@ pub struct IPSetPolicySpec {
 /// An optional u32 written as a number. A quoted `"100"` is refused: YAML
 /// would read it as a string everywhere else, and the schema says integer.
 /// Numbers out of range are refused with the value and the bound.
-fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+pub(crate) fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     struct Visitor;
     impl serde::de::Visitor<'_> for Visitor {
         type Value = Option<u32>;
@@ -110,11 +114,11 @@ fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Err
     d.deserialize_any(Visitor)
 }
 
-/// Schema of `spec.members`: printable ASCII without spaces (an optional
-/// trailing " nomatch" aside), at most 253 characters each. This is a cheap
-/// first line of defence; every member is still parsed by the agent. No
-/// maxItems: `maxElem` governs the count.
-fn members_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+/// Schema of `spec.members` (of policies and slices): printable ASCII
+/// without spaces (an optional trailing " nomatch" aside), at most 253
+/// characters each. This is a cheap first line of defence; every member is
+/// still parsed. No maxItems: `maxElem` governs the count.
+pub(crate) fn members_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "description": "Set members in ipset syntax: addresses (hash:ip), CIDRs (hash:net, with an optional \" nomatch\"), \"ADDRESS,PROTO:PORT\" (hash:ip,port), MAC addresses (hash:mac) or names of other IPSetPolicies (list:set). Host names are rejected.",
         "type": "array",
@@ -126,79 +130,51 @@ fn members_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
-/// Schema of `status.nodes`: a list-map keyed by nodeName, so each agent
-/// owns its own entry under server-side apply.
-fn node_status_list_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    let mut items = generator.subschema_for::<NodeStatus>();
-    // Inline the item schema: CRD schemas cannot use $ref.
-    if items.get("$ref").is_some() {
-        items = NodeStatus::json_schema(generator);
-    }
-    schemars::json_schema!({
-        "description": "One entry per selected node, each written by that node's agent (server-side apply, field manager ipsetmgr-agent-<node>).",
-        "type": "array",
-        "x-kubernetes-list-type": "map",
-        "x-kubernetes-list-map-keys": ["nodeName"],
-        "items": items
-    })
+/// Schema of `status.conditions`: the standard condition list, a list-map
+/// keyed by `type` (server-side apply merges entries by it).
+fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    crate::api::list_map_schema::<Condition>(
+        generator,
+        "type",
+        "Valid (the policy and its slices compile) and Ready (every selected node holds the current generation, with a fresh heartbeat).",
+    )
 }
 
-/// Observed state, written by the agents.
+/// Observed state, written by the controller only.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IPSetPolicyStatus {
-    /// One entry per selected node, each written by that node's agent.
+    /// The generation the controller last looked at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Valid and Ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "node_status_list_schema")]
-    pub nodes: Vec<NodeStatus>,
-    /// Totals over `nodes`, written by one elected agent.
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// Totals over the selected nodes, of bounded size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<StatusSummary>,
 }
 
-/// The state of a policy's sets on one node.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeStatus {
-    /// The node this entry describes (the list key).
-    #[schemars(length(min = 1, max = 253))]
-    pub node_name: String,
-    /// The policy generation the node last applied.
-    #[serde(default)]
-    pub observed_generation: i64,
-    /// Whether the node's kernel holds exactly the desired sets.
-    #[serde(default)]
-    pub synced: bool,
-    /// Kernel set names on this node (usable in iptables rules).
-    #[serde(default)]
-    pub set_names: Vec<String>,
-    /// Members across this policy's sets on the node.
-    #[serde(default)]
-    pub members: i64,
-    /// Discrepancies found and repaired by the last resync.
-    #[serde(default)]
-    pub problems: i64,
-    /// When the node last confirmed the kernel state (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_sync_time: Option<String>,
-    /// Human-readable reason when not synced.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub error: String,
-}
-
-/// Totals over the per-node entries.
+/// Totals over the selected nodes; its size does not grow with the cluster.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusSummary {
     /// Nodes selected by the policy.
     pub nodes: i64,
-    /// Selected nodes reporting synced for the current generation.
+    /// Selected nodes holding the current generation, with a fresh heartbeat.
     pub synced: i64,
     /// "synced/nodes", for `kubectl get`.
     #[serde(default)]
     pub synced_text: String,
-    /// Problems summed over nodes.
+    /// Problems (drift repaired by resyncs) summed over nodes.
     pub problems: i64,
-    /// The generation the summary describes.
-    pub observed_generation: i64,
+    /// Members of the policy (inline and slices), per the controller's compile.
+    #[serde(default)]
+    pub members: i64,
+    /// Some of the selected nodes that are not synced (at most 5), so the
+    /// object's size stays bounded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5))]
+    pub failing_nodes: Vec<String>,
 }

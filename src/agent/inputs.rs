@@ -1,0 +1,113 @@
+//! What the agent watches: every IPSetPolicy and IPSetMemberSlice (read
+//! one by one, see `cluster::tolerant`), its own Node, and this project's
+//! CRDs by name. Only the objects that decide this node's kernel: never
+//! other nodes' states, never pods.
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, CustomResourceExt};
+
+use crate::api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
+use crate::cluster::kind_guard::is_kind_not_found;
+use crate::cluster::nodes::watch_slim_nodes;
+use crate::cluster::tolerant::{self, Tolerant};
+
+/// One change from the API server.
+// Inputs are moved once from the watch into the store; boxing the larger
+// variants would only add an allocation per event.
+#[allow(clippy::large_enum_variant)]
+pub enum Input {
+    Policy(Event<Tolerant<IPSetPolicy>>),
+    Slice(Event<Tolerant<IPSetMemberSlice>>),
+    Node(Event<Node>),
+    /// The CRD of this name.
+    Crd(String, Event<CustomResourceDefinition>),
+    /// A watch failed; it is retried with backoff. Nothing else changes.
+    WatchError(String),
+    /// A list or watch of the kind of this CRD answered 404: it is gone.
+    KindNotFound {
+        crd: String,
+        error: String,
+    },
+}
+
+/// The CRDs whose kinds decide the kernel's content.
+pub fn guarded_crds() -> Vec<String> {
+    vec![
+        IPSetPolicy::crd_name().to_string(),
+        IPSetMemberSlice::crd_name().to_string(),
+    ]
+}
+
+/// A tolerant watch of `K`, as agent inputs.
+fn tolerant_watch<K>(
+    client: &Client,
+    config: watcher::Config,
+    wrap: fn(Event<Tolerant<K>>) -> Input,
+) -> impl Stream<Item = Input> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()>
+        + CustomResourceExt
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    let crd = K::crd_name().to_string();
+    let what = K::kind(&()).to_string();
+    tolerant::watch::<K>(client, config).map(move |r| match r {
+        Ok(ev) => wrap(ev),
+        Err(e) if is_kind_not_found(&e) => Input::KindNotFound {
+            crd: crd.clone(),
+            error: format!("{what} watch: {e}"),
+        },
+        Err(e) => Input::WatchError(format!("{what} watch: {e}")),
+    })
+}
+
+/// The production inputs of the agent of `node`.
+pub fn watch_inputs(
+    client: Client,
+    node: &str,
+) -> impl Stream<Item = Input> + Send + Unpin + 'static {
+    let policies =
+        tolerant_watch::<IPSetPolicy>(&client, watcher::Config::default(), Input::Policy);
+    // Only slices bound to some policy.
+    let slices = tolerant_watch::<IPSetMemberSlice>(
+        &client,
+        watcher::Config::default().labels(POLICY_LABEL),
+        Input::Slice,
+    );
+    let nodes = watch_slim_nodes(
+        client.clone(),
+        watcher::Config::default().fields(&format!("metadata.name={node}")),
+    )
+    .map(|r| match r {
+        Ok(ev) => Input::Node(ev),
+        Err(e) => Input::WatchError(format!("node watch: {e}")),
+    });
+    let mut streams = vec![policies.boxed(), slices.boxed(), nodes.boxed()];
+    for crd in guarded_crds() {
+        let name = crd.clone();
+        let s = watcher::watcher(
+            Api::<CustomResourceDefinition>::all(client.clone()),
+            watcher::Config::default().fields(&format!("metadata.name={crd}")),
+        )
+        .modify(|c| {
+            // Only its existence and deletion timestamp matter.
+            c.metadata.managed_fields = None;
+            c.spec.versions.clear();
+            c.status = None;
+        })
+        .default_backoff()
+        .map(move |r| match r {
+            Ok(ev) => Input::Crd(name.clone(), ev),
+            Err(e) => Input::WatchError(format!("CRD {name} watch: {e}")),
+        });
+        streams.push(s.boxed());
+    }
+    futures::stream::select_all(streams)
+}

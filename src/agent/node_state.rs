@@ -1,0 +1,263 @@
+//! This node's `IPSetNodeState`: what goes in it, and the task that writes
+//! it.
+//!
+//! The writer is a task of its own fed through a watch channel (latest
+//! value wins, so the queue is bounded at one): a slow or unreachable API
+//! server never delays the event loop or the kernel work, and a burst of
+//! reports costs one write. It creates the object when missing (a
+//! server-side apply to `/status` of an object that does not exist is a
+//! 404), owned by the Node so it goes when the Node goes, then applies the
+//! status with its own field manager; it repeats the latest status every
+//! heartbeat interval, so the controller can tell a dead agent from a
+//! synced one.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, Resource};
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep_until};
+
+use super::metrics::Shared;
+use crate::api::{IPSetNodeState, IPSetNodeStateSpec, IPSetNodeStateStatus, PolicyState};
+use crate::manager::driver::Report;
+
+/// The field manager of the agents' status writes.
+pub const FIELD_MANAGER: &str = "ipsetmgr-agent";
+/// Errors are cut to this many bytes in the status.
+const MAX_ERROR_LEN: usize = 1024;
+
+/// What the agent asked the kernel to hold, per policy selecting this node.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    pub seq: u64,
+    pub policies: BTreeMap<String, PolicyFacts>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PolicyFacts {
+    pub generation: i64,
+    /// See `cluster::slices::members_revision`.
+    pub revision: String,
+    /// Its kernel sets (none when it failed to compile).
+    pub sets: Vec<String>,
+    /// Why it was not compiled (its sets are held as they are).
+    pub error: Option<String>,
+}
+
+fn rfc3339(t: SystemTime) -> Option<String> {
+    let ts = jiff::Timestamp::try_from(t).ok()?;
+    Some(ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+}
+
+/// The status for `report`, which describes `snapshot` (same seq).
+pub fn status_of(
+    snapshot: &Snapshot,
+    report: &Report,
+    heartbeat: Duration,
+) -> IPSetNodeStateStatus {
+    let mut policies = Vec::with_capacity(snapshot.policies.len());
+    for (name, facts) in &snapshot.policies {
+        let sets: Vec<_> = report.sets.iter().filter(|s| s.policy == *name).collect();
+        let set_error = sets
+            .iter()
+            .find_map(|s| s.error.as_ref().map(|e| format!("{}: {e}", s.name)));
+        let error = facts.error.clone().or(set_error).unwrap_or_default();
+        let synced = facts.error.is_none()
+            && !sets.is_empty()
+            && sets.iter().all(|s| s.synced)
+            && report.seq == snapshot.seq;
+        let last_sync = sets
+            .iter()
+            .map(|s| s.last_sync)
+            .collect::<Option<Vec<_>>>()
+            .and_then(|times| times.into_iter().min());
+        policies.push(PolicyState {
+            name: name.clone(),
+            observed_generation: facts.generation,
+            revision: facts.revision.clone(),
+            synced,
+            set_names: facts.sets.clone(),
+            members: sets.iter().map(|s| s.members as i64).sum(),
+            problems: sets.iter().map(|s| s.problems as i64).sum(),
+            last_sync_time: last_sync.and_then(rfc3339),
+            error: crate::logging::bounded(&error, MAX_ERROR_LEN).into_owned(),
+        });
+    }
+    let synced = policies.iter().filter(|p| p.synced).count();
+    IPSetNodeStateStatus {
+        heartbeat_time: None,
+        heartbeat_interval_seconds: heartbeat.as_secs() as i64,
+        agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        synced_text: format!("{synced}/{}", policies.len()),
+        problems: policies.iter().map(|p| p.problems).sum(),
+        policies,
+    }
+}
+
+/// What the writer is given: the status and the Node's uid (its owner).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pending {
+    pub status: IPSetNodeStateStatus,
+    pub node_uid: Option<String>,
+}
+
+/// Timing of the writer.
+#[derive(Clone, Debug)]
+pub struct WriterSettings {
+    pub node: String,
+    pub heartbeat: Duration,
+    /// At most one write per this interval.
+    pub min_interval: Duration,
+    /// Wait before retrying a failed write.
+    pub retry: Duration,
+    pub request_timeout: Duration,
+}
+
+/// The body of the status apply: only what this field manager owns.
+pub fn apply_body(node: &str, status: &IPSetNodeStateStatus) -> serde_json::Value {
+    json!({
+        "apiVersion": IPSetNodeState::api_version(&()),
+        "kind": IPSetNodeState::kind(&()),
+        "metadata": {"name": node},
+        "status": status,
+    })
+}
+
+/// The object to create: empty spec, owned by the Node (when its uid is
+/// known), so that it is garbage-collected with it.
+fn new_object(node: &str, node_uid: Option<&str>) -> IPSetNodeState {
+    let mut obj = IPSetNodeState::new(node, IPSetNodeStateSpec {});
+    obj.metadata.owner_references = node_uid.map(|uid| {
+        vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: node.to_string(),
+            uid: uid.to_string(),
+            ..OwnerReference::default()
+        }]
+    });
+    obj
+}
+
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    /// The object vanished (deleted, or never created): create it again.
+    #[error("the node state is gone (it is created again)")]
+    Gone,
+    /// Its Node is not known to exist: no node state is created for it.
+    #[error("the Node is not known (or gone): its node state is not created")]
+    NoNode,
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Create the object unless it exists.
+async fn ensure_exists(
+    api: &Api<IPSetNodeState>,
+    node: &str,
+    uid: Option<&str>,
+) -> Result<(), WriteError> {
+    match api.get_opt(node).await {
+        Ok(Some(_)) => return Ok(()),
+        Ok(None) => {}
+        Err(e) => return Err(WriteError::Other(e.to_string())),
+    }
+    // Never for a Node that is gone: the controller (or the garbage
+    // collector) would delete it again, and the two would fight.
+    let Some(uid) = uid else {
+        return Err(WriteError::NoNode);
+    };
+    match api
+        .create(&PostParams::default(), &new_object(node, Some(uid)))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Someone (an earlier run of this agent) was quicker: fine.
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(WriteError::Other(e.to_string())),
+    }
+}
+
+async fn write(
+    api: &Api<IPSetNodeState>,
+    settings: &WriterSettings,
+    pending: &Pending,
+    created: &mut bool,
+) -> Result<(), WriteError> {
+    if !*created {
+        ensure_exists(api, &settings.node, pending.node_uid.as_deref()).await?;
+        *created = true;
+    }
+    let mut status = pending.status.clone();
+    status.heartbeat_time = rfc3339(SystemTime::now());
+    let body = apply_body(&settings.node, &status);
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    match api
+        .patch_status(&settings.node, &pp, &Patch::Apply(&body))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Err(WriteError::Gone),
+        Err(e) => Err(WriteError::Other(e.to_string())),
+    }
+}
+
+/// Write every new status (at most one per `min_interval`) and repeat the
+/// latest one every `heartbeat`, until the sender is dropped.
+pub async fn run_writer(
+    client: Client,
+    settings: WriterSettings,
+    mut latest: watch::Receiver<Option<Pending>>,
+    shared: Arc<Shared>,
+) {
+    let api: Api<IPSetNodeState> = Api::all(client);
+    let mut created = false;
+    let mut last_write: Option<Instant> = None;
+    let far = || Instant::now() + Duration::from_secs(86400 * 365);
+    let mut next_at = far();
+    loop {
+        tokio::select! {
+            changed = latest.changed() => if changed.is_err() { break },
+            _ = sleep_until(next_at) => {}
+        }
+        let Some(pending) = latest.borrow_and_update().clone() else {
+            continue;
+        };
+        if let Some(t) = last_write {
+            sleep_until(t + settings.min_interval).await;
+        }
+        // Whatever arrived while waiting is included.
+        let pending = latest.borrow_and_update().clone().unwrap_or(pending);
+        let result = tokio::time::timeout(
+            settings.request_timeout,
+            write(&api, &settings, &pending, &mut created),
+        )
+        .await
+        .unwrap_or_else(|_| Err(WriteError::Other("timed out".into())));
+        match result {
+            Ok(()) => {
+                shared.metrics.status_writes.inc();
+                last_write = Some(Instant::now());
+                next_at = Instant::now() + settings.heartbeat;
+            }
+            Err(e) => {
+                match e {
+                    WriteError::Gone => created = false,
+                    WriteError::NoNode => {
+                        tracing::debug!(node = %settings.node, "{e}");
+                        next_at = Instant::now() + settings.retry;
+                        continue;
+                    }
+                    WriteError::Other(_) => {}
+                }
+                tracing::warn!(node = %settings.node, error = %e, "node state write failed; retrying");
+                next_at = Instant::now() + settings.retry;
+            }
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! The agent's own code paths, for `benches/agent_memory.rs`: the store it
+//! keeps of the cluster and its compile step, fed with objects decoded the
+//! way its watches decode them. Not an API: it exists so the benchmark
+//! measures the agent's code, not a copy of it.
+
+pub use crate::agent::store::Store;
+pub use crate::cluster::tolerant::decode;
+pub use crate::policy::compile::MemberCache;

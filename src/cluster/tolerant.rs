@@ -1,0 +1,118 @@
+//! Reading objects one by one, so that one object that does not fit the
+//! Rust types (stored under an older, looser schema, say `maxElem:
+//! 8589934592`) is reported and held alone instead of failing the whole
+//! list of its kind. Watches deliver untyped objects; each is then decoded
+//! on its own.
+
+use std::collections::BTreeMap;
+
+use futures::{Stream, StreamExt};
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+/// Longest decode error kept (it may quote the object).
+const MAX_ERROR_LEN: usize = 512;
+
+/// One object of a watch, typed if it could be.
+#[derive(Clone, Debug)]
+pub struct Tolerant<K> {
+    pub name: String,
+    pub uid: Option<String>,
+    pub resource_version: String,
+    pub generation: Option<i64>,
+    pub labels: BTreeMap<String, String>,
+    /// `Err(why)` when the object does not deserialize into `K`.
+    pub value: Result<K, String>,
+}
+
+/// A watch event with its object turned into another type.
+pub fn map_event<A, B>(ev: Event<A>, f: impl FnOnce(A) -> B) -> Event<B> {
+    match ev {
+        Event::Apply(a) => Event::Apply(f(a)),
+        Event::Delete(a) => Event::Delete(f(a)),
+        Event::Init => Event::Init,
+        Event::InitApply(a) => Event::InitApply(f(a)),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+/// The API resource of `K`, for untyped watches of it.
+pub fn resource<K: Resource<DynamicType = ()>>() -> ApiResource {
+    ApiResource::erase::<K>(&())
+}
+
+/// An untyped watch of `K`'s kind (with kube's default backoff), each
+/// object decoded on its own.
+pub fn watch<K>(
+    client: &Client,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<Event<Tolerant<K>>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Send + 'static,
+{
+    let ar = resource::<K>();
+    watcher::watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), config)
+        .default_backoff()
+        .map(|r| r.map(|ev| map_event(ev, decode::<K>)))
+}
+
+/// Decode one untyped object into `K`.
+pub fn decode<K: DeserializeOwned>(mut obj: DynamicObject) -> Tolerant<K> {
+    // Nobody reads them, and they are large.
+    obj.metadata.managed_fields = None;
+    let name = obj.name_any();
+    let uid = obj.metadata.uid.clone();
+    let resource_version = obj.metadata.resource_version.clone().unwrap_or_default();
+    let generation = obj.metadata.generation;
+    let labels = obj.metadata.labels.clone().unwrap_or_default();
+    let value = serde_json::to_value(obj)
+        .and_then(serde_json::from_value::<K>)
+        .map_err(|e| crate::logging::bounded(&e.to_string(), MAX_ERROR_LEN).into_owned());
+    Tolerant {
+        name,
+        uid,
+        resource_version,
+        generation,
+        labels,
+        value,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::IPSetPolicy;
+    use serde_json::json;
+
+    fn dynamic(v: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn one_bad_object_is_an_error_of_its_own() {
+        let good = decode::<IPSetPolicy>(dynamic(json!({
+            "apiVersion": "ipsetmgr.io/v1alpha1", "kind": "IPSetPolicy",
+            "metadata": {"name": "ok", "resourceVersion": "7", "labels": {"a": "b"},
+                         "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"type": "hash:ip", "members": ["10.0.0.1"]}
+        })));
+        assert_eq!(good.name, "ok");
+        assert_eq!(good.resource_version, "7");
+        assert_eq!(good.labels["a"], "b");
+        let p = good.value.unwrap();
+        assert_eq!(p.spec.members, ["10.0.0.1"]);
+        assert!(p.metadata.managed_fields.is_none());
+
+        let bad = decode::<IPSetPolicy>(dynamic(json!({
+            "apiVersion": "ipsetmgr.io/v1alpha1", "kind": "IPSetPolicy",
+            "metadata": {"name": "old"},
+            "spec": {"type": "hash:ip", "maxElem": 8589934592u64}
+        })));
+        assert_eq!(bad.name, "old");
+        let e = bad.value.unwrap_err();
+        assert!(e.contains("8589934592"), "{e}");
+    }
+}

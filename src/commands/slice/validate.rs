@@ -1,0 +1,355 @@
+//! Checking a member list before it is sliced. With a set type, every
+//! member is parsed as the policy compiler will parse it, and written back
+//! in its canonical form; without one, members get only the CRD's
+//! per-member schema (what the API server itself would refuse). Either way
+//! a single bad member refuses the whole list: slices are applied with
+//! `kubectl`, after which the compiler would reject the policy anyway.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::ipset::{Family, Member, SetType};
+use crate::policy::FamilySpec;
+use crate::policy::member_list::{ListedMember, MemberList};
+
+/// At most this many bad members are listed; the rest are counted.
+const MAX_LISTED_ERRORS: usize = 10;
+/// Members quoted in messages are cut to this many bytes.
+const MAX_QUOTED: usize = 100;
+/// The CRD's `maxLength` of one member.
+const MAX_MEMBER_LEN: usize = 253;
+
+/// How members are checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// Parsed as members of this type and family, written canonically.
+    Typed {
+        set_type: SetType,
+        family: FamilySpec,
+    },
+    /// Only the CRD's pattern and length; written as given.
+    Schema,
+}
+
+/// The members to slice: distinct, sorted (by address for typed members,
+/// as strings otherwise), as they will be written.
+#[derive(Debug)]
+pub(crate) struct Validated {
+    pub members: Vec<String>,
+    /// Members dropped because an equal one came first.
+    pub duplicates: usize,
+}
+
+/// One bad member.
+#[derive(Debug)]
+pub(crate) struct BadMember {
+    pub line: usize,
+    pub member: String,
+    pub reason: String,
+}
+
+/// The bad members of one list: the first few, and how many in all.
+#[derive(Debug)]
+pub(crate) struct Invalid {
+    pub source: PathBuf,
+    pub first: Vec<BadMember>,
+    pub total: usize,
+}
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = self.source.display();
+        for (i, bad) in self.first.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            let quoted = crate::logging::bounded(&bad.member, MAX_QUOTED);
+            write!(f, "{path}: line {}: {quoted:?}: {}", bad.line, bad.reason)?;
+        }
+        if self.total > self.first.len() {
+            write!(f, "\n... and {} more", self.total - self.first.len())?;
+        }
+        Ok(())
+    }
+}
+
+impl Invalid {
+    fn new(source: PathBuf) -> Invalid {
+        Invalid {
+            source,
+            first: Vec::new(),
+            total: 0,
+        }
+    }
+
+    fn push(&mut self, member: &ListedMember, reason: String) {
+        self.total += 1;
+        if self.first.len() < MAX_LISTED_ERRORS {
+            self.first.push(BadMember {
+                line: member.line,
+                member: member.text.clone(),
+                reason,
+            });
+        }
+    }
+}
+
+/// Check every member of `list`; any bad one refuses them all.
+pub(crate) fn validate(list: &MemberList, check: Check) -> Result<Validated, Invalid> {
+    let mut bad = Invalid::new(list.source.clone());
+    let validated = match check {
+        Check::Typed { set_type, family } => typed(&list.members, set_type, family, &mut bad),
+        Check::Schema => schema_only(&list.members, &mut bad),
+    };
+    if bad.total > 0 {
+        return Err(bad);
+    }
+    Ok(validated)
+}
+
+/// Parse each member; sort and deduplicate the typed values (so that
+/// `10.0.0.1/32` and `10.0.0.1` are one), then render them canonically.
+fn typed(
+    members: &[ListedMember],
+    set_type: SetType,
+    family: FamilySpec,
+    bad: &mut Invalid,
+) -> Validated {
+    // Each typed member with the index of the listed one it came from.
+    let mut parsed: Vec<(Member, usize)> = Vec::with_capacity(members.len());
+    for (i, listed) in members.iter().enumerate() {
+        match Member::parse_user(set_type, &listed.text) {
+            Err(e) => bad.push(listed, e.to_string()),
+            Ok(p) => match wrong_family(p.family, family) {
+                Some(reason) => bad.push(listed, reason),
+                None => parsed.extend(p.members.into_iter().map(|m| (m, i))),
+            },
+        }
+    }
+    // By member, then by position: the first spelling of a duplicate stays.
+    parsed.sort_unstable();
+    let before = parsed.len();
+    parsed.dedup_by(|later, earlier| later.0 == earlier.0);
+    let duplicates = before - parsed.len();
+    nomatch_conflicts(&parsed, members, bad);
+    Validated {
+        members: parsed.iter().map(|(m, _)| m.to_string()).collect(),
+        duplicates,
+    }
+}
+
+/// Why a member of `found` family does not belong in a `wanted` list.
+fn wrong_family(found: Option<Family>, wanted: FamilySpec) -> Option<String> {
+    let (found, wanted) = match (found, wanted) {
+        (Some(Family::V6), FamilySpec::IPv4) => ("IPv6", "IPv4"),
+        (Some(Family::V4), FamilySpec::IPv6) => ("IPv4", "IPv6"),
+        _ => return None,
+    };
+    Some(format!(
+        "an {found} member, but --family is {wanted} (use --family Dual for both)"
+    ))
+}
+
+/// The kernel holds a network once, matching or excluded (`nomatch`); both
+/// spellings in one list would flip it on every write. After sorting, the
+/// two are neighbours.
+fn nomatch_conflicts(parsed: &[(Member, usize)], members: &[ListedMember], bad: &mut Invalid) {
+    for pair in parsed.windows(2) {
+        let [(plain, p), (flagged, f)] = pair else {
+            continue;
+        };
+        let same_network = match (plain, flagged) {
+            (
+                Member::Net {
+                    addr: a,
+                    prefix: pa,
+                    nomatch: false,
+                },
+                Member::Net {
+                    addr: b,
+                    prefix: pb,
+                    nomatch: true,
+                },
+            ) => a == b && pa == pb,
+            _ => false,
+        };
+        if same_network {
+            let (plain_listed, flagged_listed) = (&members[*p], &members[*f]);
+            bad.push(
+                flagged_listed,
+                format!(
+                    "conflicts with {:?} on line {}: both are the network {plain}, which the kernel holds as one entry, either matching or excluded (nomatch); keep only one of them",
+                    plain_listed.text, plain_listed.line
+                ),
+            );
+        }
+    }
+}
+
+/// The CRD's per-member schema only: deduplicated as strings.
+fn schema_only(members: &[ListedMember], bad: &mut Invalid) -> Validated {
+    for listed in members {
+        if let Some(reason) = schema_problem(&listed.text) {
+            bad.push(listed, reason.to_string());
+        }
+    }
+    let mut out: Vec<String> = members.iter().map(|m| m.text.clone()).collect();
+    out.sort_unstable();
+    let before = out.len();
+    out.dedup();
+    Validated {
+        duplicates: before - out.len(),
+        members: out,
+    }
+}
+
+/// What the CRD's schema says of a member: pattern `^[!-~]+( nomatch)?$`,
+/// at most 253 characters.
+fn schema_problem(member: &str) -> Option<&'static str> {
+    let body = member.strip_suffix(" nomatch").unwrap_or(member);
+    if body.is_empty() || !body.bytes().all(|b| (b'!'..=b'~').contains(&b)) {
+        return Some(
+            "not printable ASCII without spaces (only a trailing \" nomatch\" may follow a space), which the CRD refuses",
+        );
+    }
+    if member.len() > MAX_MEMBER_LEN {
+        return Some("longer than 253 characters, which the CRD refuses");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(members: &[&str]) -> MemberList {
+        MemberList {
+            source: PathBuf::from("l.txt"),
+            members: members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| ListedMember {
+                    line: i + 1,
+                    text: m.to_string(),
+                })
+                .collect(),
+        }
+    }
+
+    fn typed_check(set_type: SetType, family: FamilySpec) -> Check {
+        Check::Typed { set_type, family }
+    }
+
+    #[test]
+    fn typed_members_are_canonical_sorted_and_distinct() {
+        let l = list(&["10.0.0.10", "10.0.0.2/32", "10.0.0.2", "10.0.0.1"]);
+        let v = validate(&l, typed_check(SetType::HashIp, FamilySpec::IPv4)).unwrap();
+        assert_eq!(v.members, ["10.0.0.1", "10.0.0.2", "10.0.0.10"]);
+        assert_eq!(v.duplicates, 1);
+        let l = list(&["0.0.0.0/0", "10.1.2.3/8", "2001:DB8::1/32 nomatch"]);
+        let v = validate(&l, typed_check(SetType::HashNet, FamilySpec::Dual)).unwrap();
+        assert_eq!(
+            v.members,
+            [
+                "0.0.0.0/1",
+                "10.0.0.0/8",
+                "128.0.0.0/1",
+                "2001:db8::/32 nomatch"
+            ]
+        );
+        let l = list(&["aa-bb-cc-dd-ee-ff", "AA:BB:CC:DD:EE:FF"]);
+        let v = validate(&l, typed_check(SetType::HashMac, FamilySpec::IPv6)).unwrap();
+        assert_eq!(
+            (v.members.as_slice(), v.duplicates),
+            (&["AA:BB:CC:DD:EE:FF".to_string()][..], 1)
+        );
+    }
+
+    #[test]
+    fn bad_members_and_wrong_families_name_the_file_line_and_reason() {
+        let l = list(&["10.0.0.1", "example.com", "2001:db8::1", "10.0.0.0/24"]);
+        let e = validate(&l, typed_check(SetType::HashIp, FamilySpec::IPv4)).unwrap_err();
+        assert_eq!(e.total, 3);
+        let text = e.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("l.txt: line 2: \"example.com\": looks like a host name"),
+            "{text}"
+        );
+        assert!(
+            lines[1].starts_with(
+                "l.txt: line 3: \"2001:db8::1\": an IPv6 member, but --family is IPv4"
+            ),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("l.txt: line 4: \"10.0.0.0/24\": a CIDR wider"),
+            "{text}"
+        );
+        let l = list(&[
+            "10.0.0.1,tcp:80",
+            "10.0.0.1,icmp:echo-request",
+            "10.0.0.1,80-90",
+        ]);
+        let e = validate(&l, typed_check(SetType::HashIpPort, FamilySpec::IPv6)).unwrap_err();
+        assert_eq!(e.total, 3, "{e}");
+    }
+
+    #[test]
+    fn at_most_ten_errors_are_listed_then_counted() {
+        let members: Vec<String> = (0..25).map(|i| format!("bad{i}")).collect();
+        let refs: Vec<&str> = members.iter().map(String::as_str).collect();
+        let e = validate(&list(&refs), typed_check(SetType::HashIp, FamilySpec::IPv4)).unwrap_err();
+        let text = e.to_string();
+        assert_eq!(text.lines().count(), 11, "{text}");
+        assert!(text.ends_with("\n... and 15 more"), "{text}");
+        assert!(text.contains("line 10: \"bad9\""), "{text}");
+        // Long members are quoted cut.
+        let long = "x".repeat(5000);
+        let e = validate(&list(&[&long]), Check::Schema).unwrap_err();
+        assert!(e.to_string().len() < 400, "{}", e.to_string().len());
+    }
+
+    #[test]
+    fn a_network_with_and_without_nomatch_is_refused_naming_both_lines() {
+        let l = list(&["10.0.0.0/8", "192.168.0.0/16", "10.1.0.0/8 nomatch"]);
+        let e = validate(&l, typed_check(SetType::HashNet, FamilySpec::IPv4)).unwrap_err();
+        let text = e.to_string();
+        assert!(text.starts_with("l.txt: line 3: \"10.1.0.0/8 nomatch\": conflicts with \"10.0.0.0/8\" on line 1: both are the network 10.0.0.0/8"), "{text}");
+        // Different networks, one excluded from the other, are fine.
+        let l = list(&["10.0.0.0/8", "10.1.0.0/16 nomatch"]);
+        assert!(validate(&l, typed_check(SetType::HashNet, FamilySpec::IPv4)).is_ok());
+    }
+
+    #[test]
+    fn without_a_type_only_the_crd_schema_applies() {
+        let l = list(&[
+            "b.example",
+            "a.example",
+            "10.0.0.0/8 nomatch",
+            "b.example",
+            "nomatch",
+        ]);
+        let v = validate(&l, Check::Schema).unwrap();
+        assert_eq!(
+            v.members,
+            ["10.0.0.0/8 nomatch", "a.example", "b.example", "nomatch"]
+        );
+        assert_eq!(v.duplicates, 1);
+        let long = "x".repeat(254);
+        let ok = "x".repeat(253);
+        for (member, ok_expected) in [
+            ("1.2.3.4 5.6.7.8", false),
+            (" nomatch", false),
+            ("10.0.0.1  nomatch", false),
+            ("caf\u{e9}", false),
+            ("a\u{7f}", false),
+            (long.as_str(), false),
+            (ok.as_str(), true),
+            ("~!", true),
+        ] {
+            let got = validate(&list(&[member]), Check::Schema);
+            assert_eq!(got.is_ok(), ok_expected, "{member:?}: {got:?}");
+        }
+    }
+}

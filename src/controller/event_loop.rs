@@ -1,0 +1,298 @@
+//! The controller's event loop: keeps the store, and on changes (debounced)
+//! and on a regular tick (heartbeats age without any event) re-evaluates
+//! every policy: validates it once for the whole cluster, computes the
+//! status it should have, and hands the writer only the statuses that
+//! differ from what the server shows, one Warning event per invalid
+//! policy, and the node states of Nodes that are gone.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use jiff::Timestamp;
+use kube::Resource;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, sleep_until};
+
+use super::evaluate::{NodeView, Validity, status_for};
+use super::inputs::Input;
+use super::metrics::ControllerShared;
+use super::store::Store;
+use super::writer::{Job, Plan};
+use crate::api::IPSetPolicy;
+use crate::ipset::Naming;
+use crate::policy::compile::{MemberCache, compile_inputs};
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub naming: Naming,
+    /// Quiet time before re-evaluating after a change.
+    pub debounce: Duration,
+    /// Re-evaluate at least this often (stale heartbeats).
+    pub tick: Duration,
+}
+
+impl Settings {
+    pub fn new(naming: Naming) -> Settings {
+        Settings {
+            naming,
+            debounce: Duration::from_millis(200),
+            tick: Duration::from_secs(10),
+        }
+    }
+}
+
+pub struct Controller {
+    settings: Settings,
+    store: Store,
+    cache: MemberCache,
+    shared: Arc<ControllerShared>,
+    plans: watch::Sender<Arc<Plan>>,
+    jobs: mpsc::Sender<Job>,
+    leader: watch::Receiver<bool>,
+    /// The invalid version of each policy already warned about.
+    warned: HashMap<String, (Option<String>, i64, String)>,
+    /// Node states asked to be deleted.
+    deleting: HashSet<String>,
+    evaluate_at: Option<Instant>,
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86400 * 365)
+}
+
+impl Controller {
+    pub fn new(
+        settings: Settings,
+        plans: watch::Sender<Arc<Plan>>,
+        jobs: mpsc::Sender<Job>,
+        leader: watch::Receiver<bool>,
+        shared: Arc<ControllerShared>,
+    ) -> Controller {
+        Controller {
+            settings,
+            store: Store::default(),
+            cache: MemberCache::default(),
+            shared,
+            plans,
+            jobs,
+            leader,
+            warned: HashMap::new(),
+            deleting: HashSet::new(),
+            evaluate_at: None,
+        }
+    }
+
+    pub async fn run(
+        mut self,
+        inputs: impl Stream<Item = Input> + Unpin,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        let mut inputs = inputs;
+        let mut inputs_open = true;
+        let mut tick = tokio::time::interval(self.settings.tick);
+        tokio::pin!(shutdown);
+        loop {
+            self.shared.heartbeat();
+            let evaluate = sleep_until(self.evaluate_at.unwrap_or_else(far_future));
+            tokio::select! {
+                _ = &mut shutdown => break,
+                input = inputs.next(), if inputs_open => match input {
+                    Some(input) => self.on_input(input),
+                    None => inputs_open = false,
+                },
+                changed = self.leader.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let leading = *self.leader.borrow_and_update();
+                    tracing::info!(leading, "leadership changed");
+                    self.shared.metrics.leader.set(i64::from(leading));
+                    // A new leader redoes what the last one may not have done.
+                    self.warned.clear();
+                    self.deleting.clear();
+                    self.evaluate();
+                }
+                _ = tick.tick() => self.evaluate(),
+                _ = evaluate, if self.evaluate_at.is_some() => {
+                    self.evaluate_at = None;
+                    self.evaluate();
+                }
+            }
+        }
+        tracing::info!("controller stopped");
+    }
+
+    fn on_input(&mut self, input: Input) {
+        let change = match input {
+            Input::WatchError(e) => {
+                let e = crate::logging::bounded(&e, 1024);
+                tracing::warn!(error = %e, "watch failed; retrying");
+                return;
+            }
+            Input::Policy(ev) => self.store.on_policy(ev),
+            Input::Slice(ev) => self.store.on_slice(ev),
+            Input::NodeState(ev) => self.store.on_node_state(ev),
+            Input::Node(ev) => self.store.on_node(ev),
+        };
+        if change.changed && self.evaluate_at.is_none() {
+            self.evaluate_at = Some(Instant::now() + self.settings.debounce);
+        }
+    }
+
+    /// Validate every policy and plan the writes that bring the server's
+    /// statuses in line.
+    fn evaluate(&mut self) {
+        if !self.store.listed() {
+            return;
+        }
+        self.shared.set_listed(true);
+        let validity = self.validate();
+        let revisions = self.store.revisions();
+        let now = Timestamp::now();
+        let clock = Instant::now();
+        let nodes: BTreeMap<&str, NodeView<'_>> = self
+            .store
+            .nodes
+            .items()
+            .iter()
+            .map(|(name, labels)| {
+                let state = self
+                    .store
+                    .node_states
+                    .get(name)
+                    .and_then(|t| t.value.as_ref().ok())
+                    .and_then(|s| s.status.as_ref());
+                let seen_ago = self.store.seen.get(name).map(|t| clock.duration_since(*t));
+                (
+                    name.as_str(),
+                    NodeView {
+                        labels: &labels.0,
+                        state,
+                        seen_ago,
+                    },
+                )
+            })
+            .collect();
+        let mut plan = Plan::new();
+        let mut jobs = Vec::new();
+        for (name, t) in self.store.policies.items() {
+            let placeholder;
+            let (policy, previous) = match &t.value {
+                Ok(p) => (p, p.status.as_ref()),
+                Err(_) => {
+                    // Unreadable: report it anyway (a status write needs no spec).
+                    let spec = crate::api::IPSetPolicySpec {
+                        set_type: crate::ipset::SetType::HashIp,
+                        family: Default::default(),
+                        members: Vec::new(),
+                        // Selects nothing: what it would select is unknown.
+                        node_selector: Some(
+                            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                                match_labels: Some([(String::new(), String::new())].into()),
+                                match_expressions: None,
+                            },
+                        ),
+                        max_elem: None,
+                        hash_size: None,
+                    };
+                    let mut p = IPSetPolicy::new(name, spec);
+                    p.metadata.generation = t.generation;
+                    p.metadata.uid = t.uid.clone();
+                    placeholder = p;
+                    (&placeholder, None)
+                }
+            };
+            let v = &validity[name.as_str()];
+            let revision = revisions.get(name.as_str()).map_or("", String::as_str);
+            let status = status_for(policy, v, revision, &nodes, previous, now);
+            if previous != Some(&status) {
+                plan.insert(name.clone(), status);
+            }
+            if let Validity::Invalid { message } = v {
+                let key = (t.uid.clone(), t.generation.unwrap_or(0), message.clone());
+                if self.warned.get(name) != Some(&key) {
+                    jobs.push(Job::Warn {
+                        regarding: policy.object_ref(&()),
+                        reason: "InvalidPolicy".into(),
+                        note: crate::logging::bounded(message, 1000).into_owned(),
+                    });
+                    self.warned.insert(name.clone(), key);
+                }
+            }
+        }
+        self.warned.retain(|n, _| {
+            validity
+                .get(n.as_str())
+                .is_some_and(|v| matches!(v, Validity::Invalid { .. }))
+        });
+        // Node states of Nodes that are gone (their ownerReference normally
+        // takes care of it; this covers states created before the Node was known).
+        for name in self.store.node_states.items().keys() {
+            if self.store.nodes.get(name).is_none() && self.deleting.insert(name.clone()) {
+                jobs.push(Job::DeleteNodeState(name.clone()));
+            }
+        }
+        self.deleting
+            .retain(|n| self.store.node_states.get(n).is_some());
+        let invalid = validity
+            .values()
+            .filter(|v| matches!(v, Validity::Invalid { .. }))
+            .count();
+        self.shared.metrics.policies.set(validity.len() as i64);
+        self.shared.metrics.invalid_policies.set(invalid as i64);
+        self.plans.send_if_modified(|current| {
+            if **current == plan {
+                return false;
+            }
+            *current = Arc::new(plan);
+            true
+        });
+        for job in jobs {
+            if self.jobs.try_send(job).is_err() {
+                tracing::warn!("the writer is behind; a write was dropped and is redone later");
+            }
+        }
+    }
+
+    /// Compile every policy with its slices, for no node in particular.
+    fn validate(&mut self) -> HashMap<String, Validity> {
+        let (inputs, unreadable) = self.store.inputs();
+        let compiled = compile_inputs(&inputs, &self.settings.naming, None, &mut self.cache);
+        let errors = compiled.errors_by_policy();
+        let mut members: HashMap<&str, i64> = HashMap::new();
+        for s in &compiled.sets {
+            *members.entry(s.policy.as_str()).or_default() += s.members.len() as i64;
+        }
+        let mut out = HashMap::new();
+        for input in &inputs {
+            let name = input.policy.metadata.name.clone().unwrap_or_default();
+            let v = match errors.get(name.as_str()) {
+                Some(errs) => {
+                    let shown: Vec<String> = errs.iter().take(3).map(|e| e.to_string()).collect();
+                    let more = errs.len().saturating_sub(shown.len());
+                    let mut message = shown.join("; ");
+                    if more > 0 {
+                        message.push_str(&format!(" (and {more} more errors)"));
+                    }
+                    Validity::Invalid { message }
+                }
+                None => Validity::Valid {
+                    members: members.get(name.as_str()).copied().unwrap_or(0),
+                },
+            };
+            out.insert(name, v);
+        }
+        for (name, why) in unreadable {
+            out.insert(
+                name.to_string(),
+                Validity::Invalid {
+                    message: format!("policy {name:?} could not be read: {why}"),
+                },
+            );
+        }
+        out
+    }
+}

@@ -1,0 +1,107 @@
+//! Cluster mode: the controller (see `docs/architecture.md`). One small
+//! Deployment, Lease-elected, that alone validates each policy (Valid, one
+//! Warning event per invalid policy), aggregates the nodes' states into each
+//! policy's status (Ready, a bounded summary), and removes node states of
+//! Nodes that are gone. It never touches a kernel.
+//!
+//! - [`inputs`]: what it watches;
+//! - [`store`]: what it keeps;
+//! - [`evaluate`]: what each status should say (pure);
+//! - [`event_loop`]: re-evaluates on changes and on a tick;
+//! - [`writer`]: the writes, in a task of their own, by the leader only;
+//! - [`metrics`]: metrics and health.
+
+pub mod evaluate;
+pub mod event_loop;
+pub mod inputs;
+pub mod metrics;
+pub mod store;
+pub mod writer;
+
+#[cfg(test)]
+mod tests;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use kube_lease_manager::LeaseManagerBuilder;
+
+use crate::args::defaults;
+use crate::cluster::client::{make_client, shutdown_signal};
+use crate::ipset::Naming;
+
+/// Flags of `ipsetmgr controller`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ControllerConfig {
+    /// Kubeconfig file; in-cluster configuration (or $KUBECONFIG) when absent.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Address of the /healthz, /readyz and /metrics listener.
+    #[arg(long, env = "IPSETMGR_LISTEN", default_value = defaults::CONTROLLER_LISTEN)]
+    pub listen: SocketAddr,
+    /// Namespace of the controller's Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = defaults::NAMESPACE)]
+    pub namespace: String,
+    /// This replica's identity in the Lease (defaults to the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+/// The Lease the replicas compete for.
+pub const LEASE_NAME: &str = "ipsetmgr-controller";
+
+/// Run the controller until SIGTERM/SIGINT.
+pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow::Result<()> {
+    let client = make_client(config.kubeconfig.as_deref()).await?;
+    let identity = config
+        .identity
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| format!("ipsetmgr-controller-{}", std::process::id()));
+    let settings = event_loop::Settings::new(naming);
+    let shared = metrics::ControllerShared::new(settings.tick);
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(crate::server::serve(listener, shared.clone(), stop_rx));
+
+    let lease = LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
+        .with_namespace(&config.namespace)
+        .with_identity(&identity)
+        .build()
+        .await
+        .with_context(|| format!("setting up the Lease {}/{LEASE_NAME}", config.namespace))?;
+    let (leader, lease_task) = lease.watch().await;
+
+    let (plans_tx, plans_rx) = tokio::sync::watch::channel(Default::default());
+    let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel(1024);
+    let writer = tokio::spawn(writer::run_writer(
+        client.clone(),
+        writer::WriterSettings {
+            identity: identity.clone(),
+            per_policy_interval: Duration::from_secs(2),
+            pacing: Duration::from_millis(20),
+            request_timeout: Duration::from_secs(10),
+        },
+        plans_rx,
+        jobs_rx,
+        leader.clone(),
+        shared.clone(),
+    ));
+    tracing::info!(%identity, listen = %config.listen, version = env!("CARGO_PKG_VERSION"), "controller starting");
+    let controller = event_loop::Controller::new(settings, plans_tx, jobs_tx, leader, shared);
+    controller
+        .run(inputs::watch_inputs(client), shutdown_signal())
+        .await;
+    // The loop dropped the senders: the writer ends; dropping the last
+    // leadership receiver releases the Lease.
+    let _ = writer.await;
+    let _ = lease_task.await;
+    let _ = stop_tx.send(true);
+    let _ = server.await;
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! What the controller knows: every policy (with its status, to tell
+//! whether a write is needed at all), every member slice, every node state
+//! and every Node's labels.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::watcher::Event;
+use tokio::time::Instant;
+
+use crate::api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
+use crate::cluster::listing::{Change, Listing};
+use crate::cluster::slices::{SliceEntry, by_policy, members_revision, same_slice, slice_entry};
+use crate::cluster::tolerant::Tolerant;
+use crate::policy::compile::PolicyInput;
+
+/// A Node as the controller needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeLabels(pub BTreeMap<String, String>);
+
+#[derive(Default)]
+pub struct Store {
+    pub policies: Listing<Tolerant<IPSetPolicy>>,
+    pub slices: Listing<SliceEntry>,
+    pub node_states: Listing<Tolerant<IPSetNodeState>>,
+    /// When each node state was last seen to change (by this controller's
+    /// clock: heartbeats are judged without trusting the nodes' clocks).
+    pub seen: BTreeMap<String, Instant>,
+    pub nodes: Listing<NodeLabels>,
+}
+
+fn named<K>(t: Tolerant<K>) -> (String, Tolerant<K>) {
+    (t.name.clone(), t)
+}
+
+/// Objects whose resourceVersion did not move did not change.
+fn same_version<K>(a: &Tolerant<K>, b: &Tolerant<K>) -> bool {
+    a.resource_version == b.resource_version && !a.resource_version.is_empty()
+}
+
+impl Store {
+    pub fn on_policy(&mut self, ev: Event<Tolerant<IPSetPolicy>>) -> Change {
+        self.policies.apply(ev, named, same_version)
+    }
+
+    pub fn on_slice(&mut self, ev: Event<Tolerant<IPSetMemberSlice>>) -> Change {
+        self.slices.apply(ev, slice_entry, same_slice)
+    }
+
+    pub fn on_node_state(&mut self, ev: Event<Tolerant<IPSetNodeState>>) -> Change {
+        let now = Instant::now();
+        let touched = match &ev {
+            Event::Apply(t) | Event::InitApply(t) => Some(t.name.clone()),
+            _ => None,
+        };
+        let change = self.node_states.apply(ev, named, same_version);
+        if let Some(name) = touched
+            && (change.changed || !self.seen.contains_key(&name))
+        {
+            self.seen.insert(name, now);
+        }
+        let states = self.node_states.items();
+        self.seen
+            .retain(|n, _| states.contains_key(n) || !self.node_states.listed());
+        change
+    }
+
+    /// Each policy's members revision (see `cluster::slices::members_revision`).
+    pub fn revisions(&self) -> BTreeMap<&str, String> {
+        let slices = by_policy(self.slices.items());
+        self.policies
+            .items()
+            .iter()
+            .map(|(name, t)| {
+                let bound = slices.get(name.as_str()).map_or(&[][..], Vec::as_slice);
+                let generation = t.generation.unwrap_or(0);
+                (
+                    name.as_str(),
+                    members_revision(t.uid.as_deref(), generation, bound),
+                )
+            })
+            .collect()
+    }
+
+    pub fn on_node(&mut self, ev: Event<Node>) -> Change {
+        let labels = |n: Node| {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            (name, NodeLabels(n.metadata.labels.unwrap_or_default()))
+        };
+        self.nodes.apply(ev, labels, |a, b| a == b)
+    }
+
+    /// Whether every initial list has arrived.
+    pub fn listed(&self) -> bool {
+        self.policies.listed()
+            && self.slices.listed()
+            && self.node_states.listed()
+            && self.nodes.listed()
+    }
+
+    /// The compile inputs (readable policies with their slices) and the
+    /// policies that could not be read.
+    pub fn inputs(&self) -> (Vec<PolicyInput<'_>>, Vec<(&str, &str)>) {
+        let mut slices = by_policy(self.slices.items());
+        let mut inputs = Vec::new();
+        let mut unreadable = Vec::new();
+        for (name, t) in self.policies.items() {
+            match &t.value {
+                Ok(policy) => inputs.push(PolicyInput {
+                    policy,
+                    slices: slices.remove(name.as_str()).unwrap_or_default(),
+                }),
+                Err(why) => unreadable.push((name.as_str(), why.as_str())),
+            }
+        }
+        (inputs, unreadable)
+    }
+}

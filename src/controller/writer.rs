@@ -1,0 +1,219 @@
+//! The controller's writes, in a task of their own so the event loop never
+//! waits on the API server: policy statuses (server-side apply of
+//! `/status`, field manager `ipsetmgr-controller`), Warning events, and the
+//! deletion of node states whose Node is gone. Only the Lease holder
+//! writes. Statuses come as the latest plan (a watch channel: a burst of
+//! changes costs one write per policy), paced per policy and overall.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::metrics::ControllerShared;
+use crate::api::{IPSetNodeState, IPSetPolicy, IPSetPolicyStatus};
+
+/// The field manager of the controller's status writes.
+pub const FIELD_MANAGER: &str = "ipsetmgr-controller";
+
+/// Statuses that differ from what the server shows, by policy.
+pub type Plan = BTreeMap<String, IPSetPolicyStatus>;
+
+/// One-off writes.
+#[derive(Clone, Debug)]
+pub enum Job {
+    /// A Warning event about a policy.
+    Warn {
+        regarding: ObjectReference,
+        reason: String,
+        note: String,
+    },
+    /// Delete the node state of a Node that no longer exists.
+    DeleteNodeState(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct WriterSettings {
+    /// Identity, for the events' reporting instance.
+    pub identity: String,
+    /// At most one status write per policy per this interval.
+    pub per_policy_interval: Duration,
+    /// At least this long between any two writes.
+    pub pacing: Duration,
+    pub request_timeout: Duration,
+}
+
+/// The body of a status apply: only what this field manager owns.
+pub fn apply_body(policy: &str, status: &IPSetPolicyStatus) -> serde_json::Value {
+    json!({
+        "apiVersion": IPSetPolicy::api_version(&()),
+        "kind": IPSetPolicy::kind(&()),
+        "metadata": {"name": policy},
+        "status": status,
+    })
+}
+
+struct Writer {
+    client: Client,
+    settings: WriterSettings,
+    shared: Arc<ControllerShared>,
+    /// Per policy: what was last written, and when.
+    written: BTreeMap<String, (IPSetPolicyStatus, Instant)>,
+}
+
+impl Writer {
+    async fn timed<T>(&self, f: impl Future<Output = Result<T, kube::Error>>) -> Result<T, String> {
+        match tokio::time::timeout(self.settings.request_timeout, f).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("timed out".into()),
+        }
+    }
+
+    /// Write what the plan holds, except what was just written the same.
+    async fn write_plan(&mut self, plan: &Plan) {
+        let api: Api<IPSetPolicy> = Api::all(self.client.clone());
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        for (policy, status) in plan {
+            let recent = self.written.get(policy).is_some_and(|(s, at)| {
+                s == status && at.elapsed() < self.settings.per_policy_interval * 10
+            });
+            if recent {
+                continue;
+            }
+            if let Some((_, at)) = self.written.get(policy) {
+                tokio::time::sleep_until(*at + self.settings.per_policy_interval).await;
+            }
+            let body = apply_body(policy, status);
+            let result = self
+                .timed(api.patch_status(policy, &pp, &Patch::Apply(&body)))
+                .await;
+            match result {
+                Ok(_) => {
+                    self.shared.metrics.status_writes_ok.inc();
+                    self.written
+                        .insert(policy.clone(), (status.clone(), Instant::now()));
+                }
+                Err(e) => {
+                    self.shared.metrics.status_writes_failed.inc();
+                    tracing::warn!(%policy, error = %e, "policy status write failed; retried with the next plan");
+                }
+            }
+            tokio::time::sleep(self.settings.pacing).await;
+        }
+        // Only what can still suppress a repeat is worth remembering.
+        let keep = self.settings.per_policy_interval * 10;
+        self.written.retain(|_, (_, at)| at.elapsed() < keep);
+    }
+
+    async fn run_job(&mut self, job: Job) {
+        match job {
+            Job::Warn {
+                regarding,
+                reason,
+                note,
+            } => {
+                let recorder = Recorder::new(
+                    self.client.clone(),
+                    Reporter {
+                        controller: FIELD_MANAGER.into(),
+                        instance: Some(self.settings.identity.clone()),
+                    },
+                );
+                let ev = KubeEvent {
+                    type_: EventType::Warning,
+                    reason,
+                    note: Some(note),
+                    action: "Validate".into(),
+                    secondary: None,
+                };
+                match self.timed(recorder.publish(&ev, &regarding)).await {
+                    Ok(()) => {
+                        self.shared.metrics.events.inc();
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not publish an event"),
+                }
+            }
+            Job::DeleteNodeState(name) => {
+                // The Node watch may lag behind a Node that just joined:
+                // ask the API server itself before deleting.
+                let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+                match self.timed(nodes.get_opt(&name)).await {
+                    Ok(None) => {}
+                    Ok(Some(_)) => return,
+                    Err(e) => {
+                        tracing::warn!(node = %name, error = %e, "cannot tell whether the Node exists; its node state is kept");
+                        return;
+                    }
+                }
+                let api: Api<IPSetNodeState> = Api::all(self.client.clone());
+                match self
+                    .timed(api.delete(&name, &DeleteParams::default()))
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::info!(node = %name, "deleted the node state of a Node that is gone");
+                        self.shared.metrics.node_states_deleted.inc();
+                    }
+                    Err(e) if e.contains("NotFound") || e.contains("404") => {}
+                    Err(e) => {
+                        tracing::warn!(node = %name, error = %e, "could not delete a node state")
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Write plans and jobs while this replica leads; drop them otherwise (the
+/// leader does the same work).
+pub async fn run_writer(
+    client: Client,
+    settings: WriterSettings,
+    mut plans: watch::Receiver<Arc<Plan>>,
+    mut jobs: mpsc::Receiver<Job>,
+    mut leader: watch::Receiver<bool>,
+    shared: Arc<ControllerShared>,
+) {
+    let mut w = Writer {
+        client,
+        settings,
+        shared,
+        written: BTreeMap::new(),
+    };
+    loop {
+        tokio::select! {
+            changed = plans.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let plan = plans.borrow_and_update().clone();
+                if *leader.borrow() {
+                    w.write_plan(&plan).await;
+                }
+            }
+            changed = leader.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                // Newly leading: the current plan was not written by us.
+                if *leader.borrow_and_update() {
+                    let plan = plans.borrow().clone();
+                    w.write_plan(&plan).await;
+                }
+            }
+            job = jobs.recv() => match job {
+                Some(job) if *leader.borrow() => w.run_job(job).await,
+                Some(_) => {}
+                None => break,
+            },
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! The rules that look at a policy as a whole (its name, its header
+//! fields, its kernel names next to the other policies', its merged
+//! members), and the small facts they share.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::errors::{PolicyError, PolicyErrorKind};
+use super::{DEFAULT_LIST_SIZE, MAX_MEMBER_ERRORS, PolicyInput};
+use crate::api::policy::{FamilySpec, IPSetPolicy};
+use crate::ipset::{DEFAULT_MAX_ELEM, Family, Member, MemberSet, Naming, SetType};
+
+/// The largest `hashSize` accepted. The kernel allocates the whole table at
+/// creation (8 bytes per bucket: 512 MiB here) and grows it by itself as
+/// members are added, so a larger initial size only fails with ENOMEM.
+pub const MAX_HASH_SIZE: u32 = 1 << 26;
+/// The smallest `hashSize` the kernel accepts (IPSET_MIMINAL_HASHSIZE).
+pub const MIN_HASH_SIZE: u32 = 64;
+
+/// A policy name is a Kubernetes object name: a lowercase DNS subdomain.
+pub(crate) fn check_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() || name.len() > 253 {
+        return Err("must be 1 to 253 characters");
+    }
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    let ends_ok = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    if !ok_chars || !ends_ok(name.as_bytes()[0]) || !ends_ok(name.as_bytes()[name.len() - 1]) {
+        return Err("must be a lowercase DNS subdomain (a-z, 0-9, '-', '.')");
+    }
+    Ok(())
+}
+
+/// The families of a policy's kernel sets, in order (`None`: family-less).
+pub(crate) fn families(spec_family: FamilySpec, set_type: SetType) -> Vec<Option<Family>> {
+    if set_type == SetType::HashMac {
+        return vec![None];
+    }
+    match spec_family {
+        FamilySpec::IPv4 => vec![Some(Family::V4)],
+        FamilySpec::IPv6 => vec![Some(Family::V6)],
+        FamilySpec::Dual => vec![Some(Family::V4), Some(Family::V6)],
+    }
+}
+
+pub(crate) fn max_elem(policy: &IPSetPolicy) -> u32 {
+    match policy.spec.set_type {
+        SetType::ListSet => policy.spec.max_elem.unwrap_or(DEFAULT_LIST_SIZE),
+        _ => policy.spec.max_elem.unwrap_or(DEFAULT_MAX_ELEM),
+    }
+}
+
+/// Hold every kernel set a failed policy may have (any family).
+pub(crate) fn hold(held: &mut Vec<String>, naming: &Naming, policy: &str) {
+    for fam in [Some(Family::V4), Some(Family::V6), None] {
+        held.push(naming.main_set_name(policy, fam));
+    }
+}
+
+/// Policies whose kernel set names coincide with another policy's: the
+/// shortened form of a long name keeps only a hash of the rest, so two
+/// names can meet. Both policies fail (neither may silently take the other's
+/// set).
+pub(crate) fn name_collisions(
+    candidates: &[&PolicyInput<'_>],
+    naming: &Naming,
+) -> HashMap<String, Vec<PolicyError>> {
+    let mut owners: HashMap<String, Vec<&str>> = HashMap::new();
+    for input in candidates {
+        let p = input.policy;
+        let name = p.metadata.name.as_deref().unwrap_or("");
+        for f in families(p.spec.family, p.spec.set_type) {
+            let list = owners.entry(naming.main_set_name(name, f)).or_default();
+            if !list.contains(&name) {
+                list.push(name);
+            }
+        }
+    }
+    let mut errors: HashMap<String, Vec<PolicyError>> = HashMap::new();
+    let mut clashing: Vec<(&String, &Vec<&str>)> =
+        owners.iter().filter(|(_, o)| o.len() > 1).collect();
+    clashing.sort();
+    for (set, policies) in clashing {
+        for &policy in policies {
+            let other = policies.iter().find(|o| **o != policy).copied();
+            let kind = PolicyErrorKind::NameCollision {
+                set: set.clone(),
+                other: other.unwrap_or_default().to_string(),
+            };
+            errors
+                .entry(policy.to_string())
+                .or_default()
+                .push(PolicyError::of_policy(policy, kind));
+        }
+    }
+    errors
+}
+
+/// `maxElem` and `hashSize` within what the kernel can hold.
+pub(crate) fn check_header_fields(name: &str, p: &IPSetPolicy) -> Vec<PolicyError> {
+    let mut errors = Vec::new();
+    let mut check = |field: &'static str, value: Option<u32>, min: u32, max: u32| {
+        if let Some(v) = value
+            && !(min..=max).contains(&v)
+        {
+            let kind = PolicyErrorKind::OutOfRange {
+                field,
+                range: format!("between {min} and {max}"),
+                value: v,
+            };
+            errors.push(PolicyError::of_policy(name, kind));
+        }
+    };
+    check("maxElem", p.spec.max_elem, 1, u32::MAX);
+    check("hashSize", p.spec.hash_size, MIN_HASH_SIZE, MAX_HASH_SIZE);
+    errors
+}
+
+/// Errors for members that the kernel would merge into one entry (the same
+/// network with and without `nomatch`), naming both as the user wrote them
+/// when the spelling is still at hand (`raw`).
+pub(crate) fn nomatch_conflict_errors(
+    name: &str,
+    sets: &[Arc<MemberSet>],
+    raw: &[&str],
+) -> Vec<PolicyError> {
+    let mut errors = Vec::new();
+    for set in sets {
+        for (plain, flagged) in set.nomatch_conflicts(MAX_MEMBER_ERRORS) {
+            let network = plain.to_string();
+            // Only on this error path: find the user's spelling of each side.
+            let spelling = |want: &Member| {
+                raw.iter()
+                    .find(|r| {
+                        Member::parse_user(SetType::HashNet, r)
+                            .is_ok_and(|p| p.members.iter().any(|m| m == want))
+                    })
+                    .map_or_else(|| want.to_string(), |r| r.to_string())
+            };
+            errors.push(PolicyError {
+                policy: name.to_string(),
+                slice: None,
+                member: Some(spelling(&plain)),
+                kind: PolicyErrorKind::NomatchConflict {
+                    other: spelling(&flagged),
+                    network,
+                },
+            });
+        }
+    }
+    errors.truncate(MAX_MEMBER_ERRORS);
+    errors
+}

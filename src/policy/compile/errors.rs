@@ -1,0 +1,92 @@
+//! Why a policy was rejected: typed, and rendered to name the policy, the
+//! slice (when a member came from one), the member and the reason.
+
+use std::fmt;
+
+use crate::ipset::{Family, MemberError};
+use crate::policy::selector::SelectorError;
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyErrorKind {
+    #[error("invalid policy name: {0}")]
+    BadName(&'static str),
+    #[error("{0}")]
+    Member(#[from] MemberError),
+    #[error("is an {found} member but the policy family is {expected}")]
+    WrongFamily { found: Family, expected: Family },
+    #[error("{count} members exceed maxElem {max}")]
+    TooManyMembers { count: usize, max: u32 },
+    #[error("list:set refers to policy {0:?}, which does not exist on this node")]
+    ListSetMissing(String),
+    #[error("list:set cannot contain itself")]
+    ListSetSelf,
+    #[error("list:set cannot contain another list:set ({0:?}): the kernel forbids nesting")]
+    ListSetNested(String),
+    #[error("list:set refers to policy {0:?}, which has no {1} set")]
+    ListSetFamily(String, Family),
+    #[error("{0}")]
+    Selector(#[from] SelectorError),
+    #[error("is defined more than once")]
+    Duplicate,
+    #[error(
+        "its kernel set name {set} is also the name of policy {other:?}'s set (the shortened names share their hash); rename one of the two policies"
+    )]
+    NameCollision { set: String, other: String },
+    #[error(
+        "conflicts with member {other:?}: both are the network {network}, which the kernel holds as one entry, either matching or excluded (nomatch); keep only one of them"
+    )]
+    NomatchConflict { other: String, network: String },
+    #[error("{field} must be {range} (got {value})")]
+    OutOfRange {
+        field: &'static str,
+        range: String,
+        value: u32,
+    },
+    /// A member slice that could not be read at all.
+    #[error("could not be read: {0}")]
+    UnreadableSlice(String),
+    /// The policy object itself could not be read (an older, looser schema).
+    #[error("could not be read: {0}")]
+    Unreadable(String),
+    #[error("and {0} more bad members")]
+    More(usize),
+}
+
+/// A rejection, naming the policy, the slice and member (when there are
+/// ones) and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyError {
+    pub policy: String,
+    /// The member slice the member (or the error) comes from.
+    pub slice: Option<String>,
+    pub member: Option<String>,
+    pub kind: PolicyErrorKind,
+}
+
+impl PolicyError {
+    /// An error about the policy as a whole.
+    pub fn of_policy(policy: &str, kind: PolicyErrorKind) -> PolicyError {
+        PolicyError {
+            policy: policy.to_string(),
+            slice: None,
+            member: None,
+            kind,
+        }
+    }
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "policy {:?}: ", self.policy)?;
+        if let Some(slice) = &self.slice {
+            write!(f, "slice {slice:?}: ")?;
+        }
+        match &self.member {
+            // escape_debug shows control characters (an injected newline) as text.
+            Some(m) => write!(f, "member \"{}\" rejected: {}", m.escape_debug(), self.kind),
+            None => write!(f, "{}", self.kind),
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}
