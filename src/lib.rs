@@ -8,6 +8,8 @@
 //! The public API is what the integration tests and benchmarks use: the
 //! policy types and compiler, the CRD, and the re-exported crates.
 
+#![forbid(unsafe_code)]
+
 mod agent;
 pub mod api;
 mod args;

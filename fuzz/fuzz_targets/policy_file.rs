@@ -15,13 +15,14 @@
 //!
 //! The call into the loader is kept to the two public parse functions so
 //! the target follows their changes (BOM handling, size bounds, strictness)
-//! without edits.
+//! without edits. Member slices in the text join their policy as in file
+//! mode.
 #![no_main]
 
 use std::path::Path;
 
 use ipsetmgr::ipset::Naming;
-use ipsetmgr::policy::compile;
+use ipsetmgr::policy::compile::{MemberCache, MemberList, PolicyInput, SliceInput, compile_inputs};
 use ipsetmgr::policy::load::{parse_json_policies, parse_policies};
 use libfuzzer_sys::fuzz_target;
 
@@ -31,19 +32,37 @@ fuzz_target!(|data: &[u8]| {
     };
     let text = String::from_utf8_lossy(rest);
     let loaded = if format % 2 == 1 {
-        parse_policies(&text, Path::new("fuzz.yaml")).map(|l| l.policies)
+        parse_policies(&text, Path::new("fuzz.yaml"))
     } else {
-        parse_json_policies(&text, Path::new("fuzz.json")).map(|l| l.policies)
+        parse_json_policies(&text, Path::new("fuzz.json"))
     };
-    let policies = match loaded {
-        Ok(p) => p,
+    let loaded = match loaded {
+        Ok(l) => l,
         Err(e) => {
             // Error messages quote user input: rendering must not panic.
             let _ = e.to_string();
             return;
         }
     };
-    let compiled = compile(policies.iter().map(|p| &p.policy), &Naming::default(), None);
+    // Slices join the policy their label names, as in file mode.
+    let inputs: Vec<PolicyInput<'_>> = loaded
+        .policies
+        .iter()
+        .map(|l| PolicyInput {
+            policy: &l.policy,
+            slices: loaded
+                .slices
+                .iter()
+                .filter(|s| l.policy.metadata.name.as_deref() == Some(s.policy.as_str()))
+                .map(|s| SliceInput {
+                    name: &s.name,
+                    version: "",
+                    members: Ok(MemberList::Strings(&s.members)),
+                })
+                .collect(),
+        })
+        .collect();
+    let compiled = compile_inputs(&inputs, &Naming::default(), None, &mut MemberCache::default());
     for e in &compiled.errors {
         let _ = e.to_string();
     }
