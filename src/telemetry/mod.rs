@@ -1,0 +1,79 @@
+//! What the agent and the controller both expose besides their own
+//! metrics: build information, the process's resource use, and whether
+//! each of their watches of the API server works.
+
+pub mod build_info;
+pub mod labels;
+pub mod process;
+pub mod watch_health;
+
+use prometheus_client::registry::Registry;
+
+/// Register what every component exposes: `ipsetmgr_build_info` and the
+/// `process_*` metrics.
+pub fn register_common(registry: &mut Registry) {
+    build_info::register(registry);
+    registry.register_collector(Box::new(process::ProcessCollector));
+}
+
+/// The names of the metric families an OpenMetrics text exposes, with the
+/// suffixes their samples carry (`_total` for counters; `_bucket`, `_sum`
+/// and `_count` for histograms): what an alert expression may name.
+pub fn exposed_names(exposition: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in exposition.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        let (Some(name), Some(kind)) = (words.next(), words.next()) else {
+            continue;
+        };
+        match kind {
+            "counter" => names.push(format!("{name}_total")),
+            "histogram" => {
+                for suffix in ["_bucket", "_sum", "_count"] {
+                    names.push(format!("{name}{suffix}"));
+                }
+            }
+            _ => names.push(name.to_string()),
+        }
+    }
+    names
+}
+
+/// Every metric name the agent and the controller expose (see
+/// [`exposed_names`]), for checks of alert rules and dashboards.
+pub fn all_metric_names() -> Vec<String> {
+    let agent = crate::agent::metrics::Metrics::with_every_family().encode();
+    let controller = crate::controller::metrics::Metrics::with_every_family();
+    let mut names = exposed_names(&agent);
+    names.extend(exposed_names(&controller.encode()));
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_family_is_named_with_its_sample_suffixes() {
+        let names = super::all_metric_names();
+        for name in [
+            "ipsetmgr_build_info",
+            "ipsetmgr_ready",
+            "ipsetmgr_policy_synced",
+            "ipsetmgr_policy_last_sync_timestamp_seconds",
+            "ipsetmgr_drift_repaired_total",
+            "ipsetmgr_watch_errors_total",
+            "ipsetmgr_apply_duration_seconds_bucket",
+            "ipsetmgr_controller_status_writes_total",
+            "ipsetmgr_controller_event_writes_total",
+            "process_resident_memory_bytes",
+            "process_cpu_seconds_total",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+        }
+        assert!(!names.iter().any(|n| n == "ipsetmgr_drift_repaired"));
+    }
+}
