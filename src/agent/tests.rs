@@ -751,3 +751,69 @@ async fn a_failing_api_server_is_reported_as_watch_errors_by_resource() {
         ]
     );
 }
+
+/// Log lines written while the returned guard lives (this test's thread:
+/// the paused-clock runtime runs every task on it).
+fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+    #[derive(Clone)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let out = Buf(buf.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_writer(move || out.clone())
+        .finish();
+    (buf, tracing::subscriber::set_default(subscriber))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejection_is_logged_once_per_generation_with_its_fields() {
+    let (logs, _guard) = capture_logs();
+    let rejections = || -> Vec<Value> {
+        String::from_utf8(logs.lock().unwrap().clone())
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| {
+                v["fields"]["message"] == "policy rejected; its kernel sets are held as they are"
+            })
+            .collect()
+    };
+    let h = Harness::start();
+    h.node_seen(&[]);
+    h.list(vec![policy("bad", 1, hash_ip(&["10.0.0.300"]))], vec![]);
+    eventually("reported", || h.policy_state("bad").is_some()).await;
+    let first = rejections();
+    assert_eq!(first.len(), 1, "{first:?}");
+    let f = &first[0]["fields"];
+    assert_eq!(f["policy"], "bad");
+    assert_eq!(f["generation"], 1);
+    assert_eq!(f["member"], "10.0.0.300");
+    assert_eq!(f["reason"], "not a valid IP address");
+
+    // Another recompile (a label change of the Node) of the same
+    // generation: not logged again.
+    h.node_seen(&[("role", "edge")]);
+    h.send(Input::Policy(Event::Apply(decode(
+        serde_json::from_value(policy("ok", 1, hash_ip(&["10.0.0.1"]))).unwrap(),
+    ))));
+    eventually("recompiled", || h.policy_state("ok").is_some()).await;
+    assert_eq!(rejections().len(), 1);
+
+    // A new generation, still bad: logged once more.
+    h.send(Input::Policy(Event::Apply(decode(
+        serde_json::from_value(policy("bad", 2, hash_ip(&["10.0.0.301"]))).unwrap(),
+    ))));
+    eventually("the new generation logged", || rejections().len() == 2).await;
+    assert_eq!(rejections()[1]["fields"]["generation"], 2);
+    h.stop().await;
+}
