@@ -48,10 +48,43 @@ const NAMESPACE: &str = "ipsetmgr-system";
 /// objects only in `default` (kube-runtime's Recorder creates them there).
 const EVENTS_NAMESPACE: &str = "default";
 const RELEASE: &str = "ipsetmgr";
-/// The agent's listener (hostNetwork: a port on every node).
+/// The agent's metrics listener (hostNetwork: a port on every node).
 const AGENT_PORT: i32 = 9477;
-/// The controller's listener (its own pod network namespace).
+/// The agent's health listener: the node's loopback (the kubelet probes from
+/// the node's network namespace, which the agent shares).
+const AGENT_HEALTH: (&str, i32) = ("127.0.0.1", 9476);
+/// The controller's metrics listener (its own pod network namespace).
 const CONTROLLER_PORT: i32 = 9478;
+/// The controller's health listener: not loopback, which the kubelet, outside
+/// the pod's network namespace, could not reach.
+const CONTROLLER_HEALTH: (&str, i32) = ("0.0.0.0", 9479);
+
+/// Where a component listens: metrics (IPSETMGR_LISTEN) and health
+/// (IPSETMGR_HEALTH_LISTEN), each an IPv4 address and a port.
+#[derive(Clone, Debug)]
+struct Listeners {
+    metrics: (String, i32),
+    health: (String, i32),
+}
+
+impl Listeners {
+    fn new(metrics: (&str, i32), health: (&str, i32)) -> Listeners {
+        Listeners {
+            metrics: (metrics.0.into(), metrics.1),
+            health: (health.0.into(), health.1),
+        }
+    }
+    fn agent() -> Listeners {
+        Listeners::new(("0.0.0.0", AGENT_PORT), AGENT_HEALTH)
+    }
+    fn controller() -> Listeners {
+        Listeners::new(("0.0.0.0", CONTROLLER_PORT), CONTROLLER_HEALTH)
+    }
+    fn with_metrics_port(mut self, port: i32) -> Listeners {
+        self.metrics.1 = port;
+        self
+    }
+}
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
@@ -182,7 +215,8 @@ fn check_all_typed(docs: &[Value], what: &str) {
 
 // ---------------------------------------------------------------- chart ----
 
-/// Values as `helm --set a.b=v` would give them.
+/// Values as `helm --set a.b=v` would give them: merged into the defaults,
+/// and `null` deletes the key (as Helm's coalescing does).
 fn set_path(values: &mut Value, path: &str, v: Value) {
     let mut cur = values;
     let keys: Vec<&str> = path.split('.').collect();
@@ -193,7 +227,12 @@ fn set_path(values: &mut Value, path: &str, v: Value) {
             .entry(k.to_string())
             .or_insert_with(|| json!({}));
     }
-    cur[keys[keys.len() - 1]] = v;
+    let last = keys[keys.len() - 1];
+    if v.is_null() {
+        cur.as_object_mut().unwrap().remove(last);
+    } else {
+        cur[last] = v;
+    }
 }
 
 struct Rendered {
@@ -205,6 +244,11 @@ struct Rendered {
 /// ipsetmgr-system --set …` (without CRDs, which Helm installs from crds/
 /// unrendered).
 fn render_chart(overrides: &[(&str, Value)]) -> Rendered {
+    try_render_chart(overrides).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `render_chart`, or the first template's error (a `fail`, say).
+fn try_render_chart(overrides: &[(&str, Value)]) -> Result<Rendered, String> {
     let chart: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/Chart.yaml")).unwrap();
     let mut values: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/values.yaml")).unwrap();
     for (path, v) in overrides {
@@ -227,7 +271,7 @@ fn render_chart(overrides: &[(&str, Value)]) -> Rendered {
         .map(|p| std::fs::read_to_string(p).unwrap())
         .collect();
     let helper_refs: Vec<&str> = helpers.iter().map(String::as_str).collect();
-    let mut t = Templates::new(&helper_refs).unwrap_or_else(|e| panic!("_helpers.tpl: {e}"));
+    let mut t = Templates::new(&helper_refs).map_err(|e| format!("_helpers.tpl: {e}"))?;
     let mut docs = Vec::new();
     let mut notes = String::new();
     for p in &files {
@@ -238,7 +282,7 @@ fn render_chart(overrides: &[(&str, Value)]) -> Rendered {
         let src = std::fs::read_to_string(p).unwrap();
         let out = t
             .render(&src, &root)
-            .unwrap_or_else(|e| panic!("templates/{name}: {e}"));
+            .map_err(|e| format!("templates/{name}: {e}"))?;
         if name == "NOTES.txt" {
             notes = out;
         } else if name.ends_with(".yaml") {
@@ -250,7 +294,7 @@ fn render_chart(overrides: &[(&str, Value)]) -> Rendered {
             panic!("unexpected file templates/{name}");
         }
     }
-    Rendered { docs, notes }
+    Ok(Rendered { docs, notes })
 }
 
 // ------------------------------------------------------------ kustomize ----
@@ -807,23 +851,38 @@ fn check_env_names(c: &Container, known: &[&str], what: &str) {
 }
 
 /// A duration as the flags parse it (src/duration.rs): a bare number of
-/// seconds, or jiff's friendly format (60s, 5m, 1h30m); more than zero.
+/// seconds, or jiff's friendly format (60s, 5m, 1h30m); more than zero and at
+/// most a year.
 fn positive_duration(s: &str) -> bool {
+    const YEAR: u64 = 365 * 24 * 3600;
     let s = s.trim();
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-        return s.parse::<u64>().is_ok_and(|n| n > 0);
+        return s.parse::<u64>().is_ok_and(|n| n > 0 && n <= YEAR);
     }
     s.parse::<jiff::SignedDuration>()
-        .is_ok_and(|d| d.is_positive())
+        .is_ok_and(|d| d.is_positive() && d <= jiff::SignedDuration::from_secs(YEAR as i64))
 }
 
-/// The settings both components read: listener, log format, set prefix.
-fn check_common_env(c: &Container, port: i32, what: &str) {
+/// The settings both components read: listeners, log format, set prefix.
+fn check_common_env(c: &Container, listen: &Listeners, what: &str) {
+    let addr = |(a, p): &(String, i32)| format!("{a}:{p}");
     assert_eq!(
         env_value(c, "IPSETMGR_LISTEN"),
-        Some(format!("0.0.0.0:{port}")),
-        "{what}: listens on the metrics port"
+        Some(addr(&listen.metrics)),
+        "{what}: the metrics listener"
     );
+    assert_eq!(
+        env_value(c, "IPSETMGR_HEALTH_LISTEN"),
+        Some(addr(&listen.health)),
+        "{what}: the health listener"
+    );
+    for var in ["IPSETMGR_LISTEN", "IPSETMGR_HEALTH_LISTEN"] {
+        let v = env_value(c, var).unwrap_or_default();
+        assert!(
+            v.parse::<std::net::SocketAddr>().is_ok(),
+            "{what}: {var}={v:?} is not an address the binary parses"
+        );
+    }
     let log = env_value(c, "IPSETMGR_LOG_FORMAT").unwrap_or_default();
     assert!(
         ["text", "json"].contains(&log.as_str()),
@@ -836,33 +895,67 @@ fn check_common_env(c: &Container, port: i32, what: &str) {
     );
 }
 
-/// Port `metrics`, health probes on it, requests and a memory limit.
-fn check_served(c: &Container, port: i32, what: &str) {
+/// Port `metrics`; liveness (/livez) and readiness (/readyz) probes on the
+/// health listener, where the kubelet can reach it; requests and a memory
+/// limit. `host_network`: the pod is in the node's network namespace, where
+/// the kubelet probes from, so a specific health address (loopback) is
+/// probed as the probe's `host`; otherwise the kubelet probes the pod's IP
+/// from outside, and only a wildcard health address answers there.
+fn check_served(c: &Container, listen: &Listeners, host_network: bool, what: &str) {
     let ports = c.ports.clone().unwrap_or_default();
     let metrics = ports
         .iter()
         .find(|p| p.name.as_deref() == Some("metrics"))
         .unwrap_or_else(|| panic!("{what}: no port named metrics"));
-    assert_eq!(metrics.container_port, port, "{what}: metrics port");
+    assert_eq!(
+        metrics.container_port, listen.metrics.1,
+        "{what}: metrics port"
+    );
+    let (health_addr, health_port) = &listen.health;
     let probe_target = |probe: Option<k8s_openapi::api::core::v1::Probe>, kind: &str| {
         let get = probe
             .unwrap_or_else(|| panic!("{what}: no {kind}"))
             .http_get
             .unwrap_or_else(|| panic!("{what}: {kind} is not httpGet"));
-        let on_metrics = match &get.port {
-            IntOrString::String(s) => s == "metrics",
-            IntOrString::Int(p) => *p == port,
+        let port = match &get.port {
+            IntOrString::Int(p) => *p,
+            IntOrString::String(name) => {
+                ports
+                    .iter()
+                    .find(|p| p.name.as_deref() == Some(name))
+                    .unwrap_or_else(|| panic!("{what}: {kind}: no port named {name}"))
+                    .container_port
+            }
         };
-        assert!(
-            on_metrics,
-            "{what}: {kind} must use the metrics port, got {:?}",
-            get.port
+        assert_eq!(
+            port, *health_port,
+            "{what}: {kind} must probe the health port"
+        );
+        let wildcard = health_addr == "0.0.0.0";
+        if host_network && !wildcard {
+            assert_eq!(
+                get.host.as_deref(),
+                Some(health_addr.as_str()),
+                "{what}: {kind} must probe the health address {health_addr}"
+            );
+        } else {
+            assert_eq!(get.host, None, "{what}: {kind}: no host (the pod's IP)");
+            assert!(
+                wildcard,
+                "{what}: the kubelet cannot reach a health listener on {health_addr} \
+                 from outside the pod's network namespace"
+            );
+        }
+        assert_eq!(
+            get.scheme.as_deref().unwrap_or("HTTP"),
+            "HTTP",
+            "{what}: {kind} scheme"
         );
         get.path.unwrap_or_default()
     };
     assert_eq!(
         probe_target(c.liveness_probe.clone(), "livenessProbe"),
-        "/healthz"
+        "/livez"
     );
     assert_eq!(
         probe_target(c.readiness_probe.clone(), "readinessProbe"),
@@ -935,7 +1028,7 @@ fn check_agent_selector_is_0_1s(ds: &DaemonSet, with_instance: bool, what: &str)
 }
 
 /// The security and wiring contract of the agent DaemonSet.
-fn check_daemonset(ds: &DaemonSet, port: i32, what: &str) {
+fn check_daemonset(ds: &DaemonSet, listen: &Listeners, what: &str) {
     let spec = ds.spec.clone();
     let pod = pod_of(&spec.template);
     assert_eq!(
@@ -1039,11 +1132,12 @@ fn check_daemonset(ds: &DaemonSet, port: i32, what: &str) {
             "IPSETMGR_RESYNC_INTERVAL",
             "IPSETMGR_HEARTBEAT_INTERVAL",
             "IPSETMGR_LISTEN",
+            "IPSETMGR_HEALTH_LISTEN",
             "IPSETMGR_LOG_FORMAT",
         ],
         what,
     );
-    check_common_env(&c, port, what);
+    check_common_env(&c, listen, what);
     let backend = env_value(&c, "IPSETMGR_BACKEND").unwrap_or_default();
     assert!(
         ["netlink", "cli"].contains(&backend.as_str()),
@@ -1051,20 +1145,20 @@ fn check_daemonset(ds: &DaemonSet, port: i32, what: &str) {
     );
     let resync = env_value(&c, "IPSETMGR_RESYNC_INTERVAL").unwrap_or_default();
     assert!(
-        resync.parse::<u64>().is_ok_and(|s| s > 0),
-        "{what}: resync interval {resync:?} (seconds)"
+        positive_duration(&resync),
+        "{what}: resync interval {resync:?}"
     );
     let heartbeat = env_value(&c, "IPSETMGR_HEARTBEAT_INTERVAL").unwrap_or_default();
     assert!(
         positive_duration(&heartbeat),
         "{what}: heartbeat interval {heartbeat:?}"
     );
-    check_served(&c, port, what);
+    check_served(&c, listen, true, what);
 }
 
 /// The security and wiring contract of the controller Deployment: no host
 /// access of any kind, an unprivileged uid, its own token.
-fn check_controller(d: &Deployment, port: i32, what: &str) {
+fn check_controller(d: &Deployment, listen: &Listeners, what: &str) {
     assert_eq!(
         d.metadata.namespace.as_deref(),
         Some(NAMESPACE),
@@ -1175,12 +1269,13 @@ fn check_controller(d: &Deployment, port: i32, what: &str) {
             "POD_NAME",
             "IPSETMGR_SET_PREFIX",
             "IPSETMGR_LISTEN",
+            "IPSETMGR_HEALTH_LISTEN",
             "IPSETMGR_LOG_FORMAT",
         ],
         what,
     );
-    check_common_env(&c, port, what);
-    check_served(&c, port, what);
+    check_common_env(&c, listen, what);
+    check_served(&c, listen, false, what);
     for p in c.ports.clone().unwrap_or_default() {
         assert!(p.host_port.is_none(), "{what}: no hostPort");
     }
@@ -1327,14 +1422,30 @@ fn chart_metadata_matches_the_crate() {
     let values: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/values.yaml")).unwrap();
     assert_eq!(values["tolerations"], json!([{"operator": "Exists"}]));
     assert_eq!(values["priorityClassName"], "system-node-critical");
-    assert_eq!(values["metrics"]["port"], AGENT_PORT);
+    // The binary's defaults (--listen, --health-listen), so that the chart
+    // and a bare `ipsetmgr agent`/`controller` listen alike.
+    assert_eq!(
+        values["metrics"],
+        json!({"address": "0.0.0.0", "port": AGENT_PORT})
+    );
+    assert_eq!(
+        values["health"],
+        json!({"address": AGENT_HEALTH.0, "port": AGENT_HEALTH.1})
+    );
     assert_eq!(values["serviceMonitor"]["enabled"], false);
     assert_eq!(values["backend"], "netlink");
     assert_eq!(values["heartbeatInterval"], "60s");
     let c = &values["controller"];
     assert_eq!(c["enabled"], true);
     assert_eq!(c["replicas"], 1);
-    assert_eq!(c["metrics"]["port"], CONTROLLER_PORT);
+    assert_eq!(
+        c["metrics"],
+        json!({"address": "0.0.0.0", "port": CONTROLLER_PORT})
+    );
+    assert_eq!(
+        c["health"],
+        json!({"address": CONTROLLER_HEALTH.0, "port": CONTROLLER_HEALTH.1})
+    );
     assert_eq!(
         c["resources"],
         json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}})
@@ -1362,7 +1473,7 @@ fn chart_renders_with_default_values() {
     );
     check_rbac(&r.docs, &Names::release(), true, "chart");
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", "chart");
-    check_daemonset(&ds, AGENT_PORT, "chart");
+    check_daemonset(&ds, &Listeners::agent(), "chart");
     check_agent_selector_is_0_1s(&ds, true, "chart");
     let c = agent_container(&ds);
     assert_eq!(
@@ -1384,7 +1495,7 @@ fn chart_renders_with_default_values() {
         Some("system-node-critical")
     );
     let d: Deployment = one_of(&r.docs, "Deployment", "chart");
-    check_controller(&d, CONTROLLER_PORT, "chart");
+    check_controller(&d, &Listeners::controller(), "chart");
     assert_eq!(d.spec.clone().replicas, Some(1));
     let cc = controller_container(&d);
     assert_eq!(cc.image, c.image, "one image for both components");
@@ -1427,7 +1538,7 @@ fn chart_values_reach_the_agent() {
     check_rbac(&r.docs, &Names("ipsm".into()), true, what);
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
     assert_eq!(ds.metadata.name.as_deref(), Some("ipsm"));
-    check_daemonset(&ds, 9555, what);
+    check_daemonset(&ds, &Listeners::agent().with_metrics_port(9555), what);
     let c = agent_container(&ds);
     assert_eq!(c.image.as_deref(), Some("registry.example/ipsetmgr:dev"));
     assert_eq!(env_value(&c, "IPSETMGR_SET_PREFIX").as_deref(), Some("fw"));
@@ -1467,7 +1578,7 @@ fn chart_values_reach_the_agent() {
     // The settings both components share reach the controller too; the
     // agent's own do not.
     let d: Deployment = one_of(&r.docs, "Deployment", what);
-    check_controller(&d, CONTROLLER_PORT, what);
+    check_controller(&d, &Listeners::controller(), what);
     let cc = controller_container(&d);
     assert_eq!(cc.image.as_deref(), Some("registry.example/ipsetmgr:dev"));
     assert_eq!(env_value(&cc, "IPSETMGR_SET_PREFIX").as_deref(), Some("fw"));
@@ -1506,7 +1617,7 @@ fn chart_values_reach_the_controller() {
     check_all_typed(&r.docs, what);
     check_rbac(&r.docs, &Names::release(), true, what);
     let d: Deployment = one_of(&r.docs, "Deployment", what);
-    check_controller(&d, 9600, what);
+    check_controller(&d, &Listeners::controller().with_metrics_port(9600), what);
     let spec = d.spec.clone();
     assert_eq!(spec.replicas, Some(2));
     let pod = pod_of(&spec.template);
@@ -1530,7 +1641,7 @@ fn chart_values_reach_the_controller() {
     );
     // The agent keeps its own port.
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
-    check_daemonset(&ds, AGENT_PORT, what);
+    check_daemonset(&ds, &Listeners::agent(), what);
 }
 
 #[test]
@@ -1548,7 +1659,161 @@ fn chart_controller_can_be_disabled() {
         );
     }
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
-    check_daemonset(&ds, AGENT_PORT, what);
+    check_daemonset(&ds, &Listeners::agent(), what);
+}
+
+fn probe(p: Option<k8s_openapi::api::core::v1::Probe>) -> Value {
+    serde_json::to_value(p.expect("a probe")).unwrap()
+}
+
+#[test]
+fn chart_listeners_and_probe_timings_are_values() {
+    // Health on the metrics listener (one listener serves every path), and
+    // probe timings changed one field at a time (Helm merges the rest).
+    let r = render_chart(&[
+        ("health.address", json!("0.0.0.0")),
+        ("health.port", json!(AGENT_PORT)),
+        ("livenessProbe.periodSeconds", json!(20)),
+        ("readinessProbe.failureThreshold", json!(5)),
+        ("controller.metrics.port", json!(9600)),
+        ("controller.health.port", json!(9601)),
+        ("controller.livenessProbe.timeoutSeconds", json!(2)),
+        ("controller.readinessProbe.initialDelaySeconds", json!(3)),
+    ]);
+    let what = "chart with listener and probe values";
+    check_all_typed(&r.docs, what);
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
+    let one = Listeners::new(("0.0.0.0", AGENT_PORT), ("0.0.0.0", AGENT_PORT));
+    check_daemonset(&ds, &one, what);
+    let c = agent_container(&ds);
+    let (live, ready) = (probe(c.liveness_probe), probe(c.readiness_probe));
+    assert_eq!(
+        live["httpGet"],
+        json!({"path": "/livez", "port": AGENT_PORT})
+    );
+    assert_eq!(
+        (&live["periodSeconds"], &live["initialDelaySeconds"]),
+        (&json!(20), &json!(10)),
+        "{what}: liveness period set, the rest from the defaults"
+    );
+    assert_eq!(ready["failureThreshold"], 5);
+    assert_eq!(ready["periodSeconds"], 5);
+
+    let d: Deployment = one_of(&r.docs, "Deployment", what);
+    check_controller(
+        &d,
+        &Listeners::new(("0.0.0.0", 9600), ("0.0.0.0", 9601)),
+        what,
+    );
+    let cc = controller_container(&d);
+    let (live, ready) = (probe(cc.liveness_probe), probe(cc.readiness_probe));
+    assert_eq!(live["timeoutSeconds"], 2);
+    assert_eq!(live["failureThreshold"], 6);
+    assert_eq!(ready["initialDelaySeconds"], 3);
+
+    // A health address other than the wildcard is probed there (the agent
+    // shares the node's network namespace with the kubelet).
+    let r = render_chart(&[("metrics.address", json!("127.0.0.1"))]);
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", "chart, loopback metrics");
+    check_daemonset(
+        &ds,
+        &Listeners::new(("127.0.0.1", AGENT_PORT), AGENT_HEALTH),
+        "chart, loopback metrics",
+    );
+}
+
+#[test]
+fn chart_refuses_one_port_on_two_addresses() {
+    // The same port on two addresses: the second bind would fail at start.
+    for (port, addr, other) in [
+        ("health.port", "health.address", "9477"),
+        (
+            "controller.health.port",
+            "controller.health.address",
+            "9478",
+        ),
+    ] {
+        let other: i64 = other.parse().unwrap();
+        let e = try_render_chart(&[(port, json!(other)), (addr, json!("10.1.2.3"))])
+            .err()
+            .unwrap_or_else(|| panic!("{port}={other}, {addr}=10.1.2.3 rendered"));
+        assert!(
+            e.contains("fail: metrics.port and health.port are equal but their addresses differ"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn chart_extra_args_and_env_are_appended_and_change_nothing_else() {
+    let agent_env = json!([
+        {"name": "RUST_LOG", "value": "info,ipsetmgr=debug"},
+        {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+    ]);
+    let controller_env = json!([{"name": "RUST_LOG", "value": "debug"}]);
+    let r = render_chart(&[
+        ("extraArgs", json!(["--lock-wait", "1m"])),
+        ("extraEnv", agent_env.clone()),
+        ("controller.extraArgs", json!(["--namespace", "elsewhere"])),
+        ("controller.extraEnv", controller_env.clone()),
+    ]);
+    let what = "chart with extraArgs and extraEnv";
+    check_all_typed(&r.docs, what);
+    let base = render_chart(&[]);
+    let pod = |docs: &[Value], kind: &str| -> Value {
+        let d = docs.iter().find(|d| kind_of(d) == kind).unwrap();
+        d["spec"]["template"]["spec"].clone()
+    };
+    for (kind, args, env) in [
+        ("DaemonSet", json!(["--lock-wait", "1m"]), &agent_env),
+        (
+            "Deployment",
+            json!(["controller", "--namespace", "elsewhere"]),
+            &controller_env,
+        ),
+    ] {
+        let (mut got, want) = (pod(&r.docs, kind), pod(&base.docs, kind));
+        let c = &mut got["containers"][0];
+        assert_eq!(c["args"], args, "{what}: {kind} args");
+        // After the chart's own variables, in order.
+        let base_env = want["containers"][0]["env"].as_array().unwrap().clone();
+        let mut full = base_env.clone();
+        full.extend(env.as_array().unwrap().iter().cloned());
+        assert_eq!(c["env"], Value::Array(full), "{what}: {kind} env");
+        // Nothing else changed.
+        c["env"] = Value::Array(base_env);
+        match kind {
+            "DaemonSet" => drop(c.as_object_mut().unwrap().remove("args")),
+            _ => c["args"] = json!(["controller"]),
+        }
+        if let Some(diff) = first_difference(&got, &want, "") {
+            panic!("{what}: {kind} pod changed beyond args and env: {diff}");
+        }
+    }
+}
+
+#[test]
+fn chart_update_strategies_are_values() {
+    let r = render_chart(&[
+        ("updateStrategy.rollingUpdate.maxUnavailable", json!("10%")),
+        ("controller.updateStrategy.type", json!("Recreate")),
+        // Kubernetes refuses rollingUpdate with Recreate; Helm merged the
+        // default's in, so it must be deleted.
+        ("controller.updateStrategy.rollingUpdate", Value::Null),
+    ]);
+    let what = "chart with update strategies";
+    check_all_typed(&r.docs, what);
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
+    let s = ds.spec.update_strategy.unwrap();
+    assert_eq!(s.type_.as_deref(), Some("RollingUpdate"));
+    assert_eq!(
+        s.rolling_update.unwrap().max_unavailable,
+        Some(IntOrString::String("10%".into()))
+    );
+    let d: Deployment = one_of(&r.docs, "Deployment", what);
+    let s = d.spec.strategy.unwrap();
+    assert_eq!(s.type_.as_deref(), Some("Recreate"));
+    assert!(s.rolling_update.is_none(), "{what}: no rollingUpdate");
 }
 
 /// Whether a label selector (plain labels) selects these labels.
@@ -1700,10 +1965,10 @@ fn kustomize_base_is_complete_and_hardened() {
     assert_eq!(ns.metadata.name.as_deref(), Some(NAMESPACE));
     crds_by_kind(&docs, what);
     let ds: DaemonSet = one_of(&docs, "DaemonSet", what);
-    check_daemonset(&ds, AGENT_PORT, what);
+    check_daemonset(&ds, &Listeners::agent(), what);
     check_agent_selector_is_0_1s(&ds, false, what);
     let d: Deployment = one_of(&docs, "Deployment", what);
-    check_controller(&d, CONTROLLER_PORT, what);
+    check_controller(&d, &Listeners::controller(), what);
     check_rbac(&docs, &Names::release(), true, what);
 }
 
@@ -1839,9 +2104,9 @@ fn kustomize_renders_with_the_real_tool() {
     let what = "kustomize output";
     check_all_typed(&rendered, what);
     let ds: DaemonSet = one_of(&rendered, "DaemonSet", what);
-    check_daemonset(&ds, AGENT_PORT, what);
+    check_daemonset(&ds, &Listeners::agent(), what);
     let d: Deployment = one_of(&rendered, "Deployment", what);
-    check_controller(&d, CONTROLLER_PORT, what);
+    check_controller(&d, &Listeners::controller(), what);
     check_rbac(&rendered, &Names::release(), true, what);
     let Some(admission) = render_with_kustomize("config/admission") else {
         return;
