@@ -215,26 +215,6 @@ fn check_all_typed(docs: &[Value], what: &str) {
 
 // ---------------------------------------------------------------- chart ----
 
-/// Values as `helm --set a.b=v` would give them: merged into the defaults,
-/// and `null` deletes the key (as Helm's coalescing does).
-fn set_path(values: &mut Value, path: &str, v: Value) {
-    let mut cur = values;
-    let keys: Vec<&str> = path.split('.').collect();
-    for k in &keys[..keys.len() - 1] {
-        cur = cur
-            .as_object_mut()
-            .unwrap()
-            .entry(k.to_string())
-            .or_insert_with(|| json!({}));
-    }
-    let last = keys[keys.len() - 1];
-    if v.is_null() {
-        cur.as_object_mut().unwrap().remove(last);
-    } else {
-        cur[last] = v;
-    }
-}
-
 struct Rendered {
     docs: Vec<Value>,
     notes: String,
@@ -250,9 +230,13 @@ fn render_chart(overrides: &[(&str, Value)]) -> Rendered {
 /// `render_chart`, or the first template's error (a `fail`, say).
 fn try_render_chart(overrides: &[(&str, Value)]) -> Result<Rendered, String> {
     let chart: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/Chart.yaml")).unwrap();
-    let mut values: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/values.yaml")).unwrap();
-    for (path, v) in overrides {
-        set_path(&mut values, path, v.clone());
+    let values = support::values::with(overrides);
+    // As Helm does before rendering anything.
+    let refused = support::values::schema_errors(&values);
+    if !refused.is_empty() {
+        return Err(format!(
+            "values.schema.json refuses the values {overrides:?}: {refused:#?}"
+        ));
     }
     let root = json!({
         "Values": values,
