@@ -145,6 +145,15 @@ fn schema_refuses_bad_values_and_typos() {
         ("serviceMonitor.interval", json!("")),
         ("serviceMonitor.enabled", json!("true")),
         ("nodeStateAdmissionPolicy.enabled", json!("yes")),
+        ("serviceMonitor.force", json!("yes")),
+        ("prometheusRule.enabled", json!("true")),
+        ("prometheusRule.lables", json!({"release": "x"})),
+        ("prometheusRule.notSyncedFor", json!("15")),
+        ("prometheusRule.cannotListFor", json!(600)),
+        ("prometheusRule.noRecentSyncSeconds", json!(0)),
+        ("prometheusRule.noRecentSyncSeconds", json!("900")),
+        ("prometheusRule.driftRepairedThreshold", json!(-1)),
+        ("prometheusRule.labels", json!({"release": 1})),
         // Required: a value deleted with --set x=null.
         ("backend", Value::Null),
         ("controller.health", Value::Null),
@@ -196,6 +205,13 @@ fn schema_accepts_what_the_chart_documents() {
         vec![("fullnameOverride", json!("ipsm"))],
         vec![("global", json!({"imageRegistry": "x"}))],
         vec![("serviceMonitor.interval", json!("1m30s"))],
+        vec![
+            ("serviceMonitor.enabled", json!(true)),
+            ("serviceMonitor.force", json!(true)),
+            ("prometheusRule.enabled", json!(true)),
+            ("prometheusRule.notSyncedFor", json!("1h30m")),
+            ("prometheusRule.driftRepairedThreshold", json!(0)),
+        ],
     ] {
         assert_accepted(&overrides);
     }

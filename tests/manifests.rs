@@ -206,8 +206,8 @@ fn check_all_typed(docs: &[Value], what: &str) {
             ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
                 drop(typed::<ValidatingAdmissionPolicyBinding>(d, what))
             }
-            // Not in k8s-openapi: checked field by field in its own test.
-            ("monitoring.coreos.com/v1", "ServiceMonitor") => {}
+            // Not in k8s-openapi: checked field by field in their own tests.
+            ("monitoring.coreos.com/v1", "ServiceMonitor" | "PrometheusRule") => {}
             (api, kind) => panic!("{what}: unexpected object {api} {kind} {}", name_of(d)),
         }
     }
@@ -220,15 +220,48 @@ struct Rendered {
     notes: String,
 }
 
+/// What `.Capabilities.APIVersions` holds on a cluster without the
+/// Prometheus Operator (and for `helm template` without `--api-versions`):
+/// the built-in API groups the chart's objects use.
+const BUILTIN_API_VERSIONS: &[&str] = &[
+    "v1",
+    "apps/v1",
+    "rbac.authorization.k8s.io/v1",
+    "admissionregistration.k8s.io/v1",
+    "apiextensions.k8s.io/v1",
+    "coordination.k8s.io/v1",
+    "events.k8s.io/v1",
+];
+
+/// What the Prometheus Operator's CRDs add (Helm lists group/version and
+/// group/version/Kind).
+const MONITORING_API_VERSIONS: &[&str] = &[
+    "monitoring.coreos.com/v1",
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "monitoring.coreos.com/v1/PrometheusRule",
+];
+
 /// Render the chart like `helm template ipsetmgr charts/ipsetmgr -n
 /// ipsetmgr-system --set …` (without CRDs, which Helm installs from crds/
-/// unrendered).
+/// unrendered), for a cluster without the Prometheus Operator.
 fn render_chart(overrides: &[(&str, Value)]) -> Rendered {
-    try_render_chart(overrides).unwrap_or_else(|e| panic!("{e}"))
+    render_chart_on(BUILTIN_API_VERSIONS, overrides)
+}
+
+/// `render_chart` for a cluster serving these API versions.
+fn render_chart_on(api_versions: &[&str], overrides: &[(&str, Value)]) -> Rendered {
+    try_render_chart_on(api_versions, overrides).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `render_chart`, or the first template's error (a `fail`, say).
 fn try_render_chart(overrides: &[(&str, Value)]) -> Result<Rendered, String> {
+    try_render_chart_on(BUILTIN_API_VERSIONS, overrides)
+}
+
+fn try_render_chart_on(
+    api_versions: &[&str],
+    overrides: &[(&str, Value)],
+) -> Result<Rendered, String> {
     let chart: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/Chart.yaml")).unwrap();
     let values = support::values::with(overrides);
     // As Helm does before rendering anything.
@@ -242,6 +275,7 @@ fn try_render_chart(overrides: &[(&str, Value)]) -> Result<Rendered, String> {
         "Values": values,
         "Release": {"Name": RELEASE, "Namespace": NAMESPACE, "Service": "Helm"},
         "Chart": {"Name": chart["name"], "Version": chart["version"], "AppVersion": chart["appVersion"]},
+        "Capabilities": {"APIVersions": api_versions},
     });
     let dir = repo("charts/ipsetmgr/templates");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -1818,10 +1852,13 @@ fn chart_service_monitors_are_optional_and_select_their_component() {
             .any(|d| matches!(kind_of(d), "Service" | "ServiceMonitor")),
         "no Service or ServiceMonitor by default"
     );
-    let r = render_chart(&[
-        ("serviceMonitor.enabled", json!(true)),
-        ("serviceMonitor.labels", json!({"release": "prometheus"})),
-    ]);
+    let r = render_chart_on(
+        &with_monitoring(),
+        &[
+            ("serviceMonitor.enabled", json!(true)),
+            ("serviceMonitor.labels", json!({"release": "prometheus"})),
+        ],
+    );
     let what = "chart with serviceMonitor";
     check_all_typed(&r.docs, what);
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
@@ -1908,10 +1945,13 @@ fn chart_service_monitors_are_optional_and_select_their_component() {
     }
 
     // Without the controller, only the agents' pair.
-    let r = render_chart(&[
-        ("serviceMonitor.enabled", json!(true)),
-        ("controller.enabled", json!(false)),
-    ]);
+    let r = render_chart_on(
+        &with_monitoring(),
+        &[
+            ("serviceMonitor.enabled", json!(true)),
+            ("controller.enabled", json!(false)),
+        ],
+    );
     let kinds: Vec<String> = r
         .docs
         .iter()
@@ -1928,12 +1968,377 @@ fn chart_service_monitors_are_optional_and_select_their_component() {
     );
 }
 
+/// A cluster with the Prometheus Operator's CRDs.
+fn with_monitoring() -> Vec<&'static str> {
+    BUILTIN_API_VERSIONS
+        .iter()
+        .chain(MONITORING_API_VERSIONS)
+        .copied()
+        .collect()
+}
+
+#[test]
+fn chart_monitoring_objects_need_their_crd_or_force() {
+    // (value prefix, the kinds it renders, the API version it needs)
+    let cases = [
+        (
+            "serviceMonitor",
+            &["Service", "ServiceMonitor"][..],
+            "monitoring.coreos.com/v1/ServiceMonitor",
+        ),
+        (
+            "prometheusRule",
+            &["PrometheusRule"][..],
+            "monitoring.coreos.com/v1/PrometheusRule",
+        ),
+    ];
+    for (value, kinds, api) in cases {
+        let (enabled, force) = (format!("{value}.enabled"), format!("{value}.force"));
+        let only_this_crd: Vec<&str> = BUILTIN_API_VERSIONS
+            .iter()
+            .copied()
+            .chain(["monitoring.coreos.com/v1", api])
+            .collect();
+        let warning = format!("WARNING: {value}.enabled=true, but this cluster does not serve");
+        for (on, crd, forced, rendered) in [
+            (false, false, false, false),
+            (false, true, false, false),
+            (false, true, true, false),
+            (true, false, false, false),
+            (true, true, false, true),
+            (true, false, true, true),
+            (true, true, true, true),
+        ] {
+            let api_versions = if crd {
+                only_this_crd.clone()
+            } else {
+                BUILTIN_API_VERSIONS.to_vec()
+            };
+            let r = render_chart_on(
+                &api_versions,
+                &[
+                    (enabled.as_str(), json!(on)),
+                    (force.as_str(), json!(forced)),
+                ],
+            );
+            let what = format!("{value}: enabled={on} CRD served={crd} force={forced}");
+            check_all_typed(&r.docs, &what);
+            let got: BTreeSet<&str> = r
+                .docs
+                .iter()
+                .map(kind_of)
+                .filter(|k| kinds.contains(k))
+                .collect();
+            let want: BTreeSet<&str> = if rendered {
+                kinds.iter().copied().collect()
+            } else {
+                BTreeSet::new()
+            };
+            assert_eq!(got, want, "{what}: rendered kinds");
+            // Asked for but left out: NOTES.txt says so, and how to fix it.
+            assert_eq!(
+                r.notes.contains(&warning),
+                on && !rendered,
+                "{what}: NOTES.txt warning\n{}",
+                r.notes
+            );
+            if on && !rendered {
+                assert!(r.notes.contains(&format!("{value}.force=true")));
+            }
+        }
+    }
+    // Each kind is gated on its own CRD, not the other's.
+    let r = render_chart_on(
+        &[
+            BUILTIN_API_VERSIONS,
+            &["monitoring.coreos.com/v1/ServiceMonitor"],
+        ]
+        .concat(),
+        &[
+            ("serviceMonitor.enabled", json!(true)),
+            ("prometheusRule.enabled", json!(true)),
+        ],
+    );
+    let kinds: BTreeSet<&str> = r.docs.iter().map(kind_of).collect();
+    assert!(kinds.contains("ServiceMonitor") && !kinds.contains("PrometheusRule"));
+}
+
+/// Every metric the binary exports, which an alert may use.
+///
+/// The binary side (metrics being added alongside this chart) will replace
+/// this list by the library's own list of metric names; the integrator wires
+/// that, so that an alert naming a metric the binary does not export fails
+/// here instead of never firing.
+const EXPECTED_METRICS: &[&str] = &[
+    "ipsetmgr_build_info",
+    "ipsetmgr_ready",
+    "ipsetmgr_policy_synced",
+    "ipsetmgr_policy_kernel_members",
+    "ipsetmgr_policy_problems",
+    "ipsetmgr_policy_last_sync_timestamp_seconds",
+    "ipsetmgr_drift_repaired_total",
+    "ipsetmgr_watch_errors_total",
+    "ipsetmgr_status_writes_total",
+    // A histogram: its series.
+    "ipsetmgr_apply_duration_seconds_bucket",
+    "ipsetmgr_apply_duration_seconds_sum",
+    "ipsetmgr_apply_duration_seconds_count",
+    // The controller's.
+    "ipsetmgr_controller_status_writes_total",
+    "ipsetmgr_controller_event_writes_total",
+    "ipsetmgr_controller_leader",
+    // The process collector's.
+    "process_cpu_seconds_total",
+    "process_open_fds",
+    "process_max_fds",
+    "process_virtual_memory_bytes",
+    "process_resident_memory_bytes",
+    "process_start_time_seconds",
+    "process_threads",
+];
+
+/// The metric names a PromQL expression mentions: identifiers (runs of
+/// letters, digits, `_` and `:`) that start with `ipsetmgr_` or `process_`.
+/// Label names and functions never start so; each such identifier must be
+/// all lower-case letters and `_` (the names the binary uses).
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut cur = String::new();
+    for c in expr.chars().chain([' ']) {
+        if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+            cur.push(c);
+            continue;
+        }
+        let word = std::mem::take(&mut cur);
+        if word.starts_with("ipsetmgr_") || word.starts_with("process_") {
+            assert!(
+                word.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{expr}: {word} is not a metric name of the form ipsetmgr_[a-z_]+"
+            );
+            names.push(word);
+        }
+    }
+    names
+}
+
+/// A duration as Prometheus reads `for:` (units y, w, d, h, m, s, ms).
+fn prometheus_duration(s: &str) -> bool {
+    let mut rest = s;
+    let mut any = false;
+    for unit in ["y", "w", "d", "h", "m", "s", "ms"] {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && rest[digits..].starts_with(unit) {
+            let after = &rest[digits + unit.len()..];
+            // "m" must not be the start of "ms".
+            if unit == "m" && after.starts_with('s') {
+                continue;
+            }
+            rest = after;
+            any = true;
+        }
+    }
+    any && rest.is_empty()
+}
+
+/// The PrometheusRule's alerts, by name: (expr, for, labels, annotations).
+fn alerts(docs: &[Value], what: &str) -> BTreeMap<String, Value> {
+    let rules: Vec<&Value> = docs
+        .iter()
+        .filter(|d| kind_of(d) == "PrometheusRule")
+        .collect();
+    assert_eq!(rules.len(), 1, "{what}: one PrometheusRule");
+    let rule = rules[0];
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(rule["metadata"]["namespace"], NAMESPACE);
+    let spec = rule["spec"].as_object().unwrap();
+    assert_eq!(spec.keys().collect::<Vec<_>>(), ["groups"], "{what}: spec");
+    let mut out = BTreeMap::new();
+    for group in rule["spec"]["groups"].as_array().unwrap() {
+        assert!(group["name"].is_string(), "{what}: group name");
+        for r in group["rules"].as_array().unwrap() {
+            let r = r.as_object().unwrap();
+            for key in r.keys() {
+                assert!(
+                    ["alert", "expr", "for", "labels", "annotations"].contains(&key.as_str()),
+                    "{what}: rule field {key} (a PrometheusRule alert has no such field)"
+                );
+            }
+            let name = r["alert"]
+                .as_str()
+                .expect("alerting rules only")
+                .to_string();
+            assert!(r["expr"].is_string(), "{what}: {name}: expr");
+            if let Some(f) = r.get("for") {
+                let ok = f.as_str().is_some_and(prometheus_duration);
+                assert!(ok, "{what}: {name}: for: {f} is not a Prometheus duration");
+            }
+            for (k, v) in r["labels"].as_object().unwrap() {
+                assert!(v.is_string(), "{what}: {name}: label {k} must be a string");
+            }
+            let ann = r["annotations"].as_object().unwrap();
+            assert!(
+                ann["summary"].is_string() && ann["description"].is_string(),
+                "{what}: {name}: summary and description"
+            );
+            assert!(
+                out.insert(name.clone(), Value::Object(r.clone())).is_none(),
+                "{what}: alert {name} twice"
+            );
+        }
+    }
+    out
+}
+
+#[test]
+fn chart_prometheus_rule_alerts_on_the_binarys_metrics() {
+    let what = "chart with prometheusRule";
+    let r = render_chart_on(
+        &with_monitoring(),
+        &[
+            ("prometheusRule.enabled", json!(true)),
+            ("prometheusRule.labels", json!({"release": "prometheus"})),
+        ],
+    );
+    check_all_typed(&r.docs, what);
+    check_namespaces(&r.docs, what);
+    let rule = r
+        .docs
+        .iter()
+        .find(|d| kind_of(d) == "PrometheusRule")
+        .unwrap();
+    assert_eq!(rule["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(
+        rule["metadata"]["labels"]["app.kubernetes.io/name"],
+        "ipsetmgr"
+    );
+    let alerts = alerts(&r.docs, what);
+    assert_eq!(
+        alerts.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "IPSetMgrAgentCannotList",
+            "IPSetMgrDriftRepairedRepeatedly",
+            "IPSetMgrNoRecentSync",
+            "IPSetPolicyNotSynced",
+        ],
+        "{what}: the alerts"
+    );
+    // Every metric an alert names is one the binary exports.
+    let mut used = BTreeSet::new();
+    for (name, a) in &alerts {
+        let names = metric_names(a["expr"].as_str().unwrap());
+        assert!(!names.is_empty(), "{what}: {name} names no metric");
+        for m in names {
+            assert!(
+                EXPECTED_METRICS.contains(&m.as_str()),
+                "{what}: {name} uses {m}, which the binary does not export"
+            );
+            used.insert(m);
+        }
+    }
+    assert_eq!(
+        used.into_iter().collect::<Vec<_>>(),
+        [
+            "ipsetmgr_drift_repaired_total",
+            "ipsetmgr_policy_last_sync_timestamp_seconds",
+            "ipsetmgr_policy_synced",
+            "ipsetmgr_ready",
+            "ipsetmgr_watch_errors_total",
+        ]
+    );
+    // The expressions and their defaults, exactly.
+    let expr = |a: &str| alerts[a]["expr"].as_str().unwrap().to_string();
+    let for_ = |a: &str| alerts[a].get("for").cloned();
+    assert_eq!(expr("IPSetPolicyNotSynced"), "ipsetmgr_policy_synced == 0");
+    assert_eq!(for_("IPSetPolicyNotSynced"), Some(json!("15m")));
+    assert_eq!(
+        expr("IPSetMgrNoRecentSync"),
+        "time() - ipsetmgr_policy_last_sync_timestamp_seconds > 900"
+    );
+    assert_eq!(
+        expr("IPSetMgrAgentCannotList"),
+        "ipsetmgr_ready == 0 or rate(ipsetmgr_watch_errors_total[5m]) > 0"
+    );
+    assert_eq!(for_("IPSetMgrAgentCannotList"), Some(json!("10m")));
+    assert_eq!(
+        expr("IPSetMgrDriftRepairedRepeatedly"),
+        "increase(ipsetmgr_drift_repaired_total[1h]) > 3"
+    );
+    // Prometheus' templates reach it verbatim (not eaten by Helm's).
+    let description = |a: &str| {
+        alerts[a]["annotations"]["description"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    for a in [
+        "IPSetPolicyNotSynced",
+        "IPSetMgrNoRecentSync",
+        "IPSetMgrDriftRepairedRepeatedly",
+    ] {
+        assert!(
+            description(a).contains("{{ $labels.policy }}"),
+            "{what}: {a}: {}",
+            description(a)
+        );
+    }
+    assert!(description("IPSetMgrAgentCannotList").contains("{{ $labels.resource }}"));
+
+    // The thresholds are values.
+    let r = render_chart_on(
+        &with_monitoring(),
+        &[
+            ("prometheusRule.enabled", json!(true)),
+            ("prometheusRule.notSyncedFor", json!("1h")),
+            ("prometheusRule.noRecentSyncSeconds", json!(3600)),
+            ("prometheusRule.cannotListFor", json!("30m")),
+            ("prometheusRule.driftRepairedThreshold", json!(10)),
+        ],
+    );
+    let alerts = self::alerts(&r.docs, "prometheusRule with thresholds");
+    assert_eq!(alerts["IPSetPolicyNotSynced"]["for"], "1h");
+    assert!(
+        alerts["IPSetMgrNoRecentSync"]["expr"]
+            .as_str()
+            .unwrap()
+            .ends_with("> 3600")
+    );
+    assert_eq!(alerts["IPSetMgrAgentCannotList"]["for"], "30m");
+    assert!(
+        alerts["IPSetMgrDriftRepairedRepeatedly"]["expr"]
+            .as_str()
+            .unwrap()
+            .ends_with("> 10")
+    );
+}
+
+#[test]
+fn metric_name_tokenizer_finds_names_and_refuses_odd_ones() {
+    assert_eq!(
+        metric_names(
+            "sum by (policy) (rate(ipsetmgr_watch_errors_total{resource=\"nodes\"}[5m])) / process_open_fds"
+        ),
+        ["ipsetmgr_watch_errors_total", "process_open_fds"]
+    );
+    assert!(metric_names("time() - up").is_empty());
+    assert!(std::panic::catch_unwind(|| metric_names("ipsetmgr_Ready == 0")).is_err());
+    assert!(
+        prometheus_duration("15m") && prometheus_duration("1h30m") && prometheus_duration("500ms")
+    );
+    assert!(!prometheus_duration("") && !prometheus_duration("15") && !prometheus_duration("m5"));
+}
+
 /// `cargo test --test manifests -- --ignored --nocapture print_rendered_chart`
 /// shows what the test renderer makes of the chart (there is no helm here).
 #[test]
 #[ignore = "prints the rendered chart; run by hand"]
 fn print_rendered_chart() {
-    let r = render_chart(&[("serviceMonitor.enabled", json!(true))]);
+    let r = render_chart_on(
+        &with_monitoring(),
+        &[
+            ("serviceMonitor.enabled", json!(true)),
+            ("prometheusRule.enabled", json!(true)),
+        ],
+    );
     for d in &r.docs {
         println!("---\n{}", serde_saphyr::to_string(d).unwrap());
     }

@@ -38,6 +38,13 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 The agent pods' selector. It must stay as it was in 0.1: a DaemonSet's
 selector is immutable, so a changed one would fail `helm upgrade`.
 */}}
+{{/* Labels of an object of the release that belongs to no one component. */}}
+{{- define "ipsetmgr.labels" -}}
+app.kubernetes.io/name: ipsetmgr
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{ include "ipsetmgr.commonLabels" . }}
+{{- end }}
+
 {{- define "ipsetmgr.agent.selectorLabels" -}}
 app.kubernetes.io/name: ipsetmgr
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -97,4 +104,24 @@ initialDelaySeconds: {{ .initialDelaySeconds }}
 periodSeconds: {{ .periodSeconds }}
 timeoutSeconds: {{ .timeoutSeconds }}
 failureThreshold: {{ .failureThreshold }}
+{{- end }}
+
+{{/*
+Whether to render the ServiceMonitors and their Services, and the
+PrometheusRule: "true" or "". Each needs its `enabled`, and either the
+cluster serving its kind (so that a missing monitoring stack does not fail an
+install of node infrastructure) or its `force` (helm template without
+--api-versions, a CRD installed in the same run). NOTES.txt says when an
+enabled one was left out.
+*/}}
+{{- define "ipsetmgr.serviceMonitor.render" -}}
+{{- if and .Values.serviceMonitor.enabled (or .Values.serviceMonitor.force (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) -}}
+true
+{{- end -}}
+{{- end }}
+
+{{- define "ipsetmgr.prometheusRule.render" -}}
+{{- if and .Values.prometheusRule.enabled (or .Values.prometheusRule.force (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule")) -}}
+true
+{{- end -}}
 {{- end }}
