@@ -1427,6 +1427,89 @@ fn crd_copies_are_identical() {
     }
 }
 
+/// kubeVersion, the icon and Artifact Hub's annotations.
+fn check_chart_yaml_extras(chart: &Value) {
+    use base64::Engine;
+    // The minimum docs/install.md states, with "-0" so that vendor builds
+    // (v1.27.3-gke.100, pre-releases to semver) match.
+    let kube = chart["kubeVersion"].as_str().expect("kubeVersion");
+    let min = kube
+        .strip_prefix(">=")
+        .and_then(|v| v.strip_suffix(".0-0"))
+        .unwrap_or_else(|| panic!("kubeVersion {kube:?}: expected >=X.Y.0-0"));
+    assert_eq!(kube, ">=1.25.0-0");
+    let docs = read("docs/install.md");
+    assert!(
+        docs.contains(&format!("Kubernetes {min} or newer")),
+        "docs/install.md must state the minimum of Chart.yaml's kubeVersion, {min}"
+    );
+
+    // The icon is icon.svg, inline.
+    let icon = chart["icon"].as_str().expect("icon");
+    let b64 = icon
+        .strip_prefix("data:image/svg+xml;base64,")
+        .expect("icon: a data:image/svg+xml;base64 URL");
+    let svg = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .expect("icon: base64");
+    assert_eq!(
+        svg,
+        read("charts/ipsetmgr/icon.svg").into_bytes(),
+        "Chart.yaml's icon is not charts/ipsetmgr/icon.svg: base64 -w0 it again"
+    );
+    // Helm repeats it for every version in a repository's index.yaml.
+    assert!(svg.len() < 2048, "icon.svg: keep it small");
+    let text = String::from_utf8(svg).unwrap();
+    assert!(text.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    assert!(text.trim_end().ends_with("</svg>"));
+    assert!(
+        read("charts/ipsetmgr/.helmignore")
+            .lines()
+            .any(|l| l == "icon.svg"),
+        "the packaged chart needs no second copy of the icon"
+    );
+
+    // Artifact Hub reads its annotations as YAML inside strings.
+    let ann = chart["annotations"].as_object().expect("annotations");
+    let parse = |key: &str| -> Value {
+        let text = ann[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key}: a string"));
+        serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("{key}: {e}"))
+    };
+    let values: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/values.yaml")).unwrap();
+    let image = format!(
+        "{}:{}",
+        values["image"]["repository"].as_str().unwrap(),
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(
+        parse("artifacthub.io/images"),
+        json!([{"name": "ipsetmgr", "image": image}]),
+        "artifacthub.io/images: the image the chart deploys by default"
+    );
+    let changes = parse("artifacthub.io/changes");
+    for c in changes.as_array().expect("artifacthub.io/changes: a list") {
+        let kind = c["kind"].as_str().unwrap_or_default();
+        assert!(
+            [
+                "added",
+                "changed",
+                "deprecated",
+                "removed",
+                "fixed",
+                "security"
+            ]
+            .contains(&kind),
+            "artifacthub.io/changes: kind {kind:?}"
+        );
+        assert!(c["description"].is_string(), "artifacthub.io/changes: {c}");
+    }
+    for key in ann.keys() {
+        assert!(key.starts_with("artifacthub.io/"), "annotation {key}");
+    }
+}
+
 #[test]
 fn chart_metadata_matches_the_crate() {
     let chart: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/Chart.yaml")).unwrap();
@@ -1437,6 +1520,7 @@ fn chart_metadata_matches_the_crate() {
         Some(env!("CARGO_PKG_VERSION")),
         "Chart.yaml appVersion must follow Cargo.toml's version (the image tag)"
     );
+    check_chart_yaml_extras(&chart);
     let values: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/values.yaml")).unwrap();
     assert_eq!(values["tolerations"], json!([{"operator": "Exists"}]));
     assert_eq!(values["priorityClassName"], "system-node-critical");
