@@ -488,3 +488,111 @@ fn generated_prefixes_and_addresses_start_the_binary() {
         assert_binary_takes(&[("setPrefix", json!(p)), ("metrics.address", json!(a))]);
     }
 }
+
+// ------------------------------------------------------------ the README ----
+
+/// Every leaf of values.yaml, with its default: the walk descends into an
+/// object the schema defines key by key (`properties`), and stops at values
+/// the schema leaves free-form (`resources`, `nodeSelector`, …), at lists,
+/// at empty objects and at scalars.
+fn leaves(schema: &Value, node: &Value, v: &Value, path: &str, out: &mut Vec<(String, Value)>) {
+    let mut node = node;
+    while let Some(r) = node.get("$ref").and_then(Value::as_str) {
+        node = schema
+            .pointer(r.trim_start_matches('#'))
+            .unwrap_or_else(|| panic!("{r}"));
+    }
+    match (v, node.get("properties")) {
+        (Value::Object(map), Some(props)) if !map.is_empty() => {
+            for (k, x) in map {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                let child = props
+                    .get(k)
+                    .unwrap_or_else(|| panic!("{p} is not in the schema"));
+                leaves(schema, child, x, &p, out);
+            }
+        }
+        _ => out.push((path.to_string(), v.clone())),
+    }
+}
+
+/// The rows of the README's "## Values" table: (keys of the first cell,
+/// the default cell).
+fn readme_rows() -> Vec<(Vec<String>, String)> {
+    let readme = values::read("charts/ipsetmgr/README.md");
+    let section = readme
+        .split("\n## Values\n")
+        .nth(1)
+        .expect("charts/ipsetmgr/README.md has a ## Values section");
+    let section = section.split("\n## ").next().unwrap();
+    let mut rows = Vec::new();
+    for line in section.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
+        assert_eq!(
+            cells.len(),
+            3,
+            "README row: value | default | meaning: {line}"
+        );
+        let keys: Vec<String> = cells[0]
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect();
+        rows.push((keys, cells[1].trim().to_string()));
+    }
+    rows
+}
+
+fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) if s.is_empty() => Some("\"\"".into()),
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+#[test]
+fn the_chart_readme_documents_every_value_and_its_default() {
+    let schema: Value = serde_json::from_str(&values::read(values::SCHEMA)).unwrap();
+    let mut all = Vec::new();
+    leaves(&schema, &schema, &defaults(), "", &mut all);
+    let defaults: std::collections::BTreeMap<String, Value> = all.into_iter().collect();
+    let rows = readme_rows();
+    let documented: std::collections::BTreeSet<&String> = rows.iter().flat_map(|r| &r.0).collect();
+    let missing: Vec<&String> = defaults
+        .keys()
+        .filter(|k| !documented.contains(k))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "charts/ipsetmgr/README.md's values table lacks {missing:?}"
+    );
+    for (keys, default) in &rows {
+        for k in keys {
+            assert!(
+                defaults.contains_key(k),
+                "charts/ipsetmgr/README.md documents {k}, which is not a value of values.yaml"
+            );
+        }
+        // Scalar defaults are spelt out, in the order of the keys.
+        let texts: Option<Vec<String>> = keys.iter().map(|k| scalar_text(&defaults[k])).collect();
+        if let Some(texts) = texts {
+            let cell: Vec<String> = default.split(", ").map(|c| c.replace('`', "")).collect();
+            assert_eq!(
+                cell, texts,
+                "charts/ipsetmgr/README.md: the default of {keys:?}"
+            );
+        }
+    }
+    assert!(
+        values::read("charts/ipsetmgr/README.md").contains("Kubernetes 1.25 or newer"),
+        "the README states Chart.yaml's kubeVersion"
+    );
+}
