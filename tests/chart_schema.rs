@@ -596,3 +596,32 @@ fn the_chart_readme_documents_every_value_and_its_default() {
         "the README states Chart.yaml's kubeVersion"
     );
 }
+
+/// A `--set` value as Helm types it (strvals): integers, booleans and
+/// `null`, else a string.
+fn helm_set_value(s: &str) -> Value {
+    match s {
+        "true" => json!(true),
+        "false" => json!(false),
+        "null" => Value::Null,
+        _ => s.parse::<i64>().map_or_else(|_| json!(s), |n| json!(n)),
+    }
+}
+
+#[test]
+fn the_e2e_install_passes_the_schema() {
+    let run = values::read("e2e/run.sh");
+    let sets: Vec<(String, Value)> = run
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .filter(|w| w[0] == "--set")
+        .map(|w| {
+            let (k, v) = w[1].split_once('=').expect("--set key=value");
+            (k.to_string(), helm_set_value(v))
+        })
+        .collect();
+    assert!(sets.len() >= 5, "e2e/run.sh --set values: {sets:?}");
+    let overrides: Vec<(&str, Value)> = sets.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    assert_accepted(&overrides);
+}
