@@ -11,6 +11,8 @@
 //!   (`support/gotmpl.rs`) that supports only the subset the chart uses and
 //!   fails on anything else. It is not Helm; it checks the chart's data and
 //!   structure, not every Helm nuance (see the limitations in that file).
+//!   As Helm does, every rendering first checks its values against
+//!   `values.schema.json` (tests/chart_schema.rs tests the schema itself).
 //! - The kustomize base is checked twice: loaded directly by this file (which
 //!   understands only `resources` and `namespace`, and fails on any other
 //!   kustomization field), and rendered by the real kustomize through
