@@ -7,7 +7,7 @@
 #   docker build \
 #     --build-arg VERSION=0.1.0 \
 #     --build-arg REVISION="$(git rev-parse HEAD)" \
-#     --build-arg SOURCE=https://example.org/ipsetmgr.git \
+#     --build-arg SOURCE="<the repository's URL>" \
 #     -t ipsetmgr:0.1.0 .
 #
 # The builder stages build the binary with the `dist` profile (release code,
