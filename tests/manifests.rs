@@ -1,6 +1,7 @@
 //! Checks of everything that ships ipsetmgr to a cluster: the CRD copies, the
 //! Helm chart, the kustomize base (agent, controller, RBAC) and the optional
-//! admission policy, the sample policies, the Dockerfile and the e2e runner.
+//! admission policy, the sample policies and the e2e runner. The Dockerfile
+//! has its own parsed checks in tests/dockerfile.rs.
 //!
 //! RBAC is checked as effective access: every binding is followed to its
 //! role, and each ServiceAccount's grants must equal the API calls of its
@@ -2749,38 +2750,6 @@ fn samples_are_valid_policies_one_per_type() {
     let all = compile(&policies, &naming, None);
     assert!(all.sets.iter().any(|s| s.name == "ipm4-blocklist"));
     assert!(all.sets.iter().any(|s| s.name == "ipm6-trusted-networks"));
-}
-
-#[test]
-fn dockerfile_builds_the_agent_image() {
-    let d = read("Dockerfile");
-    assert!(d.contains("FROM rust:1-bookworm AS chef"));
-    assert!(d.contains("FROM debian:bookworm-slim"));
-    assert!(d.contains("cargo build --release --locked --bin ipsetmgr"));
-    // The dependency layer: cargo-chef's recipe, cooked before the sources come in.
-    let cook = d.find("cargo chef cook --release --locked").expect("cook");
-    let sources = d.rfind("COPY . .").expect("sources");
-    assert!(d.contains("cargo chef prepare --recipe-path recipe.json"));
-    assert!(
-        cook < sources,
-        "dependencies are built before the sources are copied"
-    );
-    assert!(d.contains("ipset ca-certificates"));
-    assert!(d.contains("USER root"));
-    assert!(
-        d.trim_end()
-            .ends_with(r#"ENTRYPOINT ["/usr/local/bin/ipsetmgr", "agent"]"#)
-    );
-    // The controller runs the same image with the binary as its command.
-    assert!(d.contains("COPY --from=builder /out/ipsetmgr /usr/local/bin/ipsetmgr"));
-    let c: Deployment = one_of(&render_chart(&[]).docs, "Deployment", "chart");
-    assert_eq!(
-        controller_container(&c).command,
-        Some(vec!["/usr/local/bin/ipsetmgr".to_string()]),
-        "the controller's command is the image's binary"
-    );
-    let ignore: Vec<String> = read(".dockerignore").lines().map(str::to_string).collect();
-    assert!(ignore.contains(&"target".to_string()) && ignore.contains(&".git".to_string()));
 }
 
 #[test]
