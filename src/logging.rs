@@ -100,25 +100,36 @@ pub fn log_drift(sets: &[crate::manager::SetReport]) {
     }
 }
 
+/// Log lines kept in memory, for tests that check what was logged: a
+/// writer for a tracing subscriber whose clones share one buffer.
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl LogBuffer {
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[cfg(test)]
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
-
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     fn logged(env: Option<&str>, emit: impl FnOnce()) -> String {
-        let buf = Buf::default();
+        let buf = LogBuffer::default();
         let out = buf.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_env_filter(filter(env, "info"))
@@ -126,7 +137,7 @@ mod tests {
             .with_writer(move || out.clone())
             .finish();
         tracing::subscriber::with_default(subscriber, emit);
-        String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+        buf.text()
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::ipset::Naming;
 use crate::kernel::KernelSide;
 use crate::manager::driver::{Command, Report};
 use crate::policy::compile::{Compiled, MemberCache};
-use crate::telemetry::labels::{OutcomeLabel, ResourceLabel};
+use crate::telemetry::labels::OutcomeLabel;
 use kube::runtime::watcher::Event;
 
 /// Where desired states go: the kernel side (tests use an inline one).
@@ -235,14 +235,10 @@ impl Agent {
     }
 
     fn watch_failed(&self, resource: &str, error: &str) {
-        self.shared.watches.failed(resource, error);
         self.shared
             .metrics
-            .watch_errors
-            .get_or_create(&ResourceLabel {
-                resource: resource.to_string(),
-            })
-            .inc();
+            .api
+            .watch_failed(&self.shared.watches, resource, error);
     }
 
     /// Compile the complete desired state of this node and hand it to the

@@ -18,7 +18,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::api::IPSetNodeStateStatus;
-use crate::telemetry::labels::{OutcomeLabel, PolicyLabel, ResourceLabel, ResultLabel};
+use crate::telemetry::ApiMetrics;
+use crate::telemetry::labels::{OutcomeLabel, PolicyLabel, ResultLabel};
 use crate::telemetry::watch_health::WatchHealth;
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -38,8 +39,7 @@ pub struct Metrics {
     pub problems: Counter,
     pub dataplane_errors: Counter,
     pub status_writes: Family<ResultLabel, Counter>,
-    pub watch_errors: Family<ResourceLabel, Counter>,
-    pub ready: Gauge,
+    pub api: ApiMetrics,
     pub policy_synced: Family<PolicyLabel, Gauge>,
     pub policy_kernel_members: Family<PolicyLabel, Gauge>,
     pub policy_problems: Family<PolicyLabel, Gauge>,
@@ -52,7 +52,6 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
-        crate::telemetry::register_common(&mut registry);
         let m = Metrics {
             registry: Registry::default(),
             sets: Gauge::default(),
@@ -61,8 +60,7 @@ impl Default for Metrics {
             problems: Counter::default(),
             dataplane_errors: Counter::default(),
             status_writes: Family::default(),
-            watch_errors: Family::default(),
-            ready: Gauge::default(),
+            api: ApiMetrics::default(),
             policy_synced: Family::default(),
             policy_kernel_members: Family::default(),
             policy_problems: Family::default(),
@@ -71,6 +69,7 @@ impl Default for Metrics {
             labelled: Mutex::default(),
         };
         // prometheus-client appends `_total` to counters.
+        crate::telemetry::register_common(&mut registry, &m.api);
         let r = &mut registry;
         r.register(
             "ipsetmgr_sets",
@@ -101,16 +100,6 @@ impl Default for Metrics {
             "ipsetmgr_status_writes",
             "Writes of this node's IPSetNodeState, by result",
             m.status_writes.clone(),
-        );
-        r.register(
-            "ipsetmgr_watch_errors",
-            "Failed lists and watches of the API server, by resource",
-            m.watch_errors.clone(),
-        );
-        r.register(
-            "ipsetmgr_ready",
-            "1 while /readyz answers 200",
-            m.ready.clone(),
         );
         r.register(
             "ipsetmgr_policy_synced",
@@ -208,9 +197,7 @@ impl Metrics {
             policy: "example".into(),
         };
         let _ = m.drift_repaired.get_or_create(&policy);
-        let _ = m.watch_errors.get_or_create(&ResourceLabel {
-            resource: "nodes".into(),
-        });
+        m.api.touch_every_family();
         let _ = m.status_writes.get_or_create(&ResultLabel::of(true));
         let _ = m.apply_duration.get_or_create(&OutcomeLabel::of(true));
         m
@@ -332,6 +319,7 @@ impl crate::server::Health for Shared {
 
     fn metrics(&self) -> String {
         self.metrics
+            .api
             .ready
             .set(i64::from(Shared::ready(self).is_ok()));
         self.metrics.encode()

@@ -23,6 +23,7 @@ use crate::cluster::mock_api::{Req, eventually, mock_client};
 use crate::cluster::tolerant::decode;
 use crate::dataplane::model::ModelDataplane;
 use crate::ipset::{Family, Naming, SetHeader, SetKind, SetType};
+use crate::logging::LogBuffer;
 use crate::manager::driver::{Command, Report};
 use crate::manager::{Manager, ManagerConfig};
 
@@ -754,20 +755,9 @@ async fn a_failing_api_server_is_reported_as_watch_errors_by_resource() {
 
 /// Log lines written while the returned guard lives (this test's thread:
 /// the paused-clock runtime runs every task on it).
-fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
-    #[derive(Clone)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Arc::new(Mutex::new(Vec::new()));
-    let out = Buf(buf.clone());
+fn capture_logs() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
+    let buf = LogBuffer::default();
+    let out = buf.clone();
     let subscriber = tracing_subscriber::fmt()
         .json()
         .with_writer(move || out.clone())
@@ -779,8 +769,7 @@ fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
 async fn a_rejection_is_logged_once_per_generation_with_its_fields() {
     let (logs, _guard) = capture_logs();
     let rejections = || -> Vec<Value> {
-        String::from_utf8(logs.lock().unwrap().clone())
-            .unwrap()
+        logs.text()
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter(|v| {

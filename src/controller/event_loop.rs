@@ -24,7 +24,6 @@ use super::writer::{Job, Plan};
 use crate::api::IPSetPolicy;
 use crate::ipset::Naming;
 use crate::policy::compile::{MemberCache, compile_inputs};
-use crate::telemetry::labels::ResourceLabel;
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -131,14 +130,10 @@ impl Controller {
             Input::WatchError { resource, error } => {
                 let e = crate::logging::bounded(&error, 1024);
                 tracing::warn!(%resource, error = %e, "watch failed; retrying");
-                self.shared.watches.failed(resource, &e);
                 self.shared
                     .metrics
-                    .watch_errors
-                    .get_or_create(&ResourceLabel {
-                        resource: resource.to_string(),
-                    })
-                    .inc();
+                    .api
+                    .watch_failed(&self.shared.watches, resource, &e);
                 return;
             }
             Input::Policy(ev) => {

@@ -10,7 +10,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::telemetry::labels::{ResourceLabel, ResultLabel};
+use crate::telemetry::ApiMetrics;
+use crate::telemetry::labels::ResultLabel;
 use crate::telemetry::watch_health::WatchHealth;
 
 pub struct Metrics {
@@ -21,8 +22,7 @@ pub struct Metrics {
     pub status_writes: Family<ResultLabel, Counter>,
     pub event_writes: Family<ResultLabel, Counter>,
     pub node_states_deleted: Counter,
-    pub watch_errors: Family<ResourceLabel, Counter>,
-    pub ready: Gauge,
+    pub api: ApiMetrics,
 }
 
 impl Metrics {
@@ -41,9 +41,7 @@ impl Metrics {
         let m = Metrics::default();
         let _ = m.status_writes.get_or_create(&ResultLabel::of(true));
         let _ = m.event_writes.get_or_create(&ResultLabel::of(true));
-        let _ = m.watch_errors.get_or_create(&ResourceLabel {
-            resource: "nodes".into(),
-        });
+        m.api.touch_every_family();
         m
     }
 }
@@ -51,7 +49,6 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
-        crate::telemetry::register_common(&mut registry);
         let m = Metrics {
             policies: Gauge::default(),
             invalid_policies: Gauge::default(),
@@ -59,10 +56,10 @@ impl Default for Metrics {
             status_writes: Family::default(),
             event_writes: Family::default(),
             node_states_deleted: Counter::default(),
-            watch_errors: Family::default(),
-            ready: Gauge::default(),
+            api: ApiMetrics::default(),
             registry: Registry::default(),
         };
+        crate::telemetry::register_common(&mut registry, &m.api);
         let r = &mut registry;
         r.register(
             "ipsetmgr_controller_policies",
@@ -94,16 +91,6 @@ impl Default for Metrics {
             "ipsetmgr_controller_node_states_deleted",
             "Node states deleted because their Node is gone",
             m.node_states_deleted.clone(),
-        );
-        r.register(
-            "ipsetmgr_watch_errors",
-            "Failed lists and watches of the API server, by resource",
-            m.watch_errors.clone(),
-        );
-        r.register(
-            "ipsetmgr_ready",
-            "1 while /readyz answers 200",
-            m.ready.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -182,7 +169,10 @@ impl crate::server::Health for ControllerShared {
     }
 
     fn metrics(&self) -> String {
-        self.metrics.ready.set(i64::from(self.readiness().is_ok()));
+        self.metrics
+            .api
+            .ready
+            .set(i64::from(self.readiness().is_ok()));
         self.metrics.encode()
     }
 }
