@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -133,10 +132,7 @@ impl Default for Metrics {
 impl Metrics {
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = encode(&mut out, &self.registry);
-        out
+        crate::telemetry::encode(&self.registry)
     }
 
     /// The per-policy series from this node's state (what it reports in

@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -28,10 +27,7 @@ pub struct Metrics {
 impl Metrics {
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = encode(&mut out, &self.registry);
-        out
+        crate::telemetry::encode(&self.registry)
     }
 }
 

@@ -61,6 +61,14 @@ pub fn register_common(registry: &mut Registry, api: &ApiMetrics) {
     );
 }
 
+/// The OpenMetrics text exposition of a registry.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
+    out
+}
+
 /// The names of the metric families an OpenMetrics text exposes, with the
 /// suffixes their samples carry (`_total` for counters; `_bucket`, `_sum`
 /// and `_count` for histograms): what an alert expression may name.
