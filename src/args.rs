@@ -20,10 +20,16 @@ use crate::policy::member_list::ListFormat;
 pub mod defaults {
     /// Between full resyncs against the kernel.
     pub const RESYNC_INTERVAL: &str = "60s";
-    /// The agent's /healthz, /readyz and /metrics listener.
+    /// The agent's /metrics listener.
     pub const LISTEN: &str = "0.0.0.0:9477";
-    /// The controller's.
+    /// The agent's /healthz, /livez and /readyz listener: localhost, which
+    /// the agent (hostNetwork) shares with the kubelet that probes it.
+    pub const HEALTH_LISTEN: &str = "127.0.0.1:9476";
+    /// The controller's /metrics listener.
     pub const CONTROLLER_LISTEN: &str = "0.0.0.0:9478";
+    /// The controller's health listener: not localhost, which the kubelet
+    /// cannot reach in the controller's own pod network.
+    pub const CONTROLLER_HEALTH_LISTEN: &str = "0.0.0.0:9479";
     /// The namespace the agent and controller run in (their Lease, Events).
     pub const NAMESPACE: &str = "ipsetmgr-system";
     /// How long a writer waits for another writer's lock.

@@ -25,6 +25,7 @@ mod lock;
 mod logging;
 pub mod policy;
 mod server;
+mod telemetry;
 
 /// The kernel behind one trait (its own crate).
 pub use ipsetmgr_dataplane as dataplane;
@@ -35,3 +36,7 @@ pub use ipsetmgr_manager as manager;
 
 pub use api::crd_yaml;
 pub use cli::main;
+/// Every metric name the agent and the controller expose (for checks of
+/// alert rules).
+#[doc(hidden)]
+pub use telemetry::all_metric_names;

@@ -53,38 +53,83 @@ pub fn init(format: LogFormat, default_level: &str) {
     }
 }
 
-/// A message cut to at most `max` bytes (on a character boundary), for
-/// errors that may quote input.
+/// A message of at most `max` bytes, the note of the cut included (cut on
+/// a character boundary), for errors that may quote input and for fields
+/// whose schema bounds their length: an API server refuses a whole object
+/// for one string over its maxLength.
 pub fn bounded(message: &str, max: usize) -> std::borrow::Cow<'_, str> {
     if message.len() <= max {
         return message.into();
     }
-    let mut cut = max;
+    // "... (N bytes cut)": N has at most as many digits as the length.
+    let note = "... ( bytes cut)".len() + message.len().to_string().len();
+    let mut cut = max.saturating_sub(note);
     while !message.is_char_boundary(cut) {
         cut -= 1;
     }
     format!("{}... ({} bytes cut)", &message[..cut], message.len() - cut).into()
 }
 
+/// Log what a full resync found and repaired, one line per set: INFO when
+/// the set is in sync again (drift is what a security team wants to see),
+/// WARN when the repair did not complete.
+pub fn log_drift(sets: &[crate::manager::SetReport]) {
+    for s in sets.iter().filter(|s| s.problems > 0) {
+        let d = s.drift;
+        if s.synced {
+            tracing::info!(
+                target: "ipsetmgr::drift",
+                set = %s.name,
+                policy = %s.policy,
+                added = d.missing,
+                removed = d.extra,
+                rewritten = d.rewritten,
+                "repaired drift"
+            );
+        } else {
+            tracing::warn!(
+                target: "ipsetmgr::drift",
+                set = %s.name,
+                policy = %s.policy,
+                missing = d.missing,
+                extra = d.extra,
+                rewrite = d.rewritten,
+                "found drift; the repair did not complete"
+            );
+        }
+    }
+}
+
+/// Log lines kept in memory, for tests that check what was logged: a
+/// writer for a tracing subscriber whose clones share one buffer.
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl LogBuffer {
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[cfg(test)]
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
-
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     fn logged(env: Option<&str>, emit: impl FnOnce()) -> String {
-        let buf = Buf::default();
+        let buf = LogBuffer::default();
         let out = buf.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_env_filter(filter(env, "info"))
@@ -92,7 +137,18 @@ mod tests {
             .with_writer(move || out.clone())
             .finish();
         tracing::subscriber::with_default(subscriber, emit);
-        String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+        buf.text()
+    }
+
+    #[test]
+    fn bounded_messages_fit_their_bound_note_included() {
+        assert_eq!(bounded("short", 10), "short");
+        for len in [1025, 5000, 123_456] {
+            let long = "é".repeat(len);
+            let b = bounded(&long, 1024);
+            assert!(b.len() <= 1024, "{len}: {} bytes", b.len());
+            assert!(b.ends_with(" bytes cut)"), "{b}");
+        }
     }
 
     #[test]
@@ -128,9 +184,9 @@ mod tests {
     fn bounded_messages() {
         assert_eq!(bounded("short", 10), "short");
         let long = "é".repeat(100);
-        let b = bounded(&long, 11);
+        let b = bounded(&long, 40);
         assert!(
-            b.starts_with("ééééé...") && b.ends_with("bytes cut)"),
+            b.starts_with("éééééééééé...") && b.ends_with("bytes cut)") && b.len() <= 40,
             "{b}"
         );
     }

@@ -1,6 +1,12 @@
-//! The health and metrics listener: `/healthz` (and `/livez`), `/readyz`,
-//! `/metrics`, served by axum. What each endpoint says comes from a
-//! [`Health`] (the agent's or the controller's).
+//! The health and metrics listeners: `/healthz` (and `/livez`), `/readyz`
+//! on one address, `/metrics` on another (or all on one when both
+//! addresses are the same), served by axum. What each endpoint says comes
+//! from a [`Health`] (the agent's or the controller's).
+//!
+//! Two addresses because they have different audiences: the probes come
+//! from the kubelet on the node (the agent's health defaults to localhost,
+//! which a hostNetwork pod shares with the kubelet), the scrapes from
+//! Prometheus elsewhere in the cluster.
 
 use std::sync::Arc;
 
@@ -54,23 +60,73 @@ async fn metrics(State(h): State<Arc<dyn Health>>) -> Response {
         .into_response()
 }
 
+/// Which endpoints one listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routes {
+    Health,
+    Metrics,
+    All,
+}
+
 /// The routes (GET and HEAD; other methods get 405, other paths 404).
-pub fn router(health: Arc<dyn Health>) -> Router {
-    Router::new()
-        .route("/healthz", get(live))
-        .route("/livez", get(live))
-        .route("/readyz", get(ready))
-        .route("/metrics", get(metrics))
-        .with_state(health)
+pub fn router(health: Arc<dyn Health>, routes: Routes) -> Router {
+    let mut r = Router::new();
+    if routes != Routes::Metrics {
+        r = r
+            .route("/healthz", get(live))
+            .route("/livez", get(live))
+            .route("/readyz", get(ready));
+    }
+    if routes != Routes::Health {
+        r = r.route("/metrics", get(metrics));
+    }
+    r.with_state(health)
+}
+
+/// The listeners for a health and a metrics address: one serving all when
+/// the addresses are the same.
+pub async fn bind(
+    health: std::net::SocketAddr,
+    metrics: std::net::SocketAddr,
+) -> std::io::Result<Vec<(TcpListener, Routes)>> {
+    let bind = |addr: std::net::SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|e| std::io::Error::new(e.kind(), format!("listening on {addr}: {e}")))
+    };
+    if health == metrics {
+        return Ok(vec![(bind(health).await?, Routes::All)]);
+    }
+    Ok(vec![
+        (bind(health).await?, Routes::Health),
+        (bind(metrics).await?, Routes::Metrics),
+    ])
+}
+
+/// Serve every listener until `stop` turns true.
+pub async fn serve_all(
+    listeners: Vec<(TcpListener, Routes)>,
+    health: Arc<dyn Health>,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let servers: Vec<_> = listeners
+        .into_iter()
+        .map(|(l, routes)| tokio::spawn(serve(l, health.clone(), routes, stop.clone())))
+        .collect();
+    for s in servers {
+        s.await.map_err(std::io::Error::other)??;
+    }
+    Ok(())
 }
 
 /// Serve until `stop` turns true.
 pub async fn serve(
     listener: TcpListener,
     health: Arc<dyn Health>,
+    routes: Routes,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(health))
+    axum::serve(listener, router(health, routes))
         .with_graceful_shutdown(async move {
             while !*stop.borrow_and_update() {
                 if stop.changed().await.is_err() {
@@ -126,7 +182,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop_tx, stop_rx) = watch::channel(false);
-        let server = tokio::spawn(serve(listener, fake.clone(), stop_rx));
+        let server = tokio::spawn(serve(listener, fake.clone(), Routes::All, stop_rx));
         let r = request(addr, "GET /healthz").await;
         assert!(
             r.starts_with("HTTP/1.1 503") && r.ends_with("manager thread stalled\n"),
@@ -162,6 +218,39 @@ mod tests {
                 .starts_with("HTTP/1.1 405")
         );
         assert!(request(addr, "GET /nope").await.starts_with("HTTP/1.1 404"));
+        stop_tx.send(true).unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn health_and_metrics_apart_or_together() {
+        let fake = Arc::new(Fake {
+            live: Mutex::new(Ok(())),
+            ready: Mutex::new(Ok(())),
+        });
+        let lo = |port| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        // Two free ports.
+        let (a, b) = {
+            let x = std::net::TcpListener::bind(lo(0)).unwrap();
+            let y = std::net::TcpListener::bind(lo(0)).unwrap();
+            (x.local_addr().unwrap(), y.local_addr().unwrap())
+        };
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let listeners = bind(a, b).await.unwrap();
+        let server = tokio::spawn(serve_all(listeners, fake.clone(), stop_rx));
+        assert!(request(a, "GET /readyz").await.starts_with("HTTP/1.1 200"));
+        assert!(request(a, "GET /metrics").await.starts_with("HTTP/1.1 404"));
+        assert!(request(b, "GET /metrics").await.starts_with("HTTP/1.1 200"));
+        assert!(request(b, "GET /livez").await.starts_with("HTTP/1.1 404"));
+        stop_tx.send(true).unwrap();
+        server.await.unwrap().unwrap();
+
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let listeners = bind(a, a).await.unwrap();
+        assert_eq!(listeners.len(), 1);
+        let server = tokio::spawn(serve_all(listeners, fake, stop_rx));
+        assert!(request(a, "GET /readyz").await.starts_with("HTTP/1.1 200"));
+        assert!(request(a, "GET /metrics").await.starts_with("HTTP/1.1 200"));
         stop_tx.send(true).unwrap();
         server.await.unwrap().unwrap();
     }

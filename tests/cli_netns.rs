@@ -789,12 +789,14 @@ fn run_follows_the_directory_and_repairs_drift() {
             "a.yaml",
             &policy_yaml("live", "hash:ip", &["10.0.0.1"]),
         );
+        let log = tempfile::NamedTempFile::new().unwrap();
         let mut child = ns
             .command(backend)
-            .args(["run", "--resync-interval", "1s", "--policy-dir"])
+            .args(["--log-format", "json", "run", "--resync-interval", "1s"])
+            .arg("--policy-dir")
             .arg(dir.path())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(log.reopen().unwrap())
             .spawn()
             .unwrap();
         let members = |ns: &Netns| ns.saved("ipm4-live").map(|(_, m)| m);
@@ -815,6 +817,22 @@ fn run_follows_the_directory_and_repairs_drift() {
         ns.sh(&["ipset", "add", "ipm4-live", "192.0.2.66"]);
         eventually(10, "drift repaired", || {
             members(&ns) == Some(vec!["10.0.0.1".into(), "10.0.0.9".into()])
+        });
+        // ... and logged, with what was repaired.
+        eventually(10, "drift logged", || {
+            std::fs::read_to_string(log.path())
+                .unwrap()
+                .lines()
+                .any(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).unwrap_or_default();
+                    let f = &v["fields"];
+                    v["level"] == "INFO"
+                        && f["message"] == "repaired drift"
+                        && f["set"] == "ipm4-live"
+                        && f["policy"] == "live"
+                        && f["added"] == 0
+                        && f["removed"] == 1
+                })
         });
 
         // A file that does not parse freezes the kernel as it is.

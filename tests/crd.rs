@@ -172,9 +172,19 @@ fn policy_schema() {
             ("Ready", 0),
             ("Age", 0),
             ("Members", 1),
+            ("Sets", 1),
             ("Message", 1)
         ]
     );
+    // FAMILY comes from the status, where the controller writes "-" for
+    // types without a family; the spec's defaulted IPv4 would be wrong.
+    let family = v["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "Family")
+        .unwrap();
+    assert_eq!(family["jsonPath"], ".status.summary.family");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Checks of everything that ships ipsetmgr to a cluster: the CRD copies, the
 //! Helm chart, the kustomize base (agent, controller, RBAC) and the optional
-//! admission policy, the sample policies, the Dockerfile and the e2e runner.
+//! admission policy, the sample policies and the e2e runner. The Dockerfile
+//! has its own parsed checks in tests/dockerfile.rs.
 //!
 //! RBAC is checked as effective access: every binding is followed to its
 //! role, and each ServiceAccount's grants must equal the API calls of its
@@ -11,6 +12,8 @@
 //!   (`support/gotmpl.rs`) that supports only the subset the chart uses and
 //!   fails on anything else. It is not Helm; it checks the chart's data and
 //!   structure, not every Helm nuance (see the limitations in that file).
+//!   As Helm does, every rendering first checks its values against
+//!   `values.schema.json` (tests/chart_schema.rs tests the schema itself).
 //! - The kustomize base is checked twice: loaded directly by this file (which
 //!   understands only `resources` and `namespace`, and fails on any other
 //!   kustomization field), and rendered by the real kustomize through
@@ -48,10 +51,43 @@ const NAMESPACE: &str = "ipsetmgr-system";
 /// objects only in `default` (kube-runtime's Recorder creates them there).
 const EVENTS_NAMESPACE: &str = "default";
 const RELEASE: &str = "ipsetmgr";
-/// The agent's listener (hostNetwork: a port on every node).
+/// The agent's metrics listener (hostNetwork: a port on every node).
 const AGENT_PORT: i32 = 9477;
-/// The controller's listener (its own pod network namespace).
+/// The agent's health listener: the node's loopback (the kubelet probes from
+/// the node's network namespace, which the agent shares).
+const AGENT_HEALTH: (&str, i32) = ("127.0.0.1", 9476);
+/// The controller's metrics listener (its own pod network namespace).
 const CONTROLLER_PORT: i32 = 9478;
+/// The controller's health listener: not loopback, which the kubelet, outside
+/// the pod's network namespace, could not reach.
+const CONTROLLER_HEALTH: (&str, i32) = ("0.0.0.0", 9479);
+
+/// Where a component listens: metrics (IPSETMGR_LISTEN) and health
+/// (IPSETMGR_HEALTH_LISTEN), each an IPv4 address and a port.
+#[derive(Clone, Debug)]
+struct Listeners {
+    metrics: (String, i32),
+    health: (String, i32),
+}
+
+impl Listeners {
+    fn new(metrics: (&str, i32), health: (&str, i32)) -> Listeners {
+        Listeners {
+            metrics: (metrics.0.into(), metrics.1),
+            health: (health.0.into(), health.1),
+        }
+    }
+    fn agent() -> Listeners {
+        Listeners::new(("0.0.0.0", AGENT_PORT), AGENT_HEALTH)
+    }
+    fn controller() -> Listeners {
+        Listeners::new(("0.0.0.0", CONTROLLER_PORT), CONTROLLER_HEALTH)
+    }
+    fn with_metrics_port(mut self, port: i32) -> Listeners {
+        self.metrics.1 = port;
+        self
+    }
+}
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
@@ -173,8 +209,8 @@ fn check_all_typed(docs: &[Value], what: &str) {
             ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
                 drop(typed::<ValidatingAdmissionPolicyBinding>(d, what))
             }
-            // Not in k8s-openapi: checked field by field in its own test.
-            ("monitoring.coreos.com/v1", "ServiceMonitor") => {}
+            // Not in k8s-openapi: checked field by field in their own tests.
+            ("monitoring.coreos.com/v1", "ServiceMonitor" | "PrometheusRule") => {}
             (api, kind) => panic!("{what}: unexpected object {api} {kind} {}", name_of(d)),
         }
     }
@@ -182,38 +218,67 @@ fn check_all_typed(docs: &[Value], what: &str) {
 
 // ---------------------------------------------------------------- chart ----
 
-/// Values as `helm --set a.b=v` would give them.
-fn set_path(values: &mut Value, path: &str, v: Value) {
-    let mut cur = values;
-    let keys: Vec<&str> = path.split('.').collect();
-    for k in &keys[..keys.len() - 1] {
-        cur = cur
-            .as_object_mut()
-            .unwrap()
-            .entry(k.to_string())
-            .or_insert_with(|| json!({}));
-    }
-    cur[keys[keys.len() - 1]] = v;
-}
-
 struct Rendered {
     docs: Vec<Value>,
     notes: String,
 }
 
+/// What `.Capabilities.APIVersions` holds on a cluster without the
+/// Prometheus Operator (and for `helm template` without `--api-versions`):
+/// the built-in API groups the chart's objects use.
+const BUILTIN_API_VERSIONS: &[&str] = &[
+    "v1",
+    "apps/v1",
+    "rbac.authorization.k8s.io/v1",
+    "admissionregistration.k8s.io/v1",
+    "apiextensions.k8s.io/v1",
+    "coordination.k8s.io/v1",
+    "events.k8s.io/v1",
+];
+
+/// What the Prometheus Operator's CRDs add (Helm lists group/version and
+/// group/version/Kind).
+const MONITORING_API_VERSIONS: &[&str] = &[
+    "monitoring.coreos.com/v1",
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "monitoring.coreos.com/v1/PrometheusRule",
+];
+
 /// Render the chart like `helm template ipsetmgr charts/ipsetmgr -n
 /// ipsetmgr-system --set …` (without CRDs, which Helm installs from crds/
-/// unrendered).
+/// unrendered), for a cluster without the Prometheus Operator.
 fn render_chart(overrides: &[(&str, Value)]) -> Rendered {
+    render_chart_on(BUILTIN_API_VERSIONS, overrides)
+}
+
+/// `render_chart` for a cluster serving these API versions.
+fn render_chart_on(api_versions: &[&str], overrides: &[(&str, Value)]) -> Rendered {
+    try_render_chart_on(api_versions, overrides).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `render_chart`, or the first template's error (a `fail`, say).
+fn try_render_chart(overrides: &[(&str, Value)]) -> Result<Rendered, String> {
+    try_render_chart_on(BUILTIN_API_VERSIONS, overrides)
+}
+
+fn try_render_chart_on(
+    api_versions: &[&str],
+    overrides: &[(&str, Value)],
+) -> Result<Rendered, String> {
     let chart: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/Chart.yaml")).unwrap();
-    let mut values: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/values.yaml")).unwrap();
-    for (path, v) in overrides {
-        set_path(&mut values, path, v.clone());
+    let values = support::values::with(overrides);
+    // As Helm does before rendering anything.
+    let refused = support::values::schema_errors(&values);
+    if !refused.is_empty() {
+        return Err(format!(
+            "values.schema.json refuses the values {overrides:?}: {refused:#?}"
+        ));
     }
     let root = json!({
         "Values": values,
         "Release": {"Name": RELEASE, "Namespace": NAMESPACE, "Service": "Helm"},
         "Chart": {"Name": chart["name"], "Version": chart["version"], "AppVersion": chart["appVersion"]},
+        "Capabilities": {"APIVersions": api_versions},
     });
     let dir = repo("charts/ipsetmgr/templates");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -227,7 +292,7 @@ fn render_chart(overrides: &[(&str, Value)]) -> Rendered {
         .map(|p| std::fs::read_to_string(p).unwrap())
         .collect();
     let helper_refs: Vec<&str> = helpers.iter().map(String::as_str).collect();
-    let mut t = Templates::new(&helper_refs).unwrap_or_else(|e| panic!("_helpers.tpl: {e}"));
+    let mut t = Templates::new(&helper_refs).map_err(|e| format!("_helpers.tpl: {e}"))?;
     let mut docs = Vec::new();
     let mut notes = String::new();
     for p in &files {
@@ -238,7 +303,7 @@ fn render_chart(overrides: &[(&str, Value)]) -> Rendered {
         let src = std::fs::read_to_string(p).unwrap();
         let out = t
             .render(&src, &root)
-            .unwrap_or_else(|e| panic!("templates/{name}: {e}"));
+            .map_err(|e| format!("templates/{name}: {e}"))?;
         if name == "NOTES.txt" {
             notes = out;
         } else if name.ends_with(".yaml") {
@@ -250,7 +315,7 @@ fn render_chart(overrides: &[(&str, Value)]) -> Rendered {
             panic!("unexpected file templates/{name}");
         }
     }
-    Rendered { docs, notes }
+    Ok(Rendered { docs, notes })
 }
 
 // ------------------------------------------------------------ kustomize ----
@@ -807,23 +872,38 @@ fn check_env_names(c: &Container, known: &[&str], what: &str) {
 }
 
 /// A duration as the flags parse it (src/duration.rs): a bare number of
-/// seconds, or jiff's friendly format (60s, 5m, 1h30m); more than zero.
+/// seconds, or jiff's friendly format (60s, 5m, 1h30m); more than zero and at
+/// most a year.
 fn positive_duration(s: &str) -> bool {
+    const YEAR: u64 = 365 * 24 * 3600;
     let s = s.trim();
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-        return s.parse::<u64>().is_ok_and(|n| n > 0);
+        return s.parse::<u64>().is_ok_and(|n| n > 0 && n <= YEAR);
     }
     s.parse::<jiff::SignedDuration>()
-        .is_ok_and(|d| d.is_positive())
+        .is_ok_and(|d| d.is_positive() && d <= jiff::SignedDuration::from_secs(YEAR as i64))
 }
 
-/// The settings both components read: listener, log format, set prefix.
-fn check_common_env(c: &Container, port: i32, what: &str) {
+/// The settings both components read: listeners, log format, set prefix.
+fn check_common_env(c: &Container, listen: &Listeners, what: &str) {
+    let addr = |(a, p): &(String, i32)| format!("{a}:{p}");
     assert_eq!(
         env_value(c, "IPSETMGR_LISTEN"),
-        Some(format!("0.0.0.0:{port}")),
-        "{what}: listens on the metrics port"
+        Some(addr(&listen.metrics)),
+        "{what}: the metrics listener"
     );
+    assert_eq!(
+        env_value(c, "IPSETMGR_HEALTH_LISTEN"),
+        Some(addr(&listen.health)),
+        "{what}: the health listener"
+    );
+    for var in ["IPSETMGR_LISTEN", "IPSETMGR_HEALTH_LISTEN"] {
+        let v = env_value(c, var).unwrap_or_default();
+        assert!(
+            v.parse::<std::net::SocketAddr>().is_ok(),
+            "{what}: {var}={v:?} is not an address the binary parses"
+        );
+    }
     let log = env_value(c, "IPSETMGR_LOG_FORMAT").unwrap_or_default();
     assert!(
         ["text", "json"].contains(&log.as_str()),
@@ -836,33 +916,67 @@ fn check_common_env(c: &Container, port: i32, what: &str) {
     );
 }
 
-/// Port `metrics`, health probes on it, requests and a memory limit.
-fn check_served(c: &Container, port: i32, what: &str) {
+/// Port `metrics`; liveness (/livez) and readiness (/readyz) probes on the
+/// health listener, where the kubelet can reach it; requests and a memory
+/// limit. `host_network`: the pod is in the node's network namespace, where
+/// the kubelet probes from, so a specific health address (loopback) is
+/// probed as the probe's `host`; otherwise the kubelet probes the pod's IP
+/// from outside, and only a wildcard health address answers there.
+fn check_served(c: &Container, listen: &Listeners, host_network: bool, what: &str) {
     let ports = c.ports.clone().unwrap_or_default();
     let metrics = ports
         .iter()
         .find(|p| p.name.as_deref() == Some("metrics"))
         .unwrap_or_else(|| panic!("{what}: no port named metrics"));
-    assert_eq!(metrics.container_port, port, "{what}: metrics port");
+    assert_eq!(
+        metrics.container_port, listen.metrics.1,
+        "{what}: metrics port"
+    );
+    let (health_addr, health_port) = &listen.health;
     let probe_target = |probe: Option<k8s_openapi::api::core::v1::Probe>, kind: &str| {
         let get = probe
             .unwrap_or_else(|| panic!("{what}: no {kind}"))
             .http_get
             .unwrap_or_else(|| panic!("{what}: {kind} is not httpGet"));
-        let on_metrics = match &get.port {
-            IntOrString::String(s) => s == "metrics",
-            IntOrString::Int(p) => *p == port,
+        let port = match &get.port {
+            IntOrString::Int(p) => *p,
+            IntOrString::String(name) => {
+                ports
+                    .iter()
+                    .find(|p| p.name.as_deref() == Some(name))
+                    .unwrap_or_else(|| panic!("{what}: {kind}: no port named {name}"))
+                    .container_port
+            }
         };
-        assert!(
-            on_metrics,
-            "{what}: {kind} must use the metrics port, got {:?}",
-            get.port
+        assert_eq!(
+            port, *health_port,
+            "{what}: {kind} must probe the health port"
+        );
+        let wildcard = health_addr == "0.0.0.0";
+        if host_network && !wildcard {
+            assert_eq!(
+                get.host.as_deref(),
+                Some(health_addr.as_str()),
+                "{what}: {kind} must probe the health address {health_addr}"
+            );
+        } else {
+            assert_eq!(get.host, None, "{what}: {kind}: no host (the pod's IP)");
+            assert!(
+                wildcard,
+                "{what}: the kubelet cannot reach a health listener on {health_addr} \
+                 from outside the pod's network namespace"
+            );
+        }
+        assert_eq!(
+            get.scheme.as_deref().unwrap_or("HTTP"),
+            "HTTP",
+            "{what}: {kind} scheme"
         );
         get.path.unwrap_or_default()
     };
     assert_eq!(
         probe_target(c.liveness_probe.clone(), "livenessProbe"),
-        "/healthz"
+        "/livez"
     );
     assert_eq!(
         probe_target(c.readiness_probe.clone(), "readinessProbe"),
@@ -935,7 +1049,7 @@ fn check_agent_selector_is_0_1s(ds: &DaemonSet, with_instance: bool, what: &str)
 }
 
 /// The security and wiring contract of the agent DaemonSet.
-fn check_daemonset(ds: &DaemonSet, port: i32, what: &str) {
+fn check_daemonset(ds: &DaemonSet, listen: &Listeners, what: &str) {
     let spec = ds.spec.clone();
     let pod = pod_of(&spec.template);
     assert_eq!(
@@ -1039,11 +1153,12 @@ fn check_daemonset(ds: &DaemonSet, port: i32, what: &str) {
             "IPSETMGR_RESYNC_INTERVAL",
             "IPSETMGR_HEARTBEAT_INTERVAL",
             "IPSETMGR_LISTEN",
+            "IPSETMGR_HEALTH_LISTEN",
             "IPSETMGR_LOG_FORMAT",
         ],
         what,
     );
-    check_common_env(&c, port, what);
+    check_common_env(&c, listen, what);
     let backend = env_value(&c, "IPSETMGR_BACKEND").unwrap_or_default();
     assert!(
         ["netlink", "cli"].contains(&backend.as_str()),
@@ -1051,20 +1166,20 @@ fn check_daemonset(ds: &DaemonSet, port: i32, what: &str) {
     );
     let resync = env_value(&c, "IPSETMGR_RESYNC_INTERVAL").unwrap_or_default();
     assert!(
-        resync.parse::<u64>().is_ok_and(|s| s > 0),
-        "{what}: resync interval {resync:?} (seconds)"
+        positive_duration(&resync),
+        "{what}: resync interval {resync:?}"
     );
     let heartbeat = env_value(&c, "IPSETMGR_HEARTBEAT_INTERVAL").unwrap_or_default();
     assert!(
         positive_duration(&heartbeat),
         "{what}: heartbeat interval {heartbeat:?}"
     );
-    check_served(&c, port, what);
+    check_served(&c, listen, true, what);
 }
 
 /// The security and wiring contract of the controller Deployment: no host
 /// access of any kind, an unprivileged uid, its own token.
-fn check_controller(d: &Deployment, port: i32, what: &str) {
+fn check_controller(d: &Deployment, listen: &Listeners, what: &str) {
     assert_eq!(
         d.metadata.namespace.as_deref(),
         Some(NAMESPACE),
@@ -1175,12 +1290,13 @@ fn check_controller(d: &Deployment, port: i32, what: &str) {
             "POD_NAME",
             "IPSETMGR_SET_PREFIX",
             "IPSETMGR_LISTEN",
+            "IPSETMGR_HEALTH_LISTEN",
             "IPSETMGR_LOG_FORMAT",
         ],
         what,
     );
-    check_common_env(&c, port, what);
-    check_served(&c, port, what);
+    check_common_env(&c, listen, what);
+    check_served(&c, listen, false, what);
     for p in c.ports.clone().unwrap_or_default() {
         assert!(p.host_port.is_none(), "{what}: no hostPort");
     }
@@ -1314,6 +1430,89 @@ fn crd_copies_are_identical() {
     }
 }
 
+/// kubeVersion, the icon and Artifact Hub's annotations.
+fn check_chart_yaml_extras(chart: &Value) {
+    use base64::Engine;
+    // The minimum docs/install.md states, with "-0" so that vendor builds
+    // (v1.27.3-gke.100, pre-releases to semver) match.
+    let kube = chart["kubeVersion"].as_str().expect("kubeVersion");
+    let min = kube
+        .strip_prefix(">=")
+        .and_then(|v| v.strip_suffix(".0-0"))
+        .unwrap_or_else(|| panic!("kubeVersion {kube:?}: expected >=X.Y.0-0"));
+    assert_eq!(kube, ">=1.25.0-0");
+    let docs = read("docs/install.md");
+    assert!(
+        docs.contains(&format!("Kubernetes {min} or newer")),
+        "docs/install.md must state the minimum of Chart.yaml's kubeVersion, {min}"
+    );
+
+    // The icon is icon.svg, inline.
+    let icon = chart["icon"].as_str().expect("icon");
+    let b64 = icon
+        .strip_prefix("data:image/svg+xml;base64,")
+        .expect("icon: a data:image/svg+xml;base64 URL");
+    let svg = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .expect("icon: base64");
+    assert_eq!(
+        svg,
+        read("charts/ipsetmgr/icon.svg").into_bytes(),
+        "Chart.yaml's icon is not charts/ipsetmgr/icon.svg: base64 -w0 it again"
+    );
+    // Helm repeats it for every version in a repository's index.yaml.
+    assert!(svg.len() < 2048, "icon.svg: keep it small");
+    let text = String::from_utf8(svg).unwrap();
+    assert!(text.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    assert!(text.trim_end().ends_with("</svg>"));
+    assert!(
+        read("charts/ipsetmgr/.helmignore")
+            .lines()
+            .any(|l| l == "icon.svg"),
+        "the packaged chart needs no second copy of the icon"
+    );
+
+    // Artifact Hub reads its annotations as YAML inside strings.
+    let ann = chart["annotations"].as_object().expect("annotations");
+    let parse = |key: &str| -> Value {
+        let text = ann[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key}: a string"));
+        serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("{key}: {e}"))
+    };
+    let values: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/values.yaml")).unwrap();
+    let image = format!(
+        "{}:{}",
+        values["image"]["repository"].as_str().unwrap(),
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(
+        parse("artifacthub.io/images"),
+        json!([{"name": "ipsetmgr", "image": image}]),
+        "artifacthub.io/images: the image the chart deploys by default"
+    );
+    let changes = parse("artifacthub.io/changes");
+    for c in changes.as_array().expect("artifacthub.io/changes: a list") {
+        let kind = c["kind"].as_str().unwrap_or_default();
+        assert!(
+            [
+                "added",
+                "changed",
+                "deprecated",
+                "removed",
+                "fixed",
+                "security"
+            ]
+            .contains(&kind),
+            "artifacthub.io/changes: kind {kind:?}"
+        );
+        assert!(c["description"].is_string(), "artifacthub.io/changes: {c}");
+    }
+    for key in ann.keys() {
+        assert!(key.starts_with("artifacthub.io/"), "annotation {key}");
+    }
+}
+
 #[test]
 fn chart_metadata_matches_the_crate() {
     let chart: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/Chart.yaml")).unwrap();
@@ -1324,17 +1523,34 @@ fn chart_metadata_matches_the_crate() {
         Some(env!("CARGO_PKG_VERSION")),
         "Chart.yaml appVersion must follow Cargo.toml's version (the image tag)"
     );
+    check_chart_yaml_extras(&chart);
     let values: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/values.yaml")).unwrap();
     assert_eq!(values["tolerations"], json!([{"operator": "Exists"}]));
     assert_eq!(values["priorityClassName"], "system-node-critical");
-    assert_eq!(values["metrics"]["port"], AGENT_PORT);
+    // The binary's defaults (--listen, --health-listen), so that the chart
+    // and a bare `ipsetmgr agent`/`controller` listen alike.
+    assert_eq!(
+        values["metrics"],
+        json!({"address": "0.0.0.0", "port": AGENT_PORT})
+    );
+    assert_eq!(
+        values["health"],
+        json!({"address": AGENT_HEALTH.0, "port": AGENT_HEALTH.1})
+    );
     assert_eq!(values["serviceMonitor"]["enabled"], false);
     assert_eq!(values["backend"], "netlink");
     assert_eq!(values["heartbeatInterval"], "60s");
     let c = &values["controller"];
     assert_eq!(c["enabled"], true);
     assert_eq!(c["replicas"], 1);
-    assert_eq!(c["metrics"]["port"], CONTROLLER_PORT);
+    assert_eq!(
+        c["metrics"],
+        json!({"address": "0.0.0.0", "port": CONTROLLER_PORT})
+    );
+    assert_eq!(
+        c["health"],
+        json!({"address": CONTROLLER_HEALTH.0, "port": CONTROLLER_HEALTH.1})
+    );
     assert_eq!(
         c["resources"],
         json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}})
@@ -1362,7 +1578,7 @@ fn chart_renders_with_default_values() {
     );
     check_rbac(&r.docs, &Names::release(), true, "chart");
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", "chart");
-    check_daemonset(&ds, AGENT_PORT, "chart");
+    check_daemonset(&ds, &Listeners::agent(), "chart");
     check_agent_selector_is_0_1s(&ds, true, "chart");
     let c = agent_container(&ds);
     assert_eq!(
@@ -1384,7 +1600,7 @@ fn chart_renders_with_default_values() {
         Some("system-node-critical")
     );
     let d: Deployment = one_of(&r.docs, "Deployment", "chart");
-    check_controller(&d, CONTROLLER_PORT, "chart");
+    check_controller(&d, &Listeners::controller(), "chart");
     assert_eq!(d.spec.clone().replicas, Some(1));
     let cc = controller_container(&d);
     assert_eq!(cc.image, c.image, "one image for both components");
@@ -1427,7 +1643,7 @@ fn chart_values_reach_the_agent() {
     check_rbac(&r.docs, &Names("ipsm".into()), true, what);
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
     assert_eq!(ds.metadata.name.as_deref(), Some("ipsm"));
-    check_daemonset(&ds, 9555, what);
+    check_daemonset(&ds, &Listeners::agent().with_metrics_port(9555), what);
     let c = agent_container(&ds);
     assert_eq!(c.image.as_deref(), Some("registry.example/ipsetmgr:dev"));
     assert_eq!(env_value(&c, "IPSETMGR_SET_PREFIX").as_deref(), Some("fw"));
@@ -1467,7 +1683,7 @@ fn chart_values_reach_the_agent() {
     // The settings both components share reach the controller too; the
     // agent's own do not.
     let d: Deployment = one_of(&r.docs, "Deployment", what);
-    check_controller(&d, CONTROLLER_PORT, what);
+    check_controller(&d, &Listeners::controller(), what);
     let cc = controller_container(&d);
     assert_eq!(cc.image.as_deref(), Some("registry.example/ipsetmgr:dev"));
     assert_eq!(env_value(&cc, "IPSETMGR_SET_PREFIX").as_deref(), Some("fw"));
@@ -1506,7 +1722,7 @@ fn chart_values_reach_the_controller() {
     check_all_typed(&r.docs, what);
     check_rbac(&r.docs, &Names::release(), true, what);
     let d: Deployment = one_of(&r.docs, "Deployment", what);
-    check_controller(&d, 9600, what);
+    check_controller(&d, &Listeners::controller().with_metrics_port(9600), what);
     let spec = d.spec.clone();
     assert_eq!(spec.replicas, Some(2));
     let pod = pod_of(&spec.template);
@@ -1530,7 +1746,7 @@ fn chart_values_reach_the_controller() {
     );
     // The agent keeps its own port.
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
-    check_daemonset(&ds, AGENT_PORT, what);
+    check_daemonset(&ds, &Listeners::agent(), what);
 }
 
 #[test]
@@ -1548,7 +1764,161 @@ fn chart_controller_can_be_disabled() {
         );
     }
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
-    check_daemonset(&ds, AGENT_PORT, what);
+    check_daemonset(&ds, &Listeners::agent(), what);
+}
+
+fn probe(p: Option<k8s_openapi::api::core::v1::Probe>) -> Value {
+    serde_json::to_value(p.expect("a probe")).unwrap()
+}
+
+#[test]
+fn chart_listeners_and_probe_timings_are_values() {
+    // Health on the metrics listener (one listener serves every path), and
+    // probe timings changed one field at a time (Helm merges the rest).
+    let r = render_chart(&[
+        ("health.address", json!("0.0.0.0")),
+        ("health.port", json!(AGENT_PORT)),
+        ("livenessProbe.periodSeconds", json!(20)),
+        ("readinessProbe.failureThreshold", json!(5)),
+        ("controller.metrics.port", json!(9600)),
+        ("controller.health.port", json!(9601)),
+        ("controller.livenessProbe.timeoutSeconds", json!(2)),
+        ("controller.readinessProbe.initialDelaySeconds", json!(3)),
+    ]);
+    let what = "chart with listener and probe values";
+    check_all_typed(&r.docs, what);
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
+    let one = Listeners::new(("0.0.0.0", AGENT_PORT), ("0.0.0.0", AGENT_PORT));
+    check_daemonset(&ds, &one, what);
+    let c = agent_container(&ds);
+    let (live, ready) = (probe(c.liveness_probe), probe(c.readiness_probe));
+    assert_eq!(
+        live["httpGet"],
+        json!({"path": "/livez", "port": AGENT_PORT})
+    );
+    assert_eq!(
+        (&live["periodSeconds"], &live["initialDelaySeconds"]),
+        (&json!(20), &json!(10)),
+        "{what}: liveness period set, the rest from the defaults"
+    );
+    assert_eq!(ready["failureThreshold"], 5);
+    assert_eq!(ready["periodSeconds"], 5);
+
+    let d: Deployment = one_of(&r.docs, "Deployment", what);
+    check_controller(
+        &d,
+        &Listeners::new(("0.0.0.0", 9600), ("0.0.0.0", 9601)),
+        what,
+    );
+    let cc = controller_container(&d);
+    let (live, ready) = (probe(cc.liveness_probe), probe(cc.readiness_probe));
+    assert_eq!(live["timeoutSeconds"], 2);
+    assert_eq!(live["failureThreshold"], 6);
+    assert_eq!(ready["initialDelaySeconds"], 3);
+
+    // A health address other than the wildcard is probed there (the agent
+    // shares the node's network namespace with the kubelet).
+    let r = render_chart(&[("metrics.address", json!("127.0.0.1"))]);
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", "chart, loopback metrics");
+    check_daemonset(
+        &ds,
+        &Listeners::new(("127.0.0.1", AGENT_PORT), AGENT_HEALTH),
+        "chart, loopback metrics",
+    );
+}
+
+#[test]
+fn chart_refuses_one_port_on_two_addresses() {
+    // The same port on two addresses: the second bind would fail at start.
+    for (port, addr, other) in [
+        ("health.port", "health.address", "9477"),
+        (
+            "controller.health.port",
+            "controller.health.address",
+            "9478",
+        ),
+    ] {
+        let other: i64 = other.parse().unwrap();
+        let e = try_render_chart(&[(port, json!(other)), (addr, json!("10.1.2.3"))])
+            .err()
+            .unwrap_or_else(|| panic!("{port}={other}, {addr}=10.1.2.3 rendered"));
+        assert!(
+            e.contains("fail: metrics.port and health.port are equal but their addresses differ"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn chart_extra_args_and_env_are_appended_and_change_nothing_else() {
+    let agent_env = json!([
+        {"name": "RUST_LOG", "value": "info,ipsetmgr=debug"},
+        {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+    ]);
+    let controller_env = json!([{"name": "RUST_LOG", "value": "debug"}]);
+    let r = render_chart(&[
+        ("extraArgs", json!(["--lock-wait", "1m"])),
+        ("extraEnv", agent_env.clone()),
+        ("controller.extraArgs", json!(["--namespace", "elsewhere"])),
+        ("controller.extraEnv", controller_env.clone()),
+    ]);
+    let what = "chart with extraArgs and extraEnv";
+    check_all_typed(&r.docs, what);
+    let base = render_chart(&[]);
+    let pod = |docs: &[Value], kind: &str| -> Value {
+        let d = docs.iter().find(|d| kind_of(d) == kind).unwrap();
+        d["spec"]["template"]["spec"].clone()
+    };
+    for (kind, args, env) in [
+        ("DaemonSet", json!(["--lock-wait", "1m"]), &agent_env),
+        (
+            "Deployment",
+            json!(["controller", "--namespace", "elsewhere"]),
+            &controller_env,
+        ),
+    ] {
+        let (mut got, want) = (pod(&r.docs, kind), pod(&base.docs, kind));
+        let c = &mut got["containers"][0];
+        assert_eq!(c["args"], args, "{what}: {kind} args");
+        // After the chart's own variables, in order.
+        let base_env = want["containers"][0]["env"].as_array().unwrap().clone();
+        let mut full = base_env.clone();
+        full.extend(env.as_array().unwrap().iter().cloned());
+        assert_eq!(c["env"], Value::Array(full), "{what}: {kind} env");
+        // Nothing else changed.
+        c["env"] = Value::Array(base_env);
+        match kind {
+            "DaemonSet" => drop(c.as_object_mut().unwrap().remove("args")),
+            _ => c["args"] = json!(["controller"]),
+        }
+        if let Some(diff) = first_difference(&got, &want, "") {
+            panic!("{what}: {kind} pod changed beyond args and env: {diff}");
+        }
+    }
+}
+
+#[test]
+fn chart_update_strategies_are_values() {
+    let r = render_chart(&[
+        ("updateStrategy.rollingUpdate.maxUnavailable", json!("10%")),
+        ("controller.updateStrategy.type", json!("Recreate")),
+        // Kubernetes refuses rollingUpdate with Recreate; Helm merged the
+        // default's in, so it must be deleted.
+        ("controller.updateStrategy.rollingUpdate", Value::Null),
+    ]);
+    let what = "chart with update strategies";
+    check_all_typed(&r.docs, what);
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
+    let s = ds.spec.update_strategy.unwrap();
+    assert_eq!(s.type_.as_deref(), Some("RollingUpdate"));
+    assert_eq!(
+        s.rolling_update.unwrap().max_unavailable,
+        Some(IntOrString::String("10%".into()))
+    );
+    let d: Deployment = one_of(&r.docs, "Deployment", what);
+    let s = d.spec.strategy.unwrap();
+    assert_eq!(s.type_.as_deref(), Some("Recreate"));
+    assert!(s.rolling_update.is_none(), "{what}: no rollingUpdate");
 }
 
 /// Whether a label selector (plain labels) selects these labels.
@@ -1569,10 +1939,13 @@ fn chart_service_monitors_are_optional_and_select_their_component() {
             .any(|d| matches!(kind_of(d), "Service" | "ServiceMonitor")),
         "no Service or ServiceMonitor by default"
     );
-    let r = render_chart(&[
-        ("serviceMonitor.enabled", json!(true)),
-        ("serviceMonitor.labels", json!({"release": "prometheus"})),
-    ]);
+    let r = render_chart_on(
+        &with_monitoring(),
+        &[
+            ("serviceMonitor.enabled", json!(true)),
+            ("serviceMonitor.labels", json!({"release": "prometheus"})),
+        ],
+    );
     let what = "chart with serviceMonitor";
     check_all_typed(&r.docs, what);
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
@@ -1659,10 +2032,13 @@ fn chart_service_monitors_are_optional_and_select_their_component() {
     }
 
     // Without the controller, only the agents' pair.
-    let r = render_chart(&[
-        ("serviceMonitor.enabled", json!(true)),
-        ("controller.enabled", json!(false)),
-    ]);
+    let r = render_chart_on(
+        &with_monitoring(),
+        &[
+            ("serviceMonitor.enabled", json!(true)),
+            ("controller.enabled", json!(false)),
+        ],
+    );
     let kinds: Vec<String> = r
         .docs
         .iter()
@@ -1679,12 +2055,352 @@ fn chart_service_monitors_are_optional_and_select_their_component() {
     );
 }
 
+/// A cluster with the Prometheus Operator's CRDs.
+fn with_monitoring() -> Vec<&'static str> {
+    BUILTIN_API_VERSIONS
+        .iter()
+        .chain(MONITORING_API_VERSIONS)
+        .copied()
+        .collect()
+}
+
+#[test]
+fn chart_monitoring_objects_need_their_crd_or_force() {
+    // (value prefix, the kinds it renders, the API version it needs)
+    let cases = [
+        (
+            "serviceMonitor",
+            &["Service", "ServiceMonitor"][..],
+            "monitoring.coreos.com/v1/ServiceMonitor",
+        ),
+        (
+            "prometheusRule",
+            &["PrometheusRule"][..],
+            "monitoring.coreos.com/v1/PrometheusRule",
+        ),
+    ];
+    for (value, kinds, api) in cases {
+        let (enabled, force) = (format!("{value}.enabled"), format!("{value}.force"));
+        let only_this_crd: Vec<&str> = BUILTIN_API_VERSIONS
+            .iter()
+            .copied()
+            .chain(["monitoring.coreos.com/v1", api])
+            .collect();
+        let warning = format!("WARNING: {value}.enabled=true, but this cluster does not serve");
+        for (on, crd, forced, rendered) in [
+            (false, false, false, false),
+            (false, true, false, false),
+            (false, true, true, false),
+            (true, false, false, false),
+            (true, true, false, true),
+            (true, false, true, true),
+            (true, true, true, true),
+        ] {
+            let api_versions = if crd {
+                only_this_crd.clone()
+            } else {
+                BUILTIN_API_VERSIONS.to_vec()
+            };
+            let r = render_chart_on(
+                &api_versions,
+                &[
+                    (enabled.as_str(), json!(on)),
+                    (force.as_str(), json!(forced)),
+                ],
+            );
+            let what = format!("{value}: enabled={on} CRD served={crd} force={forced}");
+            check_all_typed(&r.docs, &what);
+            let got: BTreeSet<&str> = r
+                .docs
+                .iter()
+                .map(kind_of)
+                .filter(|k| kinds.contains(k))
+                .collect();
+            let want: BTreeSet<&str> = if rendered {
+                kinds.iter().copied().collect()
+            } else {
+                BTreeSet::new()
+            };
+            assert_eq!(got, want, "{what}: rendered kinds");
+            // Asked for but left out: NOTES.txt says so, and how to fix it.
+            assert_eq!(
+                r.notes.contains(&warning),
+                on && !rendered,
+                "{what}: NOTES.txt warning\n{}",
+                r.notes
+            );
+            if on && !rendered {
+                assert!(r.notes.contains(&format!("{value}.force=true")));
+            }
+        }
+    }
+    // Each kind is gated on its own CRD, not the other's.
+    let r = render_chart_on(
+        &[
+            BUILTIN_API_VERSIONS,
+            &["monitoring.coreos.com/v1/ServiceMonitor"],
+        ]
+        .concat(),
+        &[
+            ("serviceMonitor.enabled", json!(true)),
+            ("prometheusRule.enabled", json!(true)),
+        ],
+    );
+    let kinds: BTreeSet<&str> = r.docs.iter().map(kind_of).collect();
+    assert!(kinds.contains("ServiceMonitor") && !kinds.contains("PrometheusRule"));
+}
+
+/// Every metric name the agent and the controller export, with the
+/// suffixes their samples carry (`_total`, `_bucket`...), from the library
+/// itself: an alert naming a metric the binary does not export fails here
+/// instead of never firing.
+fn exported_metrics() -> Vec<String> {
+    ipsetmgr::all_metric_names()
+}
+
+/// The metric names a PromQL expression mentions: identifiers (runs of
+/// letters, digits, `_` and `:`) that start with `ipsetmgr_` or `process_`.
+/// Label names and functions never start so; each such identifier must be
+/// all lower-case letters and `_` (the names the binary uses).
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut cur = String::new();
+    for c in expr.chars().chain([' ']) {
+        if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+            cur.push(c);
+            continue;
+        }
+        let word = std::mem::take(&mut cur);
+        if word.starts_with("ipsetmgr_") || word.starts_with("process_") {
+            assert!(
+                word.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{expr}: {word} is not a metric name of the form ipsetmgr_[a-z_]+"
+            );
+            names.push(word);
+        }
+    }
+    names
+}
+
+/// A duration as Prometheus reads `for:` (units y, w, d, h, m, s, ms).
+fn prometheus_duration(s: &str) -> bool {
+    let mut rest = s;
+    let mut any = false;
+    for unit in ["y", "w", "d", "h", "m", "s", "ms"] {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && rest[digits..].starts_with(unit) {
+            let after = &rest[digits + unit.len()..];
+            // "m" must not be the start of "ms".
+            if unit == "m" && after.starts_with('s') {
+                continue;
+            }
+            rest = after;
+            any = true;
+        }
+    }
+    any && rest.is_empty()
+}
+
+/// The PrometheusRule's alerts, by name: (expr, for, labels, annotations).
+fn alerts(docs: &[Value], what: &str) -> BTreeMap<String, Value> {
+    let rules: Vec<&Value> = docs
+        .iter()
+        .filter(|d| kind_of(d) == "PrometheusRule")
+        .collect();
+    assert_eq!(rules.len(), 1, "{what}: one PrometheusRule");
+    let rule = rules[0];
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(rule["metadata"]["namespace"], NAMESPACE);
+    let spec = rule["spec"].as_object().unwrap();
+    assert_eq!(spec.keys().collect::<Vec<_>>(), ["groups"], "{what}: spec");
+    let mut out = BTreeMap::new();
+    for group in rule["spec"]["groups"].as_array().unwrap() {
+        assert!(group["name"].is_string(), "{what}: group name");
+        for r in group["rules"].as_array().unwrap() {
+            let r = r.as_object().unwrap();
+            for key in r.keys() {
+                assert!(
+                    ["alert", "expr", "for", "labels", "annotations"].contains(&key.as_str()),
+                    "{what}: rule field {key} (a PrometheusRule alert has no such field)"
+                );
+            }
+            let name = r["alert"]
+                .as_str()
+                .expect("alerting rules only")
+                .to_string();
+            assert!(r["expr"].is_string(), "{what}: {name}: expr");
+            if let Some(f) = r.get("for") {
+                let ok = f.as_str().is_some_and(prometheus_duration);
+                assert!(ok, "{what}: {name}: for: {f} is not a Prometheus duration");
+            }
+            for (k, v) in r["labels"].as_object().unwrap() {
+                assert!(v.is_string(), "{what}: {name}: label {k} must be a string");
+            }
+            let ann = r["annotations"].as_object().unwrap();
+            assert!(
+                ann["summary"].is_string() && ann["description"].is_string(),
+                "{what}: {name}: summary and description"
+            );
+            assert!(
+                out.insert(name.clone(), Value::Object(r.clone())).is_none(),
+                "{what}: alert {name} twice"
+            );
+        }
+    }
+    out
+}
+
+#[test]
+fn chart_prometheus_rule_alerts_on_the_binarys_metrics() {
+    let what = "chart with prometheusRule";
+    let r = render_chart_on(
+        &with_monitoring(),
+        &[
+            ("prometheusRule.enabled", json!(true)),
+            ("prometheusRule.labels", json!({"release": "prometheus"})),
+        ],
+    );
+    check_all_typed(&r.docs, what);
+    check_namespaces(&r.docs, what);
+    let rule = r
+        .docs
+        .iter()
+        .find(|d| kind_of(d) == "PrometheusRule")
+        .unwrap();
+    assert_eq!(rule["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(
+        rule["metadata"]["labels"]["app.kubernetes.io/name"],
+        "ipsetmgr"
+    );
+    let alerts = alerts(&r.docs, what);
+    assert_eq!(
+        alerts.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "IPSetMgrAgentCannotList",
+            "IPSetMgrDriftRepairedRepeatedly",
+            "IPSetMgrNoRecentSync",
+            "IPSetPolicyNotSynced",
+        ],
+        "{what}: the alerts"
+    );
+    // Every metric an alert names is one the binary exports.
+    let exported = exported_metrics();
+    let mut used = BTreeSet::new();
+    for (name, a) in &alerts {
+        let names = metric_names(a["expr"].as_str().unwrap());
+        assert!(!names.is_empty(), "{what}: {name} names no metric");
+        for m in names {
+            assert!(
+                exported.contains(&m),
+                "{what}: {name} uses {m}, which the binary does not export"
+            );
+            used.insert(m);
+        }
+    }
+    assert_eq!(
+        used.into_iter().collect::<Vec<_>>(),
+        [
+            "ipsetmgr_drift_repaired_total",
+            "ipsetmgr_policy_last_sync_timestamp_seconds",
+            "ipsetmgr_policy_synced",
+            "ipsetmgr_ready",
+            "ipsetmgr_watch_errors_total",
+        ]
+    );
+    // The expressions and their defaults, exactly.
+    let expr = |a: &str| alerts[a]["expr"].as_str().unwrap().to_string();
+    let for_ = |a: &str| alerts[a].get("for").cloned();
+    assert_eq!(expr("IPSetPolicyNotSynced"), "ipsetmgr_policy_synced == 0");
+    assert_eq!(for_("IPSetPolicyNotSynced"), Some(json!("15m")));
+    assert_eq!(
+        expr("IPSetMgrNoRecentSync"),
+        "time() - ipsetmgr_policy_last_sync_timestamp_seconds > 900"
+    );
+    assert_eq!(
+        expr("IPSetMgrAgentCannotList"),
+        "ipsetmgr_ready == 0 or rate(ipsetmgr_watch_errors_total[5m]) > 0"
+    );
+    assert_eq!(for_("IPSetMgrAgentCannotList"), Some(json!("10m")));
+    assert_eq!(
+        expr("IPSetMgrDriftRepairedRepeatedly"),
+        "increase(ipsetmgr_drift_repaired_total[1h]) > 3"
+    );
+    // Prometheus' templates reach it verbatim (not eaten by Helm's).
+    let description = |a: &str| {
+        alerts[a]["annotations"]["description"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    for a in [
+        "IPSetPolicyNotSynced",
+        "IPSetMgrNoRecentSync",
+        "IPSetMgrDriftRepairedRepeatedly",
+    ] {
+        assert!(
+            description(a).contains("{{ $labels.policy }}"),
+            "{what}: {a}: {}",
+            description(a)
+        );
+    }
+    assert!(description("IPSetMgrAgentCannotList").contains("{{ $labels.resource }}"));
+
+    // The thresholds are values.
+    let r = render_chart_on(
+        &with_monitoring(),
+        &[
+            ("prometheusRule.enabled", json!(true)),
+            ("prometheusRule.notSyncedFor", json!("1h")),
+            ("prometheusRule.noRecentSyncSeconds", json!(3600)),
+            ("prometheusRule.cannotListFor", json!("30m")),
+            ("prometheusRule.driftRepairedThreshold", json!(10)),
+        ],
+    );
+    let alerts = self::alerts(&r.docs, "prometheusRule with thresholds");
+    assert_eq!(alerts["IPSetPolicyNotSynced"]["for"], "1h");
+    assert!(
+        alerts["IPSetMgrNoRecentSync"]["expr"]
+            .as_str()
+            .unwrap()
+            .ends_with("> 3600")
+    );
+    assert_eq!(alerts["IPSetMgrAgentCannotList"]["for"], "30m");
+    assert!(
+        alerts["IPSetMgrDriftRepairedRepeatedly"]["expr"]
+            .as_str()
+            .unwrap()
+            .ends_with("> 10")
+    );
+}
+
+#[test]
+fn metric_name_tokenizer_finds_names_and_refuses_odd_ones() {
+    assert_eq!(
+        metric_names(
+            "sum by (policy) (rate(ipsetmgr_watch_errors_total{resource=\"nodes\"}[5m])) / process_open_fds"
+        ),
+        ["ipsetmgr_watch_errors_total", "process_open_fds"]
+    );
+    assert!(metric_names("time() - up").is_empty());
+    assert!(std::panic::catch_unwind(|| metric_names("ipsetmgr_Ready == 0")).is_err());
+    assert!(
+        prometheus_duration("15m") && prometheus_duration("1h30m") && prometheus_duration("500ms")
+    );
+    assert!(!prometheus_duration("") && !prometheus_duration("15") && !prometheus_duration("m5"));
+}
+
 /// `cargo test --test manifests -- --ignored --nocapture print_rendered_chart`
 /// shows what the test renderer makes of the chart (there is no helm here).
 #[test]
 #[ignore = "prints the rendered chart; run by hand"]
 fn print_rendered_chart() {
-    let r = render_chart(&[("serviceMonitor.enabled", json!(true))]);
+    let r = render_chart_on(
+        &with_monitoring(),
+        &[
+            ("serviceMonitor.enabled", json!(true)),
+            ("prometheusRule.enabled", json!(true)),
+        ],
+    );
     for d in &r.docs {
         println!("---\n{}", serde_saphyr::to_string(d).unwrap());
     }
@@ -1700,10 +2416,10 @@ fn kustomize_base_is_complete_and_hardened() {
     assert_eq!(ns.metadata.name.as_deref(), Some(NAMESPACE));
     crds_by_kind(&docs, what);
     let ds: DaemonSet = one_of(&docs, "DaemonSet", what);
-    check_daemonset(&ds, AGENT_PORT, what);
+    check_daemonset(&ds, &Listeners::agent(), what);
     check_agent_selector_is_0_1s(&ds, false, what);
     let d: Deployment = one_of(&docs, "Deployment", what);
-    check_controller(&d, CONTROLLER_PORT, what);
+    check_controller(&d, &Listeners::controller(), what);
     check_rbac(&docs, &Names::release(), true, what);
 }
 
@@ -1839,9 +2555,9 @@ fn kustomize_renders_with_the_real_tool() {
     let what = "kustomize output";
     check_all_typed(&rendered, what);
     let ds: DaemonSet = one_of(&rendered, "DaemonSet", what);
-    check_daemonset(&ds, AGENT_PORT, what);
+    check_daemonset(&ds, &Listeners::agent(), what);
     let d: Deployment = one_of(&rendered, "Deployment", what);
-    check_controller(&d, CONTROLLER_PORT, what);
+    check_controller(&d, &Listeners::controller(), what);
     check_rbac(&rendered, &Names::release(), true, what);
     let Some(admission) = render_with_kustomize("config/admission") else {
         return;
@@ -2034,38 +2750,6 @@ fn samples_are_valid_policies_one_per_type() {
     let all = compile(&policies, &naming, None);
     assert!(all.sets.iter().any(|s| s.name == "ipm4-blocklist"));
     assert!(all.sets.iter().any(|s| s.name == "ipm6-trusted-networks"));
-}
-
-#[test]
-fn dockerfile_builds_the_agent_image() {
-    let d = read("Dockerfile");
-    assert!(d.contains("FROM rust:1-bookworm AS chef"));
-    assert!(d.contains("FROM debian:bookworm-slim"));
-    assert!(d.contains("cargo build --release --locked --bin ipsetmgr"));
-    // The dependency layer: cargo-chef's recipe, cooked before the sources come in.
-    let cook = d.find("cargo chef cook --release --locked").expect("cook");
-    let sources = d.rfind("COPY . .").expect("sources");
-    assert!(d.contains("cargo chef prepare --recipe-path recipe.json"));
-    assert!(
-        cook < sources,
-        "dependencies are built before the sources are copied"
-    );
-    assert!(d.contains("ipset ca-certificates"));
-    assert!(d.contains("USER root"));
-    assert!(
-        d.trim_end()
-            .ends_with(r#"ENTRYPOINT ["/usr/local/bin/ipsetmgr", "agent"]"#)
-    );
-    // The controller runs the same image with the binary as its command.
-    assert!(d.contains("COPY --from=builder /out/ipsetmgr /usr/local/bin/ipsetmgr"));
-    let c: Deployment = one_of(&render_chart(&[]).docs, "Deployment", "chart");
-    assert_eq!(
-        controller_container(&c).command,
-        Some(vec!["/usr/local/bin/ipsetmgr".to_string()]),
-        "the controller's command is the image's binary"
-    );
-    let ignore: Vec<String> = read(".dockerignore").lines().map(str::to_string).collect();
-    assert!(ignore.contains(&"target".to_string()) && ignore.contains(&".git".to_string()));
 }
 
 #[test]

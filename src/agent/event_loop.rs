@@ -15,14 +15,16 @@ use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 
-use super::inputs::Input;
-use super::metrics::Shared;
+use super::inputs::{Input, resource};
+use super::metrics::{LOOP_TICK, Shared};
 use super::node_state::{Pending, PolicyFacts, Snapshot, status_of};
 use super::store::Store;
 use crate::ipset::Naming;
 use crate::kernel::KernelSide;
 use crate::manager::driver::{Command, Report};
 use crate::policy::compile::{Compiled, MemberCache};
+use crate::telemetry::labels::OutcomeLabel;
+use kube::runtime::watcher::Event;
 
 /// Where desired states go: the kernel side (tests use an inline one).
 pub trait KernelPort: Send {
@@ -120,11 +122,15 @@ impl Agent {
     ) {
         let mut inputs = inputs;
         let mut inputs_open = true;
+        // Turns the loop even when nothing happens: liveness watches it.
+        let mut tick = tokio::time::interval(LOOP_TICK);
         tokio::pin!(shutdown);
         loop {
+            self.shared.loop_turned();
             let recompile = sleep_until(self.recompile_at.unwrap_or_else(far_future));
             tokio::select! {
                 _ = &mut shutdown => break,
+                _ = tick.tick() => {}
                 input = inputs.next(), if inputs_open => match input {
                     Some(input) => self.on_input(input),
                     None => inputs_open = false,
@@ -151,28 +157,42 @@ impl Agent {
 
     fn on_input(&mut self, input: Input) {
         let change = match input {
-            Input::WatchError(e) => {
+            Input::WatchError { resource, error } => {
                 // Fail static: the store and the kernel stay as they are.
-                let e = crate::logging::bounded(&e, 1024);
-                tracing::warn!(error = %e, "watch failed; retrying, kernel left as it is");
+                let e = crate::logging::bounded(&error, 1024);
+                tracing::warn!(%resource, error = %e, "watch failed; retrying, kernel left as it is");
+                self.watch_failed(resource, &e);
                 return;
             }
             Input::KindNotFound { crd, error } => {
                 let e = crate::logging::bounded(&error, 1024);
                 tracing::warn!(%crd, error = %e, "kind not found");
                 self.store.kinds.kind_not_found(&crd);
+                let resource = crd.split('.').next().unwrap_or_default().to_string();
+                self.watch_failed(&resource, &e);
+                self.publish_waiting();
                 return;
             }
             Input::Crd(name, ev) => {
+                self.shared.watches.delivered(resource::CRDS);
                 if self.store.kinds.on_event(&name, ev) && self.store.kinds.may_apply() {
                     self.changed_after(self.settings.debounce);
                 }
+                self.publish_waiting();
                 return;
             }
             Input::Node(ev) => {
+                self.shared.watches.delivered(resource::NODES);
+                let listed = matches!(ev, Event::InitDone);
                 if self.store.on_node(ev) {
                     self.changed_after(self.settings.debounce);
                 }
+                if listed && self.store.node.is_none() {
+                    tracing::warn!(
+                        "this node's Node object does not exist (is NODE_NAME right?); nothing is applied until it does"
+                    );
+                }
+                self.publish_waiting();
                 // The writer creates the node state only for a Node that exists.
                 let uid = self.store.node.as_ref().and_then(|n| n.uid.clone());
                 self.status.send_if_modified(|p| match p {
@@ -185,6 +205,7 @@ impl Agent {
                 return;
             }
             Input::Policy(ev) => {
+                self.shared.watches.delivered(resource::POLICIES);
                 let listed = self.store.policies.listed();
                 let c = self.store.on_policy(ev);
                 if !listed && self.store.policies.listed() {
@@ -192,17 +213,32 @@ impl Agent {
                         policies = self.store.policies.items().len(),
                         "initial list of policies done"
                     );
-                    self.shared.set_policies_listed();
                 }
                 c
             }
-            Input::Slice(ev) => self.store.on_slice(ev),
+            Input::Slice(ev) => {
+                self.shared.watches.delivered(resource::SLICES);
+                self.store.on_slice(ev)
+            }
         };
+        self.publish_waiting();
         if change.removed {
             self.changed_after(self.settings.deletion_grace);
         } else if change.changed {
             self.changed_after(self.settings.debounce);
         }
+    }
+
+    /// Readiness names what the store still waits for.
+    fn publish_waiting(&self) {
+        self.shared.set_waiting_for(self.store.waiting_for());
+    }
+
+    fn watch_failed(&self, resource: &str, error: &str) {
+        self.shared
+            .metrics
+            .api
+            .watch_failed(&self.shared.watches, resource, error);
     }
 
     /// Compile the complete desired state of this node and hand it to the
@@ -229,13 +265,30 @@ impl Agent {
     /// Each rejection once per change of its text, as structured fields.
     fn log_rejections(&mut self, compiled: &Compiled) {
         let mut now = std::collections::BTreeMap::new();
+        let revisions = self.store.revisions();
         for (policy, errors) in compiled.errors_by_policy() {
+            let generation = self.store.policies.get(policy).map_or(0, |e| e.generation);
+            // Once per generation and members revision (a slice change),
+            // or when the rejection itself changes.
             let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-            let text = text.join("; ");
-            if self.logged.get(policy) != Some(&text) {
-                tracing::warn!(%policy, errors = errors.len(), first = %errors[0], "policy rejected; its kernel sets are held as they are");
+            let key = format!(
+                "{generation}/{}/{}",
+                revisions.get(policy).map_or("", |r| r.as_str()),
+                text.join("; ")
+            );
+            if self.logged.get(policy) != Some(&key) {
+                let first = &errors[0];
+                tracing::warn!(
+                    %policy,
+                    generation,
+                    errors = errors.len(),
+                    slice = first.slice.as_deref().unwrap_or(""),
+                    member = first.member.as_deref().unwrap_or(""),
+                    reason = %first.kind,
+                    "policy rejected; its kernel sets are held as they are"
+                );
             }
-            now.insert(policy.to_string(), text);
+            now.insert(policy.to_string(), key);
         }
         self.logged = now;
     }
@@ -278,13 +331,29 @@ impl Agent {
     fn on_report(&mut self, report: Report) {
         let m = &self.shared.metrics;
         m.sets.set(report.sets.len() as i64);
-        m.members
-            .set(report.sets.iter().map(|s| s.members as i64).sum::<i64>());
+        // Only sets in sync are known to hold their members.
+        m.members.set(
+            report
+                .sets
+                .iter()
+                .filter(|s| s.synced)
+                .map(|s| s.members as i64)
+                .sum::<i64>(),
+        );
         m.apply_duration
+            .get_or_create(&OutcomeLabel::of(report.outcome.applied))
             .observe(report.outcome.duration.as_secs_f64());
         if report.full_resync {
             m.problems
                 .inc_by(report.sets.iter().map(|s| s.problems as u64).sum::<u64>());
+            for s in report.sets.iter().filter(|s| s.synced && s.problems > 0) {
+                m.drift_repaired
+                    .get_or_create(&crate::telemetry::labels::PolicyLabel {
+                        policy: s.policy.clone(),
+                    })
+                    .inc_by(s.problems as u64);
+            }
+            crate::logging::log_drift(&report.sets);
         }
         let failed_attempts = report.outcome.attempts - u32::from(report.outcome.applied);
         let set_errors = report.sets.iter().filter(|s| s.error.is_some()).count();
@@ -307,6 +376,11 @@ impl Agent {
             return;
         }
         let status = status_of(snapshot, &report, self.settings.heartbeat);
+        let mut kernel_members = std::collections::BTreeMap::new();
+        for s in report.sets.iter().filter(|s| s.synced) {
+            *kernel_members.entry(s.policy.as_str()).or_insert(0) += s.members as i64;
+        }
+        m.set_policies(&status, &kernel_members);
         let node_uid = self.store.node.as_ref().and_then(|n| n.uid.clone());
         self.status.send_replace(Some(Pending { status, node_uid }));
     }

@@ -26,8 +26,12 @@ pub enum Input {
     Node(Event<Node>),
     /// The CRD of this name.
     Crd(String, Event<CustomResourceDefinition>),
-    /// A watch failed; it is retried with backoff. Nothing else changes.
-    WatchError(String),
+    /// A watch of `resource` failed; it is retried with backoff. Nothing
+    /// else changes.
+    WatchError {
+        resource: &'static str,
+        error: String,
+    },
     /// A list or watch of the kind of this CRD answered 404: it is gone.
     KindNotFound {
         crd: String,
@@ -43,9 +47,18 @@ pub fn guarded_crds() -> Vec<String> {
     ]
 }
 
-/// A tolerant watch of `K`, as agent inputs.
+/// The resource names of the watches, as readiness and metrics name them.
+pub mod resource {
+    pub const POLICIES: &str = "ipsetpolicies";
+    pub const SLICES: &str = "ipsetmemberslices";
+    pub const NODES: &str = "nodes";
+    pub const CRDS: &str = "customresourcedefinitions";
+}
+
+/// A tolerant watch of `K` (the kind of `resource`), as agent inputs.
 fn tolerant_watch<K>(
     client: &Client,
+    resource: &'static str,
     config: watcher::Config,
     wrap: fn(Event<Tolerant<K>>) -> Input,
 ) -> impl Stream<Item = Input> + Send + 'static
@@ -64,7 +77,10 @@ where
             crd: crd.clone(),
             error: format!("{what} watch: {e}"),
         },
-        Err(e) => Input::WatchError(format!("{what} watch: {e}")),
+        Err(e) => Input::WatchError {
+            resource,
+            error: format!("{what} watch: {e}"),
+        },
     })
 }
 
@@ -73,11 +89,16 @@ pub fn watch_inputs(
     client: Client,
     node: &str,
 ) -> impl Stream<Item = Input> + Send + Unpin + 'static {
-    let policies =
-        tolerant_watch::<IPSetPolicy>(&client, watcher::Config::default(), Input::Policy);
+    let policies = tolerant_watch::<IPSetPolicy>(
+        &client,
+        resource::POLICIES,
+        watcher::Config::default(),
+        Input::Policy,
+    );
     // Only slices bound to some policy.
     let slices = tolerant_watch::<IPSetMemberSlice>(
         &client,
+        resource::SLICES,
         watcher::Config::default().labels(POLICY_LABEL),
         Input::Slice,
     );
@@ -87,7 +108,10 @@ pub fn watch_inputs(
     )
     .map(|r| match r {
         Ok(ev) => Input::Node(ev),
-        Err(e) => Input::WatchError(format!("node watch: {e}")),
+        Err(e) => Input::WatchError {
+            resource: resource::NODES,
+            error: format!("node watch: {e}"),
+        },
     });
     let mut streams = vec![policies.boxed(), slices.boxed(), nodes.boxed()];
     for crd in guarded_crds() {
@@ -105,7 +129,10 @@ pub fn watch_inputs(
         .default_backoff()
         .map(move |r| match r {
             Ok(ev) => Input::Crd(name.clone(), ev),
-            Err(e) => Input::WatchError(format!("CRD {name} watch: {e}")),
+            Err(e) => Input::WatchError {
+                resource: resource::CRDS,
+                error: format!("CRD {name} watch: {e}"),
+            },
         });
         streams.push(s.boxed());
     }

@@ -21,8 +21,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
-
 use crate::args::defaults;
 use crate::cluster::client::{make_client, shutdown_signal};
 use crate::kernel::{KernelOptions, KernelSide};
@@ -39,9 +37,13 @@ pub struct AgentConfig {
     pub kubeconfig: Option<PathBuf>,
     #[command(flatten)]
     pub resync: crate::args::Resync,
-    /// Address of the /healthz, /readyz and /metrics listener.
+    /// Address of the /metrics listener.
     #[arg(long, env = "IPSETMGR_LISTEN", default_value = defaults::LISTEN)]
     pub listen: SocketAddr,
+    /// Address of the /healthz, /livez and /readyz listener (the same as
+    /// --listen: one listener serves all).
+    #[arg(long, env = "IPSETMGR_HEALTH_LISTEN", default_value = defaults::HEALTH_LISTEN)]
+    pub health_listen: SocketAddr,
     /// Time between heartbeats of this node's IPSetNodeState: the
     /// controller counts a node whose heartbeat is older than three of
     /// these as not synced.
@@ -55,6 +57,19 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
     anyhow::ensure!(
         !config.node_name.is_empty(),
         "--node-name (NODE_NAME) is required"
+    );
+    tracing::info!(
+        version = crate::telemetry::build_info::VERSION,
+        revision = crate::telemetry::build_info::REVISION,
+        node = %config.node_name,
+        backend = ?kernel.backend,
+        set_prefix = kernel.naming.prefix(),
+        netns = kernel.netns.as_deref().unwrap_or("(own)"),
+        resync_interval = ?config.resync.interval,
+        heartbeat_interval = ?config.heartbeat_interval,
+        listen = %config.listen,
+        health_listen = %config.health_listen,
+        "agent starting"
     );
     let naming = kernel.naming.clone();
     let resync_interval = config.resync.interval;
@@ -73,11 +88,9 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
         )
     })?;
 
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("listening on {}", config.listen))?;
+    let listeners = crate::server::bind(config.health_listen, config.listen).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(crate::server::serve(listener, shared.clone(), stop_rx));
+    let server = tokio::spawn(crate::server::serve_all(listeners, shared.clone(), stop_rx));
 
     let (status_tx, status_rx) = tokio::sync::watch::channel(None);
     let writer = tokio::spawn(node_state::run_writer(
@@ -96,7 +109,6 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
     let crds = inputs::guarded_crds();
     let inputs = inputs::watch_inputs(client, &config.node_name);
     let settings = event_loop::Settings::new(naming, config.heartbeat_interval);
-    tracing::info!(node = %config.node_name, listen = %config.listen, version = env!("CARGO_PKG_VERSION"), "agent starting");
     let agent = event_loop::Agent::new(
         settings,
         &crds,

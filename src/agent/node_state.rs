@@ -25,11 +25,19 @@ use tokio::time::{Instant, sleep_until};
 use super::metrics::Shared;
 use crate::api::{IPSetNodeState, IPSetNodeStateSpec, IPSetNodeStateStatus, PolicyState};
 use crate::manager::driver::Report;
+use crate::telemetry::labels::ResultLabel;
 
 /// The field manager of the agents' status writes.
 pub const FIELD_MANAGER: &str = "ipsetmgr-agent";
-/// Errors are cut to this many bytes in the status.
+/// The schema's maxLength of `error` and `message` (characters; a byte is
+/// at most one).
 const MAX_ERROR_LEN: usize = 1024;
+
+/// Cut `text` to fit the schema: an over-long string would make the API
+/// server refuse the whole status.
+fn fit(text: &str) -> String {
+    crate::logging::bounded(text, MAX_ERROR_LEN).into_owned()
+}
 
 /// What the agent asked the kernel to hold, per policy selecting this node.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -85,11 +93,28 @@ pub fn status_of(
             members: sets.iter().map(|s| s.members as i64).sum(),
             problems: sets.iter().map(|s| s.problems as i64).sum(),
             last_sync_time: last_sync.and_then(rfc3339),
-            error: crate::logging::bounded(&error, MAX_ERROR_LEN).into_owned(),
+            error: fit(&error),
         });
     }
     let synced = policies.iter().filter(|p| p.synced).count();
+    let unsynced: Vec<&PolicyState> = policies.iter().filter(|p| !p.synced).collect();
+    let message = match unsynced.first() {
+        None => String::new(),
+        Some(p) => {
+            let why = if p.error.is_empty() {
+                "not synced"
+            } else {
+                p.error.as_str()
+            };
+            let more = match unsynced.len() - 1 {
+                0 => String::new(),
+                n => format!(" (and {n} more policies not synced)"),
+            };
+            fit(&format!("{}: {why}{more}", p.name))
+        }
+    };
     IPSetNodeStateStatus {
+        message,
         heartbeat_time: None,
         heartbeat_interval_seconds: heartbeat.as_secs() as i64,
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -241,7 +266,11 @@ pub async fn run_writer(
         .unwrap_or_else(|_| Err(WriteError::Other("timed out".into())));
         match result {
             Ok(()) => {
-                shared.metrics.status_writes.inc();
+                shared
+                    .metrics
+                    .status_writes
+                    .get_or_create(&ResultLabel::of(true))
+                    .inc();
                 last_write = Some(Instant::now());
                 next_at = Instant::now() + settings.heartbeat;
             }
@@ -255,9 +284,101 @@ pub async fn run_writer(
                     }
                     WriteError::Other(_) => {}
                 }
+                shared
+                    .metrics
+                    .status_writes
+                    .get_or_create(&ResultLabel::of(false))
+                    .inc();
                 tracing::warn!(node = %settings.node, error = %e, "node state write failed; retrying");
                 next_at = Instant::now() + settings.retry;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manager::{ApplyOutcome, SetReport};
+
+    fn report(seq: u64, sets: Vec<SetReport>) -> Report {
+        Report {
+            seq,
+            outcome: ApplyOutcome::default(),
+            sets,
+            deletions: Vec::new(),
+            unwanted: Vec::new(),
+            full_resync: false,
+        }
+    }
+
+    fn set(name: &str, policy: &str, synced: bool) -> SetReport {
+        SetReport {
+            name: name.into(),
+            policy: policy.into(),
+            synced,
+            members: 3,
+            problems: 0,
+            drift: Default::default(),
+            error: None,
+            last_sync: None,
+        }
+    }
+
+    #[test]
+    fn errors_and_the_message_fit_the_schema_and_name_the_first_unsynced_policy() {
+        let long = "x".repeat(5000);
+        let mut policies = BTreeMap::new();
+        for (name, error) in [
+            ("a", None),
+            ("b", Some(long.clone())),
+            ("c", Some("bad".into())),
+        ] {
+            policies.insert(
+                name.to_string(),
+                PolicyFacts {
+                    generation: 1,
+                    revision: String::new(),
+                    sets: vec![format!("ipm4-{name}")],
+                    error,
+                },
+            );
+        }
+        let snapshot = Snapshot { seq: 7, policies };
+        let r = report(7, vec![set("ipm4-a", "a", true)]);
+        let s = status_of(&snapshot, &r, Duration::from_secs(60));
+        assert_eq!(s.synced_text, "1/3");
+        let b = s.policies.iter().find(|p| p.name == "b").unwrap();
+        assert!(
+            b.error.chars().count() <= MAX_ERROR_LEN,
+            "{}",
+            b.error.len()
+        );
+        assert!(b.error.contains("bytes cut"));
+        assert!(s.message.starts_with("b: xxx"), "{}", s.message);
+        assert!(s.message.chars().count() <= MAX_ERROR_LEN);
+        assert!(
+            s.message.ends_with("bytes cut)"),
+            "{}",
+            &s.message[s.message.len() - 40..]
+        );
+
+        let all = report(7, vec![set("ipm4-a", "a", true)]);
+        let snapshot = Snapshot {
+            seq: 7,
+            policies: BTreeMap::from([(
+                "a".to_string(),
+                PolicyFacts {
+                    generation: 1,
+                    revision: String::new(),
+                    sets: vec!["ipm4-a".into()],
+                    error: None,
+                },
+            )]),
+        };
+        assert_eq!(
+            status_of(&snapshot, &all, Duration::from_secs(60)).message,
+            ""
+        );
     }
 }

@@ -23,6 +23,7 @@ use crate::cluster::mock_api::{Req, eventually, mock_client};
 use crate::cluster::tolerant::decode;
 use crate::dataplane::model::ModelDataplane;
 use crate::ipset::{Family, Naming, SetHeader, SetKind, SetType};
+use crate::logging::LogBuffer;
 use crate::manager::driver::{Command, Report};
 use crate::manager::{Manager, ManagerConfig};
 
@@ -134,6 +135,7 @@ struct Harness {
     task: tokio::task::JoinHandle<()>,
     server: Arc<Mutex<Server>>,
     model: ModelDataplane,
+    shared: Arc<Shared>,
 }
 
 const HEARTBEAT: Duration = Duration::from_secs(30);
@@ -184,7 +186,7 @@ impl Harness {
             Box::new(kernel),
             reports,
             status_tx,
-            shared,
+            shared.clone(),
         );
         let (tx, rx) = unbounded();
         let (stop, stop_rx) = oneshot::channel();
@@ -197,6 +199,7 @@ impl Harness {
             task,
             server,
             model,
+            shared,
         };
         for name in crds {
             h.send(Input::Crd(name.clone(), Event::Apply(crd(&name, false))));
@@ -619,5 +622,187 @@ async fn nothing_is_applied_before_the_node_is_seen() {
         h.model.set_names().is_empty()
     })
     .await;
+    h.stop().await;
+}
+
+/// GET `path` from the agent's health and metrics routes.
+async fn get(shared: &Arc<Shared>, path: &str) -> (u16, String) {
+    use tower::ServiceExt;
+    let app = crate::server::router(shared.clone(), crate::server::Routes::All);
+    let request = http::Request::get(path)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = app.oneshot(request).await.unwrap();
+    let code = response.status().as_u16();
+    let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (code, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// Poll /readyz until its answer satisfies `f`.
+async fn readyz_until(h: &Harness, what: &str, f: impl Fn(u16, &str) -> bool) -> String {
+    for _ in 0..500 {
+        let (code, body) = get(&h.shared, "/readyz").await;
+        if f(code, &body) {
+            return body;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (code, body) = get(&h.shared, "/readyz").await;
+    panic!("timed out waiting for /readyz: {what}; it says {code} {body}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn readiness_names_what_it_waits_for_and_follows_the_watches() {
+    let h = Harness::start();
+    readyz_until(&h, "the policy list", |c, b| {
+        c == 503 && b.contains("initial list of IPSetPolicies")
+    })
+    .await;
+    h.list(vec![policy("p", 1, hash_ip(&["10.0.0.1"]))], vec![]);
+    // The lists are done, the Node was never seen: readiness says so
+    // (and not "waiting for the policy list").
+    let body = readyz_until(&h, "the Node", |c, b| c == 503 && b.contains("Node object")).await;
+    assert!(!body.contains("IPSetPolicies"), "{body}");
+    h.node_seen(&[]);
+    readyz_until(&h, "ready", |c, _| c == 200).await;
+
+    // A watch fails: 503 naming it, counted by resource.
+    h.send(Input::WatchError {
+        resource: super::inputs::resource::POLICIES,
+        error: "ipsetpolicies watch: ApiError: Internal error (500)".into(),
+    });
+    let body = readyz_until(&h, "not ready", |c, _| c == 503).await;
+    assert!(
+        body.contains("watch of ipsetpolicies failing: ipsetpolicies watch: ApiError"),
+        "{body}"
+    );
+    let (_, metrics) = get(&h.shared, "/metrics").await;
+    assert!(metrics.contains("ipsetmgr_ready 0"), "{metrics}");
+    assert!(
+        metrics.contains("ipsetmgr_watch_errors_total{resource=\"ipsetpolicies\"} 1"),
+        "{metrics}"
+    );
+    // It recovers (the watcher relists): 200 again.
+    h.send(Input::Policy(Event::Init));
+    h.send(Input::Policy(Event::InitApply(decode(
+        serde_json::from_value(policy("p", 1, hash_ip(&["10.0.0.1"]))).unwrap(),
+    ))));
+    h.send(Input::Policy(Event::InitDone));
+    readyz_until(&h, "ready again", |c, _| c == 200).await;
+
+    // A watch that resumes quietly after an error: ready once the window
+    // passes without another error.
+    h.send(Input::WatchError {
+        resource: super::inputs::resource::NODES,
+        error: "nodes watch: connection reset".into(),
+    });
+    readyz_until(&h, "not ready", |c, _| c == 503).await;
+    tokio::time::sleep(crate::telemetry::watch_health::DEFAULT_WINDOW).await;
+    readyz_until(&h, "ready after the window", |c, _| c == 200).await;
+    let (_, metrics) = get(&h.shared, "/metrics").await;
+    for line in [
+        "ipsetmgr_ready 1",
+        "ipsetmgr_policy_synced{policy=\"p\"} 1",
+        "ipsetmgr_policy_kernel_members{policy=\"p\"} 1",
+        "ipsetmgr_status_writes_total{result=\"success\"}",
+        "ipsetmgr_apply_duration_seconds_count{outcome=\"success\"}",
+        "ipsetmgr_build_info{version=",
+    ] {
+        assert!(metrics.contains(line), "{line} missing in {metrics}");
+    }
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_api_server_is_reported_as_watch_errors_by_resource() {
+    use futures::StreamExt;
+    // Every list and watch answers 500.
+    let client = mock_client(|_| {
+        (
+            500,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                   "message": "etcd unavailable", "reason": "InternalError", "code": 500}),
+        )
+    });
+    let mut inputs = super::inputs::watch_inputs(client, NODE);
+    let mut failing = std::collections::BTreeSet::new();
+    while failing.len() < 4 {
+        let input = tokio::time::timeout(Duration::from_secs(300), inputs.next())
+            .await
+            .expect("an input")
+            .expect("the stream goes on");
+        match input {
+            Input::WatchError { resource, error } => {
+                assert!(error.contains("etcd unavailable"), "{error}");
+                failing.insert(resource);
+            }
+            Input::KindNotFound { .. } => panic!("a 500 is not a missing kind"),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        failing.into_iter().collect::<Vec<_>>(),
+        [
+            "customresourcedefinitions",
+            "ipsetmemberslices",
+            "ipsetpolicies",
+            "nodes"
+        ]
+    );
+}
+
+/// Log lines written while the returned guard lives (this test's thread:
+/// the paused-clock runtime runs every task on it).
+fn capture_logs() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
+    let buf = LogBuffer::default();
+    let out = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_writer(move || out.clone())
+        .finish();
+    (buf, tracing::subscriber::set_default(subscriber))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rejection_is_logged_once_per_generation_with_its_fields() {
+    let (logs, _guard) = capture_logs();
+    let rejections = || -> Vec<Value> {
+        logs.text()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| {
+                v["fields"]["message"] == "policy rejected; its kernel sets are held as they are"
+            })
+            .collect()
+    };
+    let h = Harness::start();
+    h.node_seen(&[]);
+    h.list(vec![policy("bad", 1, hash_ip(&["10.0.0.300"]))], vec![]);
+    eventually("reported", || h.policy_state("bad").is_some()).await;
+    let first = rejections();
+    assert_eq!(first.len(), 1, "{first:?}");
+    let f = &first[0]["fields"];
+    assert_eq!(f["policy"], "bad");
+    assert_eq!(f["generation"], 1);
+    assert_eq!(f["member"], "10.0.0.300");
+    assert_eq!(f["reason"], "not a valid IP address");
+
+    // Another recompile (a label change of the Node) of the same
+    // generation: not logged again.
+    h.node_seen(&[("role", "edge")]);
+    h.send(Input::Policy(Event::Apply(decode(
+        serde_json::from_value(policy("ok", 1, hash_ip(&["10.0.0.1"]))).unwrap(),
+    ))));
+    eventually("recompiled", || h.policy_state("ok").is_some()).await;
+    assert_eq!(rejections().len(), 1);
+
+    // A new generation, still bad: logged once more.
+    h.send(Input::Policy(Event::Apply(decode(
+        serde_json::from_value(policy("bad", 2, hash_ip(&["10.0.0.301"]))).unwrap(),
+    ))));
+    eventually("the new generation logged", || rejections().len() == 2).await;
+    assert_eq!(rejections()[1]["fields"]["generation"], 2);
     h.stop().await;
 }

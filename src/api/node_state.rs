@@ -26,7 +26,8 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Problems","type":"integer","description":"Discrepancies repaired by the last resync, over all policies","jsonPath":".status.problems"}"#,
     printcolumn = r#"{"name":"Heartbeat","type":"date","jsonPath":".status.heartbeatTime"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    printcolumn = r#"{"name":"Agent","type":"string","priority":1,"jsonPath":".status.agentVersion"}"#
+    printcolumn = r#"{"name":"Agent","type":"string","priority":1,"jsonPath":".status.agentVersion"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.message"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct IPSetNodeStateSpec {}
@@ -61,6 +62,11 @@ pub struct IPSetNodeStateStatus {
     /// Problems summed over `policies`.
     #[serde(default)]
     pub problems: i64,
+    /// Empty when every policy is synced; else the first that is not, and
+    /// why (for `kubectl get -o wide`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 1024))]
+    pub message: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "policies_schema")]
     pub policies: Vec<PolicyState>,

@@ -19,6 +19,17 @@ pub enum FamilySpec {
     Dual,
 }
 
+impl std::fmt::Display for FamilySpec {
+    /// As the policy spells it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FamilySpec::IPv4 => "IPv4",
+            FamilySpec::IPv6 => "IPv6",
+            FamilySpec::Dual => "Dual",
+        })
+    }
+}
+
 /// Desired content of one ipset (or one per family) on every selected node.
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
@@ -31,12 +42,13 @@ pub enum FamilySpec {
     doc = "Kernel ipsets that ipsetmgr keeps on every selected node. Members come from spec.members and from IPSetMemberSlices labelled ipsetmgr.io/policy=<name>; the controller reports Valid and Ready conditions and a bounded summary.",
     status = "IPSetPolicyStatus",
     printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.type"}"#,
-    printcolumn = r#"{"name":"Family","type":"string","jsonPath":".spec.family"}"#,
+    printcolumn = r#"{"name":"Family","type":"string","description":"The family; - for types without one (hash:mac)","jsonPath":".status.summary.family"}"#,
     printcolumn = r#"{"name":"Synced","type":"string","description":"Selected nodes whose kernel holds the current generation, of all selected","jsonPath":".status.summary.syncedText"}"#,
     printcolumn = r#"{"name":"Problems","type":"integer","description":"Discrepancies repaired by the last resyncs, summed over nodes","jsonPath":".status.summary.problems"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Members","type":"integer","priority":1,"jsonPath":".status.summary.members"}"#,
+    printcolumn = r#"{"name":"Sets","type":"string","priority":1,"description":"Kernel set names","jsonPath":".status.summary.sets"}"#,
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -172,6 +184,13 @@ pub struct StatusSummary {
     /// Members of the policy (inline and slices), per the controller's compile.
     #[serde(default)]
     pub members: i64,
+    /// The family, for `kubectl get`: `-` for types without one (hash:mac).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub family: String,
+    /// The kernel set names, comma-separated, for `kubectl get -o wide`
+    /// and firewall rules.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sets: String,
     /// Some of the selected nodes that are not synced (at most 5), so the
     /// object's size stays bounded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

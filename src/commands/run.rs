@@ -140,7 +140,13 @@ pub fn run(kernel: &KernelSide, naming: &Naming, args: &RunArgs) -> Result<(), R
     };
     let mut next_check = Instant::now() + args.resync_interval;
     let mut reload = true;
-    tracing::info!(dir = %args.policy_dir.display(), interval = ?args.resync_interval, "running");
+    tracing::info!(
+        version = crate::telemetry::build_info::VERSION,
+        revision = crate::telemetry::build_info::REVISION,
+        dir = %args.policy_dir.display(),
+        interval = ?args.resync_interval,
+        "running"
+    );
     while !stop.load(Ordering::Relaxed) {
         if hangup.swap(false, Ordering::Relaxed) {
             tracing::info!("SIGHUP: reloading the policy files and resyncing");
@@ -262,6 +268,9 @@ impl Observer for LogReports {
 
 fn log_outcome(report: &Report) {
     let outcome = &report.outcome;
+    if report.full_resync {
+        crate::logging::log_drift(&report.sets);
+    }
     for (name, plan) in &outcome.written {
         tracing::info!(set = %name, ?plan, "written");
     }
@@ -271,8 +280,6 @@ fn log_outcome(report: &Report) {
     for r in &report.sets {
         if let Some(e) = &r.error {
             tracing::warn!(set = %r.name, policy = %r.policy, error = %e, "not synced");
-        } else if r.problems > 0 && outcome.written.iter().any(|(n, _)| *n == r.name) {
-            tracing::warn!(set = %r.name, problems = r.problems, "repaired drift");
         }
     }
     for d in &report.deletions {

@@ -35,7 +35,11 @@ const MAX_MESSAGE_LEN: usize = 1024;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Validity {
     /// Valid, with this many members (over all families).
-    Valid { members: i64 },
+    Valid {
+        members: i64,
+        /// Its kernel set names.
+        sets: Vec<String>,
+    },
     /// Invalid: the first errors, joined.
     Invalid { message: String },
 }
@@ -110,8 +114,8 @@ pub fn status_for(
             Err(why) => failing.push((node, why)),
         }
     }
-    let (valid, members) = match validity {
-        Validity::Valid { members } => (
+    let (valid, members, sets) = match validity {
+        Validity::Valid { members, sets } => (
             condition(
                 "Valid",
                 true,
@@ -120,11 +124,18 @@ pub fn status_for(
                 generation,
             ),
             *members,
+            sets.join(","),
         ),
         Validity::Invalid { message } => (
             condition("Valid", false, "InvalidPolicy", message.clone(), generation),
             0,
+            String::new(),
         ),
+    };
+    let family = if policy.spec.set_type.has_family() {
+        policy.spec.family.to_string()
+    } else {
+        "-".to_string()
     };
     let ready = ready_condition(validity, selected, synced, &failing, generation);
     let conditions = [valid, ready]
@@ -140,6 +151,8 @@ pub fn status_for(
             synced_text: format!("{synced}/{selected}"),
             problems,
             members,
+            family,
+            sets,
             failing_nodes: failing
                 .iter()
                 .take(MAX_FAILING_NODES)
@@ -265,7 +278,10 @@ mod tests {
         let old_gen = state(2, "rev2");
         let old_members = state(3, "rev3-before-a-slice-change");
         let p = policy(3, json!({"matchLabels": {"role": "edge"}}));
-        let valid = Validity::Valid { members: 10 };
+        let valid = Validity::Valid {
+            members: 10,
+            sets: vec!["ipm4-p".into()],
+        };
         let view = |state, seen_ago| NodeView {
             labels: &edge,
             state,
@@ -338,7 +354,11 @@ mod tests {
         assert_eq!(s.conditions[0].reason, "InvalidPolicy");
         assert!(s.conditions[0].message.contains("member \"x\""));
         assert_eq!(s.conditions[1].status, "False");
-        let s = status_for(&p, &Validity::Valid { members: 0 }, "", &none, None, now());
+        let valid = Validity::Valid {
+            members: 0,
+            sets: vec![],
+        };
+        let s = status_for(&p, &valid, "", &none, None, now());
         assert_eq!(s.conditions[1].status, "True");
         assert_eq!(s.conditions[1].reason, "NoNodesSelected");
         assert_eq!(s.summary.unwrap().synced_text, "0/0");
@@ -359,7 +379,10 @@ mod tests {
                 (n.as_str(), v)
             })
             .collect();
-        let valid = Validity::Valid { members: 1 };
+        let valid = Validity::Valid {
+            members: 1,
+            sets: vec![],
+        };
         let s = status_for(&policy(1, json!(null)), &valid, "", &nodes, None, now());
         assert_eq!(
             s.summary.as_ref().unwrap().failing_nodes.len(),

@@ -127,15 +127,31 @@ impl Controller {
 
     fn on_input(&mut self, input: Input) {
         let change = match input {
-            Input::WatchError(e) => {
-                let e = crate::logging::bounded(&e, 1024);
-                tracing::warn!(error = %e, "watch failed; retrying");
+            Input::WatchError { resource, error } => {
+                let e = crate::logging::bounded(&error, 1024);
+                tracing::warn!(%resource, error = %e, "watch failed; retrying");
+                self.shared
+                    .metrics
+                    .api
+                    .watch_failed(&self.shared.watches, resource, &e);
                 return;
             }
-            Input::Policy(ev) => self.store.on_policy(ev),
-            Input::Slice(ev) => self.store.on_slice(ev),
-            Input::NodeState(ev) => self.store.on_node_state(ev),
-            Input::Node(ev) => self.store.on_node(ev),
+            Input::Policy(ev) => {
+                self.shared.watches.delivered("ipsetpolicies");
+                self.store.on_policy(ev)
+            }
+            Input::Slice(ev) => {
+                self.shared.watches.delivered("ipsetmemberslices");
+                self.store.on_slice(ev)
+            }
+            Input::NodeState(ev) => {
+                self.shared.watches.delivered("ipsetnodestates");
+                self.store.on_node_state(ev)
+            }
+            Input::Node(ev) => {
+                self.shared.watches.delivered("nodes");
+                self.store.on_node(ev)
+            }
         };
         if change.changed && self.evaluate_at.is_none() {
             self.evaluate_at = Some(Instant::now() + self.settings.debounce);
@@ -263,8 +279,12 @@ impl Controller {
         let compiled = compile_inputs(&inputs, &self.settings.naming, None, &mut self.cache);
         let errors = compiled.errors_by_policy();
         let mut members: HashMap<&str, i64> = HashMap::new();
+        let mut sets: HashMap<&str, Vec<String>> = HashMap::new();
         for s in &compiled.sets {
             *members.entry(s.policy.as_str()).or_default() += s.members.len() as i64;
+            sets.entry(s.policy.as_str())
+                .or_default()
+                .push(s.name.clone());
         }
         let mut out = HashMap::new();
         for input in &inputs {
@@ -281,6 +301,11 @@ impl Controller {
                 }
                 None => Validity::Valid {
                     members: members.get(name.as_str()).copied().unwrap_or(0),
+                    sets: {
+                        let mut v = sets.remove(name.as_str()).unwrap_or_default();
+                        v.sort();
+                        v
+                    },
                 },
             };
             out.insert(name, v);

@@ -16,42 +16,51 @@ pub enum Input {
     Slice(Event<Tolerant<IPSetMemberSlice>>),
     NodeState(Event<Tolerant<IPSetNodeState>>),
     Node(Event<Node>),
-    /// A watch failed; it is retried with backoff.
-    WatchError(String),
+    /// A watch of `resource` failed; it is retried with backoff.
+    WatchError {
+        resource: &'static str,
+        error: String,
+    },
 }
 
 pub fn watch_inputs(client: Client) -> impl Stream<Item = Input> + Send + Unpin + 'static {
     fn wrap<K: 'static>(
         s: impl Stream<Item = Result<Event<Tolerant<K>>, watcher::Error>> + Send + 'static,
-        what: &'static str,
+        resource: &'static str,
         f: fn(Event<Tolerant<K>>) -> Input,
     ) -> futures::stream::BoxStream<'static, Input> {
         s.map(move |r| match r {
             Ok(ev) => f(ev),
-            Err(e) => Input::WatchError(format!("{what} watch: {e}")),
+            Err(e) => Input::WatchError {
+                resource,
+                error: format!("{resource} watch: {e}"),
+            },
         })
         .boxed()
     }
     let all = watcher::Config::default;
     let policies = wrap(
         tolerant::watch::<IPSetPolicy>(&client, all()),
-        "policy",
+        "ipsetpolicies",
         Input::Policy,
     );
     let slices = wrap(
         tolerant::watch::<IPSetMemberSlice>(&client, all().labels(POLICY_LABEL)),
-        "slice",
+        "ipsetmemberslices",
         Input::Slice,
     );
     let states = wrap(
         tolerant::watch::<IPSetNodeState>(&client, all()),
-        "node state",
+        "ipsetnodestates",
         Input::NodeState,
     );
     let nodes = watch_slim_nodes(client, all())
         .map(|r| match r {
             Ok(ev) => Input::Node(ev),
-            Err(e) => Input::WatchError(format!("node watch: {e}")),
+            Err(e) => Input::WatchError {
+                resource: "nodes",
+                error: format!("nodes watch: {e}"),
+            },
         })
         .boxed();
     futures::stream::select_all([policies, slices, states, nodes])

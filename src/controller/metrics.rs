@@ -4,20 +4,42 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+
+use crate::telemetry::ApiMetrics;
+use crate::telemetry::labels::ResultLabel;
+use crate::telemetry::watch_health::WatchHealth;
 
 pub struct Metrics {
     registry: Registry,
     pub policies: Gauge,
     pub invalid_policies: Gauge,
     pub leader: Gauge,
-    pub status_writes_ok: Counter,
-    pub status_writes_failed: Counter,
-    pub events: Counter,
+    pub status_writes: Family<ResultLabel, Counter>,
+    pub event_writes: Family<ResultLabel, Counter>,
     pub node_states_deleted: Counter,
+    pub api: ApiMetrics,
+}
+
+impl Metrics {
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        crate::telemetry::encode(&self.registry)
+    }
+}
+
+impl Metrics {
+    /// Metrics with one series in every family (see the agent's).
+    pub fn with_every_family() -> Metrics {
+        let m = Metrics::default();
+        let _ = m.status_writes.get_or_create(&ResultLabel::of(true));
+        let _ = m.event_writes.get_or_create(&ResultLabel::of(true));
+        m.api.touch_every_family();
+        m
+    }
 }
 
 impl Default for Metrics {
@@ -27,44 +49,41 @@ impl Default for Metrics {
             policies: Gauge::default(),
             invalid_policies: Gauge::default(),
             leader: Gauge::default(),
-            status_writes_ok: Counter::default(),
-            status_writes_failed: Counter::default(),
-            events: Counter::default(),
+            status_writes: Family::default(),
+            event_writes: Family::default(),
             node_states_deleted: Counter::default(),
+            api: ApiMetrics::default(),
             registry: Registry::default(),
         };
-        registry.register(
+        crate::telemetry::register_common(&mut registry, &m.api);
+        let r = &mut registry;
+        r.register(
             "ipsetmgr_controller_policies",
             "IPSetPolicies known",
             m.policies.clone(),
         );
-        registry.register(
+        r.register(
             "ipsetmgr_controller_invalid_policies",
             "IPSetPolicies whose Valid condition is False",
             m.invalid_policies.clone(),
         );
-        registry.register(
+        r.register(
             "ipsetmgr_controller_leader",
             "1 while this replica holds the Lease",
             m.leader.clone(),
         );
         // prometheus-client appends `_total` to counters.
-        registry.register(
+        r.register(
             "ipsetmgr_controller_status_writes",
-            "Policy status writes accepted by the API server",
-            m.status_writes_ok.clone(),
+            "Policy status writes, by result",
+            m.status_writes.clone(),
         );
-        registry.register(
-            "ipsetmgr_controller_status_write_failures",
-            "Policy status writes that failed",
-            m.status_writes_failed.clone(),
+        r.register(
+            "ipsetmgr_controller_event_writes",
+            "Warning events published, by result",
+            m.event_writes.clone(),
         );
-        registry.register(
-            "ipsetmgr_controller_events",
-            "Warning events published",
-            m.events.clone(),
-        );
-        registry.register(
+        r.register(
             "ipsetmgr_controller_node_states_deleted",
             "Node states deleted because their Node is gone",
             m.node_states_deleted.clone(),
@@ -76,6 +95,7 @@ impl Default for Metrics {
 /// State shared between the loop, the writer and the health server.
 pub struct ControllerShared {
     pub metrics: Metrics,
+    pub watches: WatchHealth,
     /// Unix milliseconds of the event loop's last turn.
     loop_ms: AtomicU64,
     listed: AtomicBool,
@@ -93,6 +113,7 @@ impl ControllerShared {
     pub fn new(tick: Duration) -> Arc<ControllerShared> {
         Arc::new(ControllerShared {
             metrics: Metrics::default(),
+            watches: WatchHealth::default(),
             loop_ms: AtomicU64::new(now_ms()),
             listed: AtomicBool::new(false),
             tick,
@@ -105,6 +126,24 @@ impl ControllerShared {
 
     pub fn set_listed(&self, listed: bool) {
         self.listed.store(listed, Ordering::Relaxed);
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        let mut why = Vec::new();
+        if !self.listed.load(Ordering::Relaxed) {
+            why.push(
+                "waiting for the initial lists of policies, slices, node states and Nodes"
+                    .to_string(),
+            );
+        }
+        for (resource, error) in self.watches.failing() {
+            why.push(format!("watch of {resource} failing: {error}"));
+        }
+        if why.is_empty() {
+            Ok(())
+        } else {
+            Err(why.join("; "))
+        }
     }
 }
 
@@ -122,16 +161,14 @@ impl crate::server::Health for ControllerShared {
     }
 
     fn ready(&self) -> Result<(), String> {
-        if self.listed.load(Ordering::Relaxed) {
-            Ok(())
-        } else {
-            Err("waiting for the initial lists of policies, slices, node states and Nodes".into())
-        }
+        self.readiness()
     }
 
     fn metrics(&self) -> String {
-        let mut out = String::new();
-        let _ = encode(&mut out, &self.metrics.registry);
-        out
+        self.metrics
+            .api
+            .ready
+            .set(i64::from(self.readiness().is_ok()));
+        self.metrics.encode()
     }
 }

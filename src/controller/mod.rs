@@ -38,9 +38,13 @@ pub struct ControllerConfig {
     /// Kubeconfig file; in-cluster configuration (or $KUBECONFIG) when absent.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// Address of the /healthz, /readyz and /metrics listener.
+    /// Address of the /metrics listener.
     #[arg(long, env = "IPSETMGR_LISTEN", default_value = defaults::CONTROLLER_LISTEN)]
     pub listen: SocketAddr,
+    /// Address of the /healthz, /livez and /readyz listener (the same as
+    /// --listen: one listener serves all).
+    #[arg(long, env = "IPSETMGR_HEALTH_LISTEN", default_value = defaults::CONTROLLER_HEALTH_LISTEN)]
+    pub health_listen: SocketAddr,
     /// Namespace of the controller's Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = defaults::NAMESPACE)]
     pub namespace: String,
@@ -60,14 +64,22 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| format!("ipsetmgr-controller-{}", std::process::id()));
+    tracing::info!(
+        version = crate::telemetry::build_info::VERSION,
+        revision = crate::telemetry::build_info::REVISION,
+        %identity,
+        namespace = %config.namespace,
+        set_prefix = naming.prefix(),
+        listen = %config.listen,
+        health_listen = %config.health_listen,
+        "controller starting"
+    );
     let settings = event_loop::Settings::new(naming);
     let shared = metrics::ControllerShared::new(settings.tick);
 
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("listening on {}", config.listen))?;
+    let listeners = crate::server::bind(config.health_listen, config.listen).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(crate::server::serve(listener, shared.clone(), stop_rx));
+    let server = tokio::spawn(crate::server::serve_all(listeners, shared.clone(), stop_rx));
 
     let lease = LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
         .with_namespace(&config.namespace)
@@ -92,7 +104,6 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
         leader.clone(),
         shared.clone(),
     ));
-    tracing::info!(%identity, listen = %config.listen, version = env!("CARGO_PKG_VERSION"), "controller starting");
     let controller = event_loop::Controller::new(settings, plans_tx, jobs_tx, leader, shared);
     controller
         .run(inputs::watch_inputs(client), shutdown_signal())

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use super::metrics::ControllerShared;
 use crate::api::{IPSetNodeState, IPSetPolicy, IPSetPolicyStatus};
+use crate::telemetry::labels::ResultLabel;
 
 /// The field manager of the controller's status writes.
 pub const FIELD_MANAGER: &str = "ipsetmgr-controller";
@@ -97,12 +98,20 @@ impl Writer {
                 .await;
             match result {
                 Ok(_) => {
-                    self.shared.metrics.status_writes_ok.inc();
+                    self.shared
+                        .metrics
+                        .status_writes
+                        .get_or_create(&ResultLabel::of(true))
+                        .inc();
                     self.written
                         .insert(policy.clone(), (status.clone(), Instant::now()));
                 }
                 Err(e) => {
-                    self.shared.metrics.status_writes_failed.inc();
+                    self.shared
+                        .metrics
+                        .status_writes
+                        .get_or_create(&ResultLabel::of(false))
+                        .inc();
                     tracing::warn!(%policy, error = %e, "policy status write failed; retried with the next plan");
                 }
             }
@@ -136,9 +145,20 @@ impl Writer {
                 };
                 match self.timed(recorder.publish(&ev, &regarding)).await {
                     Ok(()) => {
-                        self.shared.metrics.events.inc();
+                        self.shared
+                            .metrics
+                            .event_writes
+                            .get_or_create(&ResultLabel::of(true))
+                            .inc();
                     }
-                    Err(e) => tracing::warn!(error = %e, "could not publish an event"),
+                    Err(e) => {
+                        self.shared
+                            .metrics
+                            .event_writes
+                            .get_or_create(&ResultLabel::of(false))
+                            .inc();
+                        tracing::warn!(error = %e, "could not publish an event")
+                    }
                 }
             }
             Job::DeleteNodeState(name) => {

@@ -5,19 +5,26 @@
 //!
 //! Supported: text; `{{ … }}` actions with `{{-`/`-}}` whitespace trimming;
 //! `{{/* comments */}}`; field chains on the root (`.Values.a.b`,
-//! `.Release.Namespace`, `.Chart.AppVersion`) and `.` itself; string and
-//! integer literals; pipelines `a | f x`; `if`/`else`/`end`; `define`/`include`;
+//! `.Release.Namespace`, `.Chart.AppVersion`) and `.` itself; string
+//! (`"…"` and raw `` `…` ``), integer and boolean literals; parenthesised
+//! pipelines as arguments; pipelines `a | f x`; `if`/`else`/`end`;
+//! `define`/`include`; the one method call `.Capabilities.APIVersions.Has
+//! "group/version/Kind"` (the test gives `Capabilities.APIVersions` as a list);
 //! and the functions `default`, `trunc`, `trimSuffix`, `quote`, `toYaml`,
-//! `indent`, `nindent`.
+//! `toString`, `indent`, `nindent`, `eq`, `ne`, `and`, `or`, `not` and `fail`.
 //!
-//! Limitations (honestly): no `with`/`range`/variables/parentheses/`else if`,
-//! no `tpl`, no `.Files`, no `.Capabilities`; `toYaml` formats with
-//! serde-saphyr rather than Go's yaml library (same data, maybe different
-//! quoting), and `quote` escapes like JSON rather than Go's `%q`. It is
-//! stricter than Helm: a missing value key or printing a map/list without
-//! `toYaml` is an error, which catches typos in templates and values. Anything
-//! outside the subset is an error, never silently rendered, so a template that
-//! drifts from the subset fails the tests instead of being half-checked.
+//! Limitations (honestly): no `with`/`range`/variables/`else if`, no `tpl`,
+//! no `.Files`, no other `.Capabilities`; `and`/`or` evaluate all their
+//! arguments (Go stops early; the same result when no argument fails);
+//! `toYaml` formats with serde-saphyr rather than Go's yaml library (same
+//! data, maybe different quoting), and `quote` escapes like JSON rather than
+//! Go's `%q`. It is stricter than Helm: a missing value key or printing a
+//! map/list without `toYaml` is an error, which catches typos in templates
+//! and values; `eq`/`ne` refuse numbers, because Helm holds a number from a
+//! values file as float64 and one from `--set` as int64, and Go's `eq` fails
+//! on the pair: compare `toString` of both instead. Anything outside the
+//! subset is an error, never silently rendered, so a template that drifts
+//! from the subset fails the tests instead of being half-checked.
 
 use std::collections::HashMap;
 
@@ -41,6 +48,41 @@ pub struct Templates {
 enum Tok {
     Text(String),
     Action(String),
+}
+
+/// Where the action that `body` starts ends (the index of its `}}`), skipping
+/// `}}` inside string literals and comments, as Go's lexer does.
+fn action_end(body: &str) -> Option<usize> {
+    if let Some(comment) = body.strip_prefix("/*") {
+        let close = comment.find("*/")? + 4;
+        let rest = &body[close..];
+        let rest_trimmed = rest.strip_prefix(" -").unwrap_or(rest);
+        return rest_trimmed
+            .starts_with("}}")
+            .then_some(close + (rest.len() - rest_trimmed.len()));
+    }
+    let bytes = body.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'`' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'`' {
+                    i += 1;
+                }
+            }
+            b'}' if bytes.get(i + 1) == Some(&b'}') => return Some(i),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 fn lex(src: &str) -> Result<Vec<Tok>, String> {
@@ -68,9 +110,7 @@ fn lex(src: &str) -> Result<Vec<Tok>, String> {
             text = text.trim_end().to_string();
         }
         toks.push(Tok::Text(text));
-        let end = body_start
-            .find("}}")
-            .ok_or_else(|| "unclosed action {{".to_string())?;
+        let end = action_end(body_start).ok_or_else(|| "unclosed action {{".to_string())?;
         let mut body = &body_start[..end];
         trim_next = false;
         if let Some(b) = body.strip_suffix(" -") {
@@ -149,26 +189,33 @@ fn unquote(s: &str) -> Result<String, String> {
     serde_json::from_str::<String>(s).map_err(|e| format!("bad string literal {s}: {e}"))
 }
 
-/// Split on `sep` outside double-quoted strings.
+/// Split on `sep` outside string literals (`"…"`, `` `…` ``) and parentheses.
 fn split_outside_quotes(s: &str, sep: impl Fn(char) -> bool) -> Vec<String> {
     let mut parts = Vec::new();
     let mut cur = String::new();
-    let mut in_str = false;
+    let mut quote: Option<char> = None;
     let mut escaped = false;
+    let mut depth = 0usize;
     for c in s.chars() {
-        if in_str {
+        if let Some(q) = quote {
             cur.push(c);
             if escaped {
                 escaped = false;
-            } else if c == '\\' {
+            } else if c == '\\' && q == '"' {
                 escaped = true;
-            } else if c == '"' {
-                in_str = false;
+            } else if c == q {
+                quote = None;
             }
-        } else if c == '"' {
-            in_str = true;
+        } else if c == '"' || c == '`' {
+            quote = Some(c);
             cur.push(c);
-        } else if sep(c) {
+        } else if c == '(' {
+            depth += 1;
+            cur.push(c);
+        } else if c == ')' {
+            depth = depth.saturating_sub(1);
+            cur.push(c);
+        } else if depth == 0 && sep(c) {
             parts.push(std::mem::take(&mut cur));
         } else {
             cur.push(c);
@@ -263,12 +310,18 @@ impl Templates {
         Ok(())
     }
 
-    fn arg(&self, a: &str, root: &Value) -> Result<Value, String> {
+    fn arg(&self, a: &str, root: &Value, depth: usize) -> Result<Value, String> {
         if a == "." {
             return Ok(root.clone());
         }
+        if let Some(inner) = a.strip_prefix('(').and_then(|x| x.strip_suffix(')')) {
+            return self.pipeline(inner, root, depth);
+        }
         if a.starts_with('"') {
             return unquote(a).map(Value::String);
+        }
+        if let Some(raw) = a.strip_prefix('`').and_then(|x| x.strip_suffix('`')) {
+            return Ok(Value::String(raw.to_string()));
         }
         if let Ok(n) = a.parse::<i64>() {
             return Ok(Value::from(n));
@@ -286,6 +339,24 @@ impl Templates {
             return Ok(v.clone());
         }
         Err(format!("unsupported argument {a:?}"))
+    }
+
+    /// `.Capabilities.APIVersions.Has "x"`, the one method call of the subset.
+    fn method(&self, words: &[String], root: &Value, depth: usize) -> Result<Value, String> {
+        let call = words.join(" ");
+        let receiver = words[0]
+            .strip_suffix(".Has")
+            .filter(|r| *r == ".Capabilities.APIVersions")
+            .ok_or_else(|| format!("{call:?}: a value cannot take arguments"))?;
+        let [_, arg] = words else {
+            return Err(format!("{call:?}: Has takes one argument"));
+        };
+        let list = self.arg(receiver, root, depth)?;
+        let list = list
+            .as_array()
+            .ok_or_else(|| format!("{call:?}: {receiver} is not a list"))?;
+        let want = self.arg(arg, root, depth)?;
+        Ok(Value::Bool(list.contains(&want)))
     }
 
     fn pipeline(&self, p: &str, root: &Value, depth: usize) -> Result<Value, String> {
@@ -307,16 +378,17 @@ impl Templates {
             let value = if is_func {
                 let mut args = words[1..]
                     .iter()
-                    .map(|w| self.arg(w, root))
+                    .map(|w| self.arg(w, root, depth))
                     .collect::<Result<Vec<_>, _>>()?;
                 args.extend(piped.take());
                 self.call(first, &args, depth)
                     .map_err(|e| format!("{p:?}: {e}"))?
+            } else if piped.is_some() {
+                return Err(format!("{p:?}: a value cannot take arguments"));
+            } else if words.len() > 1 {
+                self.method(&words, root, depth)?
             } else {
-                if words.len() != 1 || piped.is_some() {
-                    return Err(format!("{p:?}: a value cannot take arguments"));
-                }
-                self.arg(first, root)?
+                self.arg(first, root, depth)?
             };
             piped = Some(value);
         }
@@ -380,6 +452,42 @@ impl Templates {
                 want(2)?;
                 Value::String(format!("\n{}", indent(as_int(&args[0], f)?, &s(&args[1])?)))
             }
+            "toString" => {
+                want(1)?;
+                Value::String(s(&args[0])?)
+            }
+            "eq" | "ne" => {
+                want(2)?;
+                let comparable = |v: &Value| matches!(v, Value::String(_) | Value::Bool(_));
+                if !(comparable(&args[0]) && comparable(&args[1])) {
+                    return Err(format!(
+                        "{f} compares strings or booleans only, got {} and {} (compare \
+                         numbers as `toString`: Helm reads them as float64 from a values \
+                         file and int64 from --set, and Go's eq fails on the two)",
+                        args[0], args[1]
+                    ));
+                }
+                Value::Bool((args[0] == args[1]) == (f == "eq"))
+            }
+            "and" | "or" => {
+                if args.is_empty() {
+                    return Err(format!("{f} takes at least one argument"));
+                }
+                // Go's: the first argument that decides, else the last.
+                let decides = |v: &&Value| truthy(v) == (f == "or");
+                args.iter()
+                    .find(decides)
+                    .unwrap_or(&args[args.len() - 1])
+                    .clone()
+            }
+            "not" => {
+                want(1)?;
+                Value::Bool(!truthy(&args[0]))
+            }
+            "fail" => {
+                want(1)?;
+                return Err(format!("fail: {}", s(&args[0])?));
+            }
             _ => return Err(format!("function {f:?} is outside the supported subset")),
         })
     }
@@ -434,5 +542,45 @@ mod tests {
         assert!(render(h, "{{ .Values.m }}", root.clone()).is_err());
         assert!(render(h, "{{ range .Values.l }}{{ end }}", root.clone()).is_err());
         assert!(render(h, "{{ lower .Values.e }}", root).is_err());
+    }
+
+    #[test]
+    fn capabilities_comparisons_literals_and_fail() {
+        let root = json!({"Values": {"on": true, "off": false, "s": "a", "n": 7},
+                          "Capabilities": {"APIVersions": ["v1", "example.com/v1/Thing"]}});
+        let r = |src: &str| render("", src, root.clone());
+        let has =
+            r#"{{ if .Capabilities.APIVersions.Has "example.com/v1/Thing" }}y{{ else }}n{{ end }}"#;
+        assert_eq!(r(has).unwrap(), "y");
+        let lacks =
+            r#"{{ if .Capabilities.APIVersions.Has "example.com/v1/Other" }}y{{ else }}n{{ end }}"#;
+        assert_eq!(r(lacks).unwrap(), "n");
+        // Only Has, only on APIVersions.
+        assert!(r(r#"{{ .Capabilities.APIVersions.Get "v1" }}"#).is_err());
+        assert!(r(r#"{{ .Values.s.Has "v1" }}"#).is_err());
+        // Parentheses, and/or returning the deciding argument, not.
+        let gate = r#"{{ if and .Values.on (or .Values.off (.Capabilities.APIVersions.Has "v1")) }}y{{ end }}"#;
+        assert_eq!(r(gate).unwrap(), "y");
+        assert_eq!(r("{{ and .Values.on .Values.s }}").unwrap(), "a");
+        assert_eq!(r("{{ or .Values.off .Values.s }}").unwrap(), "a");
+        assert_eq!(r("{{ not .Values.off }}").unwrap(), "true");
+        // eq on strings; numbers only through toString (Helm's float64/int64).
+        assert_eq!(r(r#"{{ eq .Values.s "a" }}"#).unwrap(), "true");
+        assert_eq!(r(r#"{{ ne .Values.s "a" }}"#).unwrap(), "false");
+        assert!(r("{{ eq .Values.n 7 }}").is_err());
+        assert_eq!(
+            r(r#"{{ eq (toString .Values.n) (.Values.n | toString) }}"#).unwrap(),
+            "true"
+        );
+        // `}}` inside string literals does not end the action; raw strings
+        // print Prometheus' own templates verbatim.
+        assert_eq!(r(r#"{{ "}}" }}"#).unwrap(), "}}");
+        assert_eq!(
+            r("a {{`{{ $labels.policy }}`}} b").unwrap(),
+            "a {{ $labels.policy }} b"
+        );
+        assert_eq!(r(r#"a {{- /* "}}" */ -}} b"#).unwrap(), "ab");
+        let e = r(r#"{{ if .Values.on }}{{ fail "no way" }}{{ end }}"#).unwrap_err();
+        assert!(e.contains("fail: no way"), "{e}");
     }
 }

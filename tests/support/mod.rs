@@ -1,3 +1,4 @@
 //! Helpers shared by integration tests.
 
 pub mod gotmpl;
+pub mod values;

@@ -21,7 +21,9 @@ pub use batch::Plan;
 pub use desired::DesiredSet;
 use ipsetmgr_dataplane::{BatchError, Dataplane, DataplaneError, Op};
 use ipsetmgr_ipset::{Member, MemberSet, Naming, SetType};
-pub use report::{ApplyError, ApplyOutcome, DeletionReport, NotReplaced, SetError, SetReport};
+pub use report::{
+    ApplyError, ApplyOutcome, DeletionReport, Drift, NotReplaced, SetError, SetReport,
+};
 use state::{Failure, SetState};
 
 /// Tunables; the defaults are the design's.
@@ -571,7 +573,8 @@ impl<D: Dataplane> Manager<D> {
                 policy: s.policy.clone(),
                 synced: s.synced(),
                 members: s.members.len(),
-                problems: s.problems,
+                problems: s.drift.total(),
+                drift: s.drift,
                 error: s.failure.as_ref().map(|f| f.error.clone()),
                 last_sync: s.last_sync,
             })

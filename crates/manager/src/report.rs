@@ -60,10 +60,33 @@ pub struct SetReport {
     pub policy: String,
     pub synced: bool,
     pub members: usize,
-    /// Discrepancies found (and queued for repair) by the last resync.
+    /// Discrepancies found (and queued for repair) by the last resync:
+    /// `drift.total()`.
     pub problems: usize,
+    /// What those discrepancies were.
+    pub drift: Drift,
     pub error: Option<SetError>,
     pub last_sync: Option<SystemTime>,
+}
+
+/// The discrepancies a resync found between a kernel set and what the
+/// manager believed it held; each is queued for repair in the same apply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drift {
+    /// Members the kernel lacked: added back.
+    pub missing: usize,
+    /// Members the kernel held that it should not: removed.
+    pub extra: usize,
+    /// The set was gone, or had another type, family, maxelem or options
+    /// (one discrepancy): written whole again.
+    pub rewritten: bool,
+}
+
+impl Drift {
+    /// The problem count: one per member, one for a rewrite.
+    pub fn total(&self) -> usize {
+        self.missing + self.extra + usize::from(self.rewritten)
+    }
 }
 
 /// A set that should be gone but is not (yet).

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use ipsetmgr_dataplane::{Dataplane, DataplaneError, KernelSet};
 
 use super::Manager;
+use super::report::Drift;
 use super::state::{Belief, SetState};
 
 impl<D: Dataplane> Manager<D> {
@@ -58,9 +59,9 @@ impl<D: Dataplane> Manager<D> {
             let Some(s) = self.sets.get_mut(name) else {
                 continue;
             };
-            let problems = reconcile(name, s, kernel);
+            let drift = reconcile(name, s, kernel);
             if count_problems {
-                s.problems = problems;
+                s.drift = drift;
             }
         }
         Ok(())
@@ -68,8 +69,8 @@ impl<D: Dataplane> Manager<D> {
 }
 
 /// Compare one set with what the kernel holds and queue the repair.
-/// Returns the number of discrepancies against what we believed.
-fn reconcile(name: &str, s: &mut SetState, kernel: Option<KernelSet>) -> usize {
+/// Returns the discrepancies against what we believed.
+fn reconcile(name: &str, s: &mut SetState, kernel: Option<KernelSet>) -> Drift {
     let believed_present = matches!(s.kernel, Belief::Present { .. });
     // A rewrite we queued ourselves (header change) is not drift.
     let rewrite_queued = s.replace && believed_present;
@@ -80,7 +81,10 @@ fn reconcile(name: &str, s: &mut SetState, kernel: Option<KernelSet>) -> usize {
         s.pending_adds.clear();
         s.pending_dels.clear();
         // A set we had written is gone (destroyed out of band).
-        return usize::from(believed_present && s.last_sync.is_some());
+        return Drift {
+            rewritten: believed_present && s.last_sync.is_some(),
+            ..Drift::default()
+        };
     };
     let kind = k.header.as_ref().map(|h| h.kind);
     s.kernel = Belief::Present {
@@ -108,19 +112,25 @@ fn reconcile(name: &str, s: &mut SetState, kernel: Option<KernelSet>) -> usize {
             s.dirty = true;
             s.pending_adds.clear();
             s.pending_dels.clear();
-            return usize::from(!rewrite_queued);
+            return Drift {
+                rewritten: !rewrite_queued,
+                ..Drift::default()
+            };
         }
     };
     let (missing, extra) = s.members.diff_both(&members);
     // Differences we had not already queued are drift.
-    let problems = if rewrite_queued {
-        0
+    let drift = if rewrite_queued {
+        Drift::default()
     } else {
-        missing
-            .iter()
-            .filter(|m| !s.pending_adds.contains(m))
-            .count()
-            + extra.iter().filter(|m| !s.pending_dels.contains(m)).count()
+        Drift {
+            missing: missing
+                .iter()
+                .filter(|m| !s.pending_adds.contains(m))
+                .count(),
+            extra: extra.iter().filter(|m| !s.pending_dels.contains(m)).count(),
+            rewritten: false,
+        }
     };
     s.pending_adds.clear();
     s.pending_dels.clear();
@@ -135,5 +145,5 @@ fn reconcile(name: &str, s: &mut SetState, kernel: Option<KernelSet>) -> usize {
     if !s.dirty && s.failure.is_none() {
         s.last_sync = Some(std::time::SystemTime::now());
     }
-    problems
+    drift
 }

@@ -46,7 +46,7 @@ pub struct SetState {
     pub replace: bool,
     pub dirty: bool,
     /// Discrepancies found by the last resync.
-    pub problems: usize,
+    pub drift: crate::report::Drift,
     pub failure: Option<Failure>,
     pub last_sync: Option<SystemTime>,
 }
@@ -63,7 +63,7 @@ impl SetState {
             pending_dels: MemberSet::new(kind),
             replace: true,
             dirty: true,
-            problems: 0,
+            drift: Default::default(),
             failure: None,
             last_sync: None,
         }

@@ -172,6 +172,14 @@ fn resync_repairs_drift_and_counts_problems() {
         ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
     );
     assert_eq!(h.report("ipm4-a").problems, 3);
+    assert_eq!(
+        h.report("ipm4-a").drift,
+        crate::Drift {
+            missing: 1,
+            extra: 2,
+            rewritten: false
+        }
+    );
 
     // Flushed: three missing members.
     h.kernel
@@ -188,6 +196,7 @@ fn resync_repairs_drift_and_counts_problems() {
     h.mgr.queue_resync();
     assert!(h.mgr.apply_updates().applied);
     assert_eq!(h.report("ipm4-a").problems, 1);
+    assert!(h.report("ipm4-a").drift.rewritten);
     assert_eq!(h.kernel.members("ipm4-a").unwrap().len(), 3);
 
     // Recreated with another type: one problem, replaced with the right type.
