@@ -266,7 +266,9 @@ mod tests {
         assert_eq!(lists, [vec!["10.0.0.1", "10.0.0.2"]]);
         assert_eq!(
             out,
-            format!("spec:\n  type: hash:ip\n  members: [{MARKER_PREFIX}0]\n\n\n\n\n  maxElem: 5\n")
+            format!(
+                "spec:\n  type: hash:ip\n  members: [{MARKER_PREFIX}0]\n\n\n\n\n  maxElem: 5\n"
+            )
         );
         assert_eq!(out.lines().count(), text.lines().count());
     }
