@@ -114,6 +114,7 @@ impl AnySpec {
             node_selector: self.node_selector,
             max_elem: self.max_elem,
             hash_size: self.hash_size,
+            members_from: Vec::new(),
         })
     }
 

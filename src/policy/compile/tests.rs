@@ -33,6 +33,7 @@ fn policy(name: &str, t: SetType, fam: FamilySpec, members: &[&str]) -> IPSetPol
             node_selector: None,
             max_elem: None,
             hash_size: None,
+            members_from: Vec::new(),
         },
     )
 }
