@@ -83,6 +83,56 @@ impl HeaderSource {
     }
 }
 
+/// What one source keeps between fetches.
+#[derive(Default)]
+struct FeedState {
+    validators: Validators,
+    good: Option<Arc<Vec<String>>>,
+}
+
+/// One fetch: new content replaces the last good only when all of it
+/// parses; anything else leaves it in force and says why.
+async fn refresh(
+    state: &mut FeedState,
+    job: &FeedJob,
+    fetcher: &Fetcher,
+    headers: &HeaderSource,
+) -> Result<(), String> {
+    let origin = job.spec.url.to_string();
+    let h = match &job.spec.headers_secret {
+        Some(s) => headers.headers(s).await?,
+        None => HeaderMap::new(),
+    };
+    match fetcher
+        .fetch(&job.spec.url, &h, &state.validators)
+        .await
+        .map_err(|e| format!("{origin}: {e}"))?
+    {
+        Fetched::NotModified if state.good.is_some() => Ok(()),
+        // A 304 to a request without validators: fetch it whole next time.
+        Fetched::NotModified => {
+            state.validators = Validators::default();
+            Err(format!(
+                "{origin}: 304 Not Modified to an unconditional request"
+            ))
+        }
+        Fetched::Content { text, validators } => {
+            let c = parse_content(
+                &text,
+                job.spec.format,
+                &origin,
+                job.set_type,
+                job.family,
+                job.spec.max_members,
+            )
+            .map_err(|e| e.to_string())?;
+            state.good = Some(Arc::new(c.members));
+            state.validators = validators;
+            Ok(())
+        }
+    }
+}
+
 /// Fetch one source forever, sending each outcome.
 async fn feed_loop(
     key: FeedKey,
@@ -91,56 +141,17 @@ async fn feed_loop(
     headers: HeaderSource,
     mut out: Sender<Input>,
 ) {
-    let origin = job.spec.url.to_string();
-    let mut validators = Validators::default();
-    let mut good: Option<Arc<Vec<String>>> = None;
+    let mut state = FeedState::default();
     let mut retry = FIRST_RETRY;
     loop {
-        let outcome: Result<(), String> = async {
-            let h = match &job.spec.headers_secret {
-                Some(s) => headers.headers(s).await?,
-                None => HeaderMap::new(),
-            };
-            match fetcher
-                .fetch(&job.spec.url, &h, &validators)
-                .await
-                .map_err(|e| format!("{origin}: {e}"))?
-            {
-                Fetched::NotModified if good.is_some() => Ok(()),
-                // A 304 without content of ours (a restart): fetch it whole.
-                Fetched::NotModified => {
-                    validators = Validators::default();
-                    Err(format!(
-                        "{origin}: 304 Not Modified to an unconditional request"
-                    ))
-                }
-                Fetched::Content {
-                    text,
-                    validators: v,
-                } => {
-                    let c = parse_content(
-                        &text,
-                        job.spec.format,
-                        &origin,
-                        job.set_type,
-                        job.family,
-                        job.spec.max_members,
-                    )
-                    .map_err(|e| e.to_string())?;
-                    good = Some(Arc::new(c.members));
-                    validators = v;
-                    Ok(())
-                }
-            }
-        }
-        .await;
+        let outcome = refresh(&mut state, &job, &fetcher, &headers).await;
         let error = outcome.as_ref().err().cloned();
         if let Some(e) = &error {
             tracing::warn!(policy = %key.0, source = key.1, error = %crate::logging::bounded(e, 1024), "url source failed; its last good members stay in force");
         }
         let result = FeedResult {
             spec: job.spec.clone(),
-            good: good.clone(),
+            good: state.good.clone(),
             error,
         };
         if out.send(Input::Feed(key.clone(), result)).await.is_err() {
@@ -199,5 +210,152 @@ pub(crate) async fn run_feeds(
     }
     for (_, (_, task)) in running {
         task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The url source against a real HTTP server on loopback.
+    use super::*;
+    use crate::sources::spec::{FeedUrl, UrlSpec};
+    use axum::http::{HeaderMap as AxumHeaders, StatusCode};
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Served {
+        body: String,
+        etag: String,
+        requests: Vec<Option<String>>,
+    }
+
+    async fn serve(
+        state: Arc<Mutex<Served>>,
+    ) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+        let app = axum::Router::new().route(
+            "/list",
+            axum::routing::get(move |h: AxumHeaders| {
+                let state = state.clone();
+                async move {
+                    let mut s = state.lock().unwrap();
+                    let inm = h
+                        .get("if-none-match")
+                        .and_then(|v| v.to_str().ok())
+                        .map(String::from);
+                    s.requests.push(inm.clone());
+                    if inm.as_deref() == Some(s.etag.as_str()) {
+                        return (
+                            StatusCode::NOT_MODIFIED,
+                            [("etag", s.etag.clone())],
+                            String::new(),
+                        );
+                    }
+                    (StatusCode::OK, [("etag", s.etag.clone())], s.body.clone())
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        (addr, task)
+    }
+
+    fn job(addr: std::net::SocketAddr, max_members: usize) -> FeedJob {
+        FeedJob {
+            spec: UrlSpec {
+                url: FeedUrl::parse(&format!("http://{addr}/list")).unwrap(),
+                interval: Duration::from_secs(3600),
+                format: crate::api::member_source::FeedFormat::Text,
+                max_members,
+                headers_secret: None,
+            },
+            set_type: SetType::HashNet,
+            family: FamilySpec::IPv4,
+        }
+    }
+
+    fn members(state: &FeedState) -> Vec<String> {
+        state.good.as_deref().cloned().unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn fetch_304_change_oversize_malformed_and_server_down() {
+        let served = Arc::new(Mutex::new(Served {
+            body: "# level1\n10.0.0.0/8\n192.0.2.0/24\n".into(),
+            etag: "\"v1\"".into(),
+            ..Served::default()
+        }));
+        let (addr, server) = serve(served.clone()).await;
+        let fetcher = Fetcher::new(Duration::from_secs(5), 1000).unwrap();
+        let headers = HeaderSource {
+            client: None,
+            namespace: "ipsetmgr-system".into(),
+        };
+        let job = job(addr, 5);
+        let mut state = FeedState::default();
+
+        // First fetch: the content, and its ETag kept.
+        refresh(&mut state, &job, &fetcher, &headers).await.unwrap();
+        assert_eq!(members(&state), ["10.0.0.0/8", "192.0.2.0/24"]);
+        // Unchanged: the server answers 304 to If-None-Match.
+        refresh(&mut state, &job, &fetcher, &headers).await.unwrap();
+        assert_eq!(
+            served.lock().unwrap().requests,
+            [None, Some("\"v1\"".into())]
+        );
+        assert_eq!(members(&state), ["10.0.0.0/8", "192.0.2.0/24"]);
+        // Changed content.
+        {
+            let mut s = served.lock().unwrap();
+            s.body = "198.51.100.0/24\n".into();
+            s.etag = "\"v2\"".into();
+        }
+        refresh(&mut state, &job, &fetcher, &headers).await.unwrap();
+        assert_eq!(members(&state), ["198.51.100.0/24"]);
+        // Malformed lines: refused with their numbers; the last good stays.
+        {
+            let mut s = served.lock().unwrap();
+            s.body = "10.0.0.0/8\nnot-an-address\n10.0.0.0/33\n".into();
+            s.etag = "\"v3\"".into();
+        }
+        let e = refresh(&mut state, &job, &fetcher, &headers)
+            .await
+            .unwrap_err();
+        assert!(e.contains("line 2: \"not-an-address\""), "{e}");
+        assert!(e.contains("line 3: \"10.0.0.0/33\""), "{e}");
+        assert_eq!(members(&state), ["198.51.100.0/24"]);
+        // Too many members for maxMembers.
+        {
+            let mut s = served.lock().unwrap();
+            s.body = (1..=6).map(|i| format!("10.0.{i}.0/24\n")).collect();
+            s.etag = "\"v4\"".into();
+        }
+        let e = refresh(&mut state, &job, &fetcher, &headers)
+            .await
+            .unwrap_err();
+        assert!(e.contains("6 members, more than maxMembers (5)"), "{e}");
+        // An oversized body is refused (the cap here is 1000 bytes).
+        {
+            let mut s = served.lock().unwrap();
+            s.body = "10.0.0.0/8\n".repeat(200);
+            s.etag = "\"v5\"".into();
+        }
+        let e = refresh(&mut state, &job, &fetcher, &headers)
+            .await
+            .unwrap_err();
+        assert!(e.contains("larger than 1000 bytes"), "{e}");
+        assert_eq!(members(&state), ["198.51.100.0/24"]);
+        // The server goes away: the last good members stay in force.
+        server.abort();
+        let _ = server.await;
+        let e = refresh(&mut state, &job, &fetcher, &headers)
+            .await
+            .unwrap_err();
+        assert!(
+            e.contains(&format!("http://{addr}/list: request failed")),
+            "{e}"
+        );
+        assert_eq!(members(&state), ["198.51.100.0/24"]);
     }
 }
