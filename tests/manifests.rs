@@ -513,6 +513,13 @@ fn controller_grants() -> BTreeSet<Grant> {
             "ipsetmemberslices",
             &["get", "list", "watch"],
         ),
+        // The slices it materialises from membersFrom: server-side apply
+        // (create and patch), deleted when their source is gone.
+        (
+            "ipsetmgr.io",
+            "ipsetmemberslices",
+            &["create", "patch", "delete"],
+        ),
         // Aggregated into policy status; deleted when their node is gone.
         (
             "ipsetmgr.io",
@@ -520,6 +527,11 @@ fn controller_grants() -> BTreeSet<Grant> {
             &["get", "list", "watch", "delete"],
         ),
         ("", "nodes", &["get", "list", "watch"]),
+        // The pods and services member sources (watched only while a
+        // policy has one; namespaces for their namespaceSelectors).
+        ("", "pods", &["list", "watch"]),
+        ("", "services", &["list", "watch"]),
+        ("", "namespaces", &["list", "watch"]),
     ])
 }
 
