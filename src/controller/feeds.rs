@@ -4,10 +4,6 @@
 //! content in force and is retried with backoff (from 10 s, doubling, up to
 //! the interval); the outcome carries the error for the status.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
-
 use futures::SinkExt;
 use futures::channel::mpsc::Sender;
 use http::HeaderMap;
@@ -15,18 +11,16 @@ use http::header::{HeaderName, HeaderValue};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::Api;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::inputs::Input;
 use crate::api::FamilySpec;
 use crate::ipset::SetType;
-use crate::sources::content::parse_content;
-use crate::sources::feed::{Fetched, Fetcher, Validators};
+use crate::sources::feed::{FIRST_RETRY, FeedState, Fetcher, refresh_feed};
 use crate::sources::spec::UrlSpec;
-
-/// The first retry after a failure; it doubles up to the interval.
-const FIRST_RETRY: Duration = Duration::from_secs(10);
 
 /// One url source to keep fetched.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,54 +77,18 @@ impl HeaderSource {
     }
 }
 
-/// What one source keeps between fetches.
-#[derive(Default)]
-struct FeedState {
-    validators: Validators,
-    good: Option<Arc<Vec<String>>>,
-}
-
-/// One fetch: new content replaces the last good only when all of it
-/// parses; anything else leaves it in force and says why.
+/// One fetch of a job, with the request headers of its Secret.
 async fn refresh(
     state: &mut FeedState,
     job: &FeedJob,
     fetcher: &Fetcher,
     headers: &HeaderSource,
 ) -> Result<(), String> {
-    let origin = job.spec.url.to_string();
     let h = match &job.spec.headers_secret {
         Some(s) => headers.headers(s).await?,
         None => HeaderMap::new(),
     };
-    match fetcher
-        .fetch(&job.spec.url, &h, &state.validators)
-        .await
-        .map_err(|e| format!("{origin}: {e}"))?
-    {
-        Fetched::NotModified if state.good.is_some() => Ok(()),
-        // A 304 to a request without validators: fetch it whole next time.
-        Fetched::NotModified => {
-            state.validators = Validators::default();
-            Err(format!(
-                "{origin}: 304 Not Modified to an unconditional request"
-            ))
-        }
-        Fetched::Content { text, validators } => {
-            let c = parse_content(
-                &text,
-                job.spec.format,
-                &origin,
-                job.set_type,
-                job.family,
-                job.spec.max_members,
-            )
-            .map_err(|e| e.to_string())?;
-            state.good = Some(Arc::new(c.members));
-            state.validators = validators;
-            Ok(())
-        }
-    }
+    refresh_feed(state, &job.spec, job.set_type, job.family, fetcher, &h).await
 }
 
 /// Fetch one source forever, sending each outcome.
@@ -220,6 +178,7 @@ mod tests {
     use crate::sources::spec::{FeedUrl, UrlSpec};
     use axum::http::{HeaderMap as AxumHeaders, StatusCode};
     use std::sync::Mutex;
+    use std::time::Duration;
 
     #[derive(Default)]
     struct Served {

@@ -53,18 +53,30 @@ pub(crate) fn parse_content(
         FeedFormat::Text => ListFormat::Text,
         FeedFormat::Json => ListFormat::Json,
     };
-    let listed = parse_member_list(text, format, &source)?;
-    if listed.len() > max_members {
+    let members = parse_member_list(text, format, &source)?;
+    check_list(
+        MemberList { source, members },
+        set_type,
+        family,
+        max_members,
+    )
+}
+
+/// Check a member list already read (a `file` source, through
+/// `read_member_list`), as [`parse_content`] checks fetched text.
+pub(crate) fn check_list(
+    list: MemberList,
+    set_type: SetType,
+    family: FamilySpec,
+    max_members: usize,
+) -> Result<Content, ContentError> {
+    if list.members.len() > max_members {
         return Err(ContentError::TooMany {
-            origin: origin.to_string(),
-            found: listed.len(),
+            origin: list.source.display().to_string(),
+            found: list.members.len(),
             max: max_members,
         });
     }
-    let list = MemberList {
-        source,
-        members: listed,
-    };
     // Both families are accepted here; the policy's is picked below.
     let check = Check::Typed {
         set_type,

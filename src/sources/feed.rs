@@ -22,12 +22,20 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use super::spec::FeedUrl;
+use std::sync::Arc;
+
+use super::content::parse_content;
+use super::spec::{FeedUrl, UrlSpec};
+use crate::api::FamilySpec;
+use crate::ipset::SetType;
 
 /// The most bytes of one feed: FireHOL's largest lists are a few MB.
 pub(crate) const MAX_FEED_BYTES: usize = 32 << 20;
 /// The whole exchange, connection to last byte.
 pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The first retry after a failure; it doubles up to the interval.
+pub(crate) const FIRST_RETRY: Duration = Duration::from_secs(10);
 
 /// What makes the next request conditional.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -172,6 +180,55 @@ impl Fetcher {
         let text = String::from_utf8(body.to_vec())
             .map_err(|e| FetchError::NotUtf8(e.utf8_error().valid_up_to()))?;
         Ok(Fetched::Content { text, validators })
+    }
+}
+
+/// What one url source keeps between fetches (the controller's tasks and
+/// `ipsetmgr run` alike).
+#[derive(Default)]
+pub(crate) struct FeedState {
+    pub validators: Validators,
+    pub good: Option<Arc<Vec<String>>>,
+}
+
+/// One fetch: new content replaces the last good only when all of it
+/// parses; anything else leaves it in force and says why (naming the URL).
+pub(crate) async fn refresh_feed(
+    state: &mut FeedState,
+    spec: &UrlSpec,
+    set_type: SetType,
+    family: FamilySpec,
+    fetcher: &Fetcher,
+    headers: &HeaderMap,
+) -> Result<(), String> {
+    let origin = spec.url.to_string();
+    match fetcher
+        .fetch(&spec.url, headers, &state.validators)
+        .await
+        .map_err(|e| format!("{origin}: {e}"))?
+    {
+        Fetched::NotModified if state.good.is_some() => Ok(()),
+        // A 304 to a request without validators: fetch it whole next time.
+        Fetched::NotModified => {
+            state.validators = Validators::default();
+            Err(format!(
+                "{origin}: 304 Not Modified to an unconditional request"
+            ))
+        }
+        Fetched::Content { text, validators } => {
+            let c = parse_content(
+                &text,
+                spec.format,
+                &origin,
+                set_type,
+                family,
+                spec.max_members,
+            )
+            .map_err(|e| e.to_string())?;
+            state.good = Some(Arc::new(c.members));
+            state.validators = validators;
+            Ok(())
+        }
     }
 }
 

@@ -39,9 +39,6 @@ pub(crate) enum Source {
     Pods(PodsSpec),
     Services(ServicesSpec),
     Url(UrlSpec),
-    // Read by file mode, which does not read it yet (see
-    // docs/member-sources.md, "Not yet").
-    #[allow(dead_code)]
     File(FileSpec),
 }
 
@@ -128,9 +125,15 @@ pub(crate) struct UrlSpec {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FileSpec {
+    /// As written: relative paths are resolved against the policy file's
+    /// directory by file mode, which knows it.
     pub path: std::path::PathBuf,
     pub interval: Option<Duration>,
 }
+
+/// The shortest `interval` of a file source: it is a stat, then a read when
+/// the file changed, but a loop of those is still a loop.
+pub(crate) const MIN_FILE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A source that cannot be used, and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -295,10 +298,21 @@ fn parse_one(
             "a file source works only in policy files (the controller reads no local files); use url".into(),
         );
     }
+    if f.path.is_empty() {
+        return Err("path: empty".into());
+    }
+    if f.path.contains('\0') {
+        return Err("path: contains a NUL byte".into());
+    }
     let interval = match &f.interval {
         None => None,
         Some(s) => Some(crate::duration::parse_positive(s).map_err(|e| format!("interval: {e}"))?),
     };
+    if let Some(i) = interval.filter(|i| *i < MIN_FILE_INTERVAL) {
+        return Err(format!(
+            "interval: {i:?} is shorter than the minimum of {MIN_FILE_INTERVAL:?}"
+        ));
+    }
     Ok(Source::File(FileSpec {
         path: f.path.clone().into(),
         interval,
@@ -417,6 +431,21 @@ mod tests {
             e[0].contains("membersFrom[0] (nodes): a Kubernetes source works only in a cluster"),
             "{}",
             e[0]
+        );
+        let p = policy(
+            "hash:ip",
+            json!([{"file": {"path": ""}}, {"file": {"path": "x", "interval": "10ms"}}]),
+        );
+        let e = errors(&p, Setting::Files);
+        assert!(
+            e[0].contains("membersFrom[0] (file): path: empty"),
+            "{}",
+            e[0]
+        );
+        assert!(
+            e[1].contains("membersFrom[1] (file): interval: 10ms is shorter"),
+            "{}",
+            e[1]
         );
         let p = policy("hash:mac", json!([{"services": {}}]));
         let e = errors(&p, Setting::Cluster);
