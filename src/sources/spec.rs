@@ -457,4 +457,26 @@ mod tests {
         );
         assert!(parse_sources(&p, Setting::Cluster).is_ok());
     }
+
+    /// The samples of config/samples-sources are valid in a cluster; the
+    /// Kubernetes ones are refused in files, the url one is not.
+    #[test]
+    fn the_source_samples_parse_in_a_cluster() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples-sources");
+        let mut seen = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            let loaded = crate::policy::load::load_file(&path).unwrap();
+            for l in loaded.policies {
+                seen += 1;
+                let p = &l.policy;
+                let parsed = parse_sources(p, Setting::Cluster);
+                assert!(parsed.is_ok(), "{}: {:?}", path.display(), parsed.err());
+                let in_files = parse_sources(p, Setting::Files);
+                let kind = p.spec.members_from[0].kind();
+                assert_eq!(in_files.is_ok(), kind == "url", "{}", path.display());
+            }
+        }
+        assert_eq!(seen, 3);
+    }
 }
