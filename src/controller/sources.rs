@@ -15,8 +15,9 @@ use super::inputs::Needs;
 use super::materialise::{SlicePlan, Wanted, plan_orphans, plan_source};
 use super::store::Store;
 use crate::api::SourceStatus;
+use crate::api::member_source::MAX_SOURCES;
 use crate::sources::cluster::{node_members, pod_members, service_members};
-use crate::sources::spec::{Setting, Source, parse_sources};
+use crate::sources::spec::{Setting, Source, SourceError, parse_sources};
 
 /// Status entries' errors are cut to this many bytes (the CRD's maxLength).
 const MAX_ERROR_LEN: usize = 1000;
@@ -91,8 +92,13 @@ pub(crate) fn evaluate_sources(
             Err(errors) => {
                 let shown: Vec<String> = errors.iter().take(3).map(ToString::to_string).collect();
                 out.invalid.insert(name.clone(), shown.join("; "));
-                // Invalid: keep its slices, whatever they are.
+                // Invalid: keep its slices, whatever they are, and say so
+                // per source of the spec as it is now.
                 counts.insert(name, None);
+                let entries = refused_entries(policy, name, &errors, memory, now);
+                if !entries.is_empty() {
+                    out.statuses.insert(name.clone(), entries);
+                }
                 continue;
             }
         };
@@ -179,6 +185,39 @@ pub(crate) fn evaluate_sources(
             .is_some_and(|c| c.is_none_or(|c| *i < c))
     });
     out
+}
+
+/// The status entries of a policy whose sources are refused: one per
+/// source of its spec (at most [`MAX_SOURCES`]), so none is left over from
+/// an earlier spec; each with the members its kept slices still hold, and
+/// the refused ones with why. A refusal of the policy as a whole (too many
+/// sources) is on every entry.
+fn refused_entries(
+    policy: &crate::api::IPSetPolicy,
+    name: &str,
+    errors: &[SourceError],
+    memory: &mut Memory,
+    now: Timestamp,
+) -> Vec<SourceStatus> {
+    let from = &policy.spec.members_from;
+    let listed = from.len().min(MAX_SOURCES);
+    let whole: Vec<&str> = errors
+        .iter()
+        .filter(|e| e.index >= listed)
+        .map(|e| e.reason.as_str())
+        .collect();
+    (0..listed)
+        .map(|index| {
+            let reasons: Vec<&str> = errors
+                .iter()
+                .filter(|e| e.index == index)
+                .map(|e| e.reason.as_str())
+                .chain(whole.iter().copied())
+                .collect();
+            let error = (!reasons.is_empty()).then(|| reasons.join("; "));
+            status_entry(name, index, from[index].kind(), None, error, memory, now)
+        })
+        .collect()
 }
 
 /// The status entry of one source, remembering when its members changed.

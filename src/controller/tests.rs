@@ -913,3 +913,75 @@ async fn invalid_sources_make_the_policy_invalid_naming_the_source() {
     );
     h.stop().await;
 }
+
+/// Sources that become invalid: the status still has one entry per source
+/// of the spec as it is now (none left over from before), the refused one
+/// naming why, the others their last members (their slices are kept); and
+/// SourcesSynced says so.
+#[tokio::test(start_paused = true)]
+async fn sources_that_become_invalid_leave_no_stale_status_entries() {
+    let h = Harness::start(true);
+    let url = json!({"url": {"url": "https://feeds.example/l1.netset", "interval": "1h"}});
+    let other = json!({"url": {"url": "https://feeds.example/l2.netset", "interval": "1h"}});
+    let third = json!({"url": {"url": "https://feeds.example/l3.netset", "interval": "1h"}});
+    let spec = json!({"type": "hash:net", "membersFrom": [url, other, third]});
+    h.list(vec![policy("bl", 1, spec)], vec![], vec![], &[]);
+    eventually("the feeds are asked for", || h.feeds.borrow().len() == 3).await;
+    let jobs: Vec<_> = h
+        .feeds
+        .borrow()
+        .iter()
+        .map(|(k, j)| (k.clone(), j.clone()))
+        .collect();
+    for (i, (key, job)) in jobs.into_iter().enumerate() {
+        h.send(Input::Feed(
+            key,
+            super::feeds::FeedResult {
+                spec: job.spec,
+                good: Some(Arc::new(vec![format!("10.{i}.0.0/16")])),
+                error: None,
+            },
+        ));
+    }
+    eventually("three entries of one member each", || {
+        h.last_status("bl")["sources"]
+            .as_array()
+            .is_some_and(|a| a.len() == 3 && a.iter().all(|e| e["members"] == 1))
+    })
+    .await;
+
+    // Now two sources, the second refused in a cluster.
+    let spec = json!({"type": "hash:net", "membersFrom": [url, {"file": {"path": "/etc/l.txt"}}]});
+    h.send(Input::Policy(Event::Apply(decode(
+        serde_json::from_value(policy("bl", 2, spec)).unwrap(),
+    ))));
+    eventually("Valid False", || {
+        condition(&h.last_status("bl"), "Valid")["status"] == "False"
+    })
+    .await;
+    tokio::time::sleep(TICK * 2).await;
+    let s = h.last_status("bl");
+    let sources = s["sources"].as_array().cloned().unwrap_or_default();
+    assert_eq!(sources.len(), 2, "one entry per source now: {sources:#?}");
+    assert_eq!(sources[0]["kind"], "url");
+    assert_eq!(sources[0]["members"], 1, "its slices are kept");
+    assert!(sources[0]["error"].is_null(), "{:?}", sources[0]);
+    assert_eq!(sources[1]["kind"], "file");
+    assert!(
+        sources[1]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("a file source works only in policy files")),
+        "{:?}",
+        sources[1]
+    );
+    let c = condition(&s, "SourcesSynced");
+    assert_eq!(c["status"], "False", "{c}");
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .contains("membersFrom[1] (file)"),
+        "{c}"
+    );
+    h.stop().await;
+}
