@@ -17,6 +17,7 @@ pub mod evaluate;
 pub mod event_loop;
 pub(crate) mod feeds;
 pub mod inputs;
+pub(crate) mod leading;
 pub(crate) mod materialise;
 pub mod metrics;
 pub(crate) mod slice_writer;

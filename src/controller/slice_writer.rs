@@ -19,6 +19,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::leading::LeaderPlans;
 use super::materialise::{SliceOp, SlicePlan};
 use super::metrics::ControllerShared;
 use super::writer::FIELD_MANAGER;
@@ -97,8 +98,8 @@ impl SliceWriter {
 pub async fn run_slice_writer(
     client: Client,
     settings: SliceWriterSettings,
-    mut plans: watch::Receiver<Arc<SlicePlan>>,
-    mut leader: watch::Receiver<bool>,
+    plans: watch::Receiver<Arc<SlicePlan>>,
+    leader: watch::Receiver<bool>,
     shared: Arc<ControllerShared>,
 ) {
     let mut w = SliceWriter {
@@ -107,26 +108,8 @@ pub async fn run_slice_writer(
         shared,
         written: BTreeMap::new(),
     };
-    loop {
-        tokio::select! {
-            changed = plans.changed() => {
-                if changed.is_err() {
-                    break;
-                }
-                let plan = plans.borrow_and_update().clone();
-                if *leader.borrow() {
-                    w.write(&plan).await;
-                }
-            }
-            changed = leader.changed() => {
-                if changed.is_err() {
-                    break;
-                }
-                if *leader.borrow_and_update() {
-                    let plan = plans.borrow().clone();
-                    w.write(&plan).await;
-                }
-            }
-        }
+    let mut plans = LeaderPlans::new(plans, leader);
+    while let Some(plan) = plans.next().await {
+        w.write(&plan).await;
     }
 }
