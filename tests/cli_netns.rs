@@ -15,6 +15,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_ipsetmgr");
 
 #[path = "common/kernel_gate.rs"]
 mod kernel_gate;
+#[path = "common/loopback.rs"]
+mod loopback;
 
 /// Send `sig` to the process `pid`.
 fn signal(pid: u32, sig: Signal) {
@@ -1245,23 +1247,11 @@ fn file_sources_apply_relative_to_the_policy_file_and_bad_lines_hold_the_set() {
 /// fetches from the namespace it started in; `--netns` is where the sets
 /// are). Returns its URL.
 fn serve_feed(body: &'static str) -> String {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let app = axum::Router::new().route(
-                "/level1.netset",
-                axum::routing::get(move || async move { body }),
-            );
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap()).unwrap();
-            axum::serve(l, app).await.unwrap();
-        });
-    });
-    format!("http://{}/level1.netset", rx.recv().unwrap())
+    let app = axum::Router::new().route(
+        "/level1.netset",
+        axum::routing::get(move || async move { body }),
+    );
+    format!("http://{}/level1.netset", loopback::serve(app))
 }
 
 #[test]

@@ -379,6 +379,11 @@ fn fetch_side() -> Result<FetchSide, String> {
     Ok(FetchSide { runtime, fetcher })
 }
 
+/// The loopback HTTP server tests/cli_netns.rs serves its feeds with.
+#[cfg(test)]
+#[path = "../../tests/common/loopback.rs"]
+mod loopback;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,6 +399,11 @@ mod tests {
         format!(
             "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {{name: {name}}}\nspec:\n  type: {set_type}\n  members: [{inline}]\n  membersFrom:\n{from}"
         )
+    }
+
+    /// Write a policy file `file` into `dir`.
+    fn write_policy(dir: &Path, file: &str, name: &str, set_type: &str, from: &str) {
+        std::fs::write(dir.join(file), policy(name, set_type, from)).unwrap();
     }
 
     /// The kernel set of `policy` is among the held ones.
@@ -425,22 +435,15 @@ mod tests {
         std::fs::create_dir(d.path().join("policies")).unwrap();
         std::fs::create_dir(d.path().join("lists")).unwrap();
         std::fs::write(d.path().join("lists/level1.netset"), FIREHOL).unwrap();
-        std::fs::write(
-            d.path().join("policies/drop.yaml"),
-            policy(
-                "drop",
-                "hash:net",
-                "    - file: {path: ../lists/level1.netset}\n",
-            ),
-        )
-        .unwrap();
-        let files = load_dir(&d.path().join("policies"));
-        assert!(files.load_errors.is_empty(), "{:?}", files.load_errors);
-        assert!(
-            files.compiled.errors.is_empty(),
-            "{:?}",
-            files.compiled.errors
+        write_policy(
+            &d.path().join("policies"),
+            "drop.yaml",
+            "drop",
+            "hash:net",
+            "    - file: {path: ../lists/level1.netset}\n",
         );
+        let files = load_dir(&d.path().join("policies"));
+        files.assert_no_errors();
         // The IPv6 network is left out of the IPv4 policy.
         assert_eq!(
             members_of(&files, "ipm4-drop"),
@@ -457,11 +460,13 @@ mod tests {
     fn a_bad_line_holds_the_policy_naming_the_file_and_line() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("l.txt"), "192.0.2.1\n\n# c\n192.0.2.300\n").unwrap();
-        std::fs::write(
-            d.path().join("p.yaml"),
-            policy("allow", "hash:ip", "    - file: {path: l.txt}\n"),
-        )
-        .unwrap();
+        write_policy(
+            d.path(),
+            "p.yaml",
+            "allow",
+            "hash:ip",
+            "    - file: {path: l.txt}\n",
+        );
         std::fs::write(
             d.path().join("q.yaml"),
             policy("other", "hash:net", "    []\n").replace("  membersFrom:\n    []\n", ""),
@@ -469,12 +474,7 @@ mod tests {
         .unwrap();
         let files = load_dir(d.path());
         assert!(files.load_errors.is_empty(), "{:?}", files.load_errors);
-        let e: Vec<String> = files
-            .compiled
-            .errors
-            .iter()
-            .map(|e| e.to_string())
-            .collect();
+        let e = files.compile_errors();
         assert_eq!(e.len(), 1, "{e:?}");
         assert!(
             e[0].starts_with("policy \"allow\": slice \"membersFrom[0] (file)\": "),
@@ -487,15 +487,13 @@ mod tests {
         assert_eq!(members_of(&files, "ipm4-other"), ["10.0.0.0/8"]);
         // A missing file, a directory and a FIFO are errors of the policy too.
         for (path, needle) in [("nope.txt", "nope.txt"), (".", "not a regular file")] {
-            std::fs::write(
-                d.path().join("p.yaml"),
-                policy(
-                    "allow",
-                    "hash:ip",
-                    &format!("    - file: {{path: \"{path}\"}}\n"),
-                ),
-            )
-            .unwrap();
+            write_policy(
+                d.path(),
+                "p.yaml",
+                "allow",
+                "hash:ip",
+                &format!("    - file: {{path: \"{path}\"}}\n"),
+            );
             let files = load_dir(d.path());
             let e = files.compiled.errors[0].to_string();
             assert!(
@@ -510,22 +508,15 @@ mod tests {
     fn kubernetes_sources_in_files_are_refused_naming_file_policy_and_source() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("l.txt"), "192.0.2.1\n").unwrap();
-        std::fs::write(
-            d.path().join("k.yaml"),
-            policy(
-                "nodes",
-                "hash:ip",
-                "    - file: {path: l.txt}\n    - nodes: {}\n",
-            ),
-        )
-        .unwrap();
+        write_policy(
+            d.path(),
+            "k.yaml",
+            "nodes",
+            "hash:ip",
+            "    - file: {path: l.txt}\n    - nodes: {}\n",
+        );
         let files = load_dir(d.path());
-        let e: Vec<String> = files
-            .compiled
-            .errors
-            .iter()
-            .map(|e| e.to_string())
-            .collect();
+        let e = files.compile_errors();
         assert_eq!(e.len(), 1, "{e:?}");
         assert!(e[0].contains("policy \"nodes\""), "{}", e[0]);
         assert!(e[0].contains("membersFrom[1] (nodes)"), "{}", e[0]);
@@ -542,11 +533,13 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let list = d.path().join("l.txt");
         std::fs::write(&list, "192.0.2.1\n").unwrap();
-        std::fs::write(
-            d.path().join("p.yaml"),
-            policy("p", "hash:ip", "    - file: {path: l.txt, interval: 5s}\n"),
-        )
-        .unwrap();
+        write_policy(
+            d.path(),
+            "p.yaml",
+            "p",
+            "hash:ip",
+            "    - file: {path: l.txt, interval: 5s}\n",
+        );
         let inputs = read_files(&[d.path().to_path_buf()], &[], false);
         let mut sources = LocalSources::default();
         sources.want(&inputs.policies);
@@ -585,11 +578,13 @@ mod tests {
         // The same policies again keep the state; a changed source starts afresh.
         sources.want(&inputs.policies);
         assert!(sources.slices()[0].members.is_ok());
-        std::fs::write(
-            d.path().join("p.yaml"),
-            policy("p", "hash:ip", "    - file: {path: other.txt}\n"),
-        )
-        .unwrap();
+        write_policy(
+            d.path(),
+            "p.yaml",
+            "p",
+            "hash:ip",
+            "    - file: {path: other.txt}\n",
+        );
         sources.want(&read_files(&[d.path().to_path_buf()], &[], false).policies);
         assert_eq!(
             sources.slices()[0].members.as_ref().unwrap_err(),
@@ -597,67 +592,47 @@ mod tests {
         );
     }
 
-    /// A loopback feed server on its own thread and runtime (file mode
-    /// blocks on its own runtime, which cannot nest in a test's).
-    fn serve(body: &'static str) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    /// A feed that answers `body` with an ETag, 304 to that ETag, and
+    /// HTTP 500 from its third request on; counts the requests.
+    fn serve(body: &'static str) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
         use axum::http::{HeaderMap as H, StatusCode};
         use std::sync::atomic::{AtomicUsize, Ordering};
         let hits = Arc::new(AtomicUsize::new(0));
         let counted = hits.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let app = axum::Router::new().route(
-                    "/l1.netset",
-                    axum::routing::get(move |h: H| {
-                        let n = counted.fetch_add(1, Ordering::SeqCst);
-                        async move {
-                            if h.get("if-none-match").is_some_and(|v| v == "\"v1\"") {
-                                return (StatusCode::NOT_MODIFIED, [("etag", "\"v1\"")], "");
-                            }
-                            if n >= 2 {
-                                return (
-                                    StatusCode::INTERNAL_SERVER_ERROR,
-                                    [("etag", "\"x\"")],
-                                    "",
-                                );
-                            }
-                            (StatusCode::OK, [("etag", "\"v1\"")], body)
-                        }
-                    }),
-                );
-                let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx.send(l.local_addr().unwrap()).unwrap();
-                axum::serve(l, app).await.unwrap();
-            });
-        });
-        let addr = rx.recv().unwrap();
-        (format!("http://{addr}/l1.netset"), hits)
+        let app = axum::Router::new().route(
+            "/l1.netset",
+            axum::routing::get(move |h: H| {
+                let n = counted.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if h.get("if-none-match").is_some_and(|v| v == "\"v1\"") {
+                        return (StatusCode::NOT_MODIFIED, [("etag", "\"v1\"")], "");
+                    }
+                    if n >= 2 {
+                        return (StatusCode::INTERNAL_SERVER_ERROR, [("etag", "\"x\"")], "");
+                    }
+                    (StatusCode::OK, [("etag", "\"v1\"")], body)
+                }
+            }),
+        );
+        (
+            format!("http://{}/l1.netset", super::loopback::serve(app)),
+            hits,
+        )
     }
 
     #[test]
     fn url_sources_are_fetched_conditionally_and_keep_their_last_good_members() {
         let (url, hits) = serve(FIREHOL);
         let d = tempfile::tempdir().unwrap();
-        std::fs::write(
-            d.path().join("p.yaml"),
-            policy(
-                "feed",
-                "hash:net",
-                &format!("    - url: {{url: \"{url}\", interval: 1m}}\n"),
-            ),
-        )
-        .unwrap();
-        let files = load_dir(d.path());
-        assert!(
-            files.compiled.errors.is_empty(),
-            "{:?}",
-            files.compiled.errors
+        write_policy(
+            d.path(),
+            "p.yaml",
+            "feed",
+            "hash:net",
+            &format!("    - url: {{url: \"{url}\", interval: 1m}}\n"),
         );
+        let files = load_dir(d.path());
+        files.assert_no_errors();
         assert_eq!(members_of(&files, "ipm4-feed").len(), 4);
 
         let inputs = read_files(&[d.path().to_path_buf()], &[], false);
@@ -694,15 +669,13 @@ mod tests {
         );
 
         // A server that is not there: the policy is held, naming the URL.
-        std::fs::write(
-            d.path().join("p.yaml"),
-            policy(
-                "feed",
-                "hash:net",
-                "    - url: {url: \"http://127.0.0.1:1/x\"}\n",
-            ),
-        )
-        .unwrap();
+        write_policy(
+            d.path(),
+            "p.yaml",
+            "feed",
+            "hash:net",
+            "    - url: {url: \"http://127.0.0.1:1/x\"}\n",
+        );
         let files = load_dir(d.path());
         let e = files.compiled.errors[0].to_string();
         assert!(

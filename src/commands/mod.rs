@@ -201,6 +201,24 @@ fn compile_with_slices(
 }
 
 #[cfg(test)]
+impl FilePolicies {
+    /// The compile errors as printed, for tests to match.
+    pub(crate) fn compile_errors(&self) -> Vec<String> {
+        self.compiled.errors.iter().map(|e| e.to_string()).collect()
+    }
+
+    /// Panics, listing them, unless nothing failed to load or compile.
+    pub(crate) fn assert_no_errors(&self) {
+        assert!(self.load_errors.is_empty(), "{:?}", self.load_errors);
+        assert!(
+            self.compiled.errors.is_empty(),
+            "{:?}",
+            self.compiled.errors
+        );
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -246,12 +264,7 @@ mod tests {
             ],
             &[],
         );
-        assert!(files.load_errors.is_empty(), "{:?}", files.load_errors);
-        assert!(
-            files.compiled.errors.is_empty(),
-            "{:?}",
-            files.compiled.errors
-        );
+        files.assert_no_errors();
         assert_eq!(
             members_of(&files),
             ["10.0.0.0/8", "192.0.2.0/24", "198.51.100.0/24"]

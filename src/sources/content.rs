@@ -109,19 +109,29 @@ fn keeps(set_type: SetType, family: FamilySpec, member: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// `text` as the content of an IPv4 `set_type` feed named `origin`.
+    fn v4(
+        text: &str,
+        format: FeedFormat,
+        origin: &str,
+        set_type: SetType,
+        max: usize,
+    ) -> Result<Content, ContentError> {
+        parse_content(text, format, origin, set_type, FamilySpec::IPv4, max)
+    }
+
+    /// Why `text`, a text feed of hash:ip, was refused.
+    fn refused(text: &str, origin: &str, max: usize) -> String {
+        v4(text, FeedFormat::Text, origin, SetType::HashIp, max)
+            .unwrap_err()
+            .to_string()
+    }
+
     #[test]
     fn text_feeds_become_canonical_members_of_the_policy_family() {
         let text =
             "# FireHOL level1\n10.0.0.0/8\n192.168.1.7/24 # host bits\n2001:db8::/32\n10.0.0.0/8\n";
-        let c = parse_content(
-            text,
-            FeedFormat::Text,
-            "https://x/l1",
-            SetType::HashNet,
-            FamilySpec::IPv4,
-            10,
-        )
-        .unwrap();
+        let c = v4(text, FeedFormat::Text, "https://x/l1", SetType::HashNet, 10).unwrap();
         assert_eq!(c.members, ["10.0.0.0/8", "192.168.1.0/24"]);
         assert_eq!(c.other_family, 1);
         let c = parse_content(
@@ -138,47 +148,22 @@ mod tests {
 
     #[test]
     fn malformed_lines_are_named_by_number_and_refuse_the_content() {
-        let text = "10.0.0.1\nexample.com\n10.0.0.2\n10.0.0.300\n";
-        let e = parse_content(
-            text,
-            FeedFormat::Text,
+        let e = refused(
+            "10.0.0.1\nexample.com\n10.0.0.2\n10.0.0.300\n",
             "https://x/f",
-            SetType::HashIp,
-            FamilySpec::IPv4,
             10,
-        )
-        .unwrap_err()
-        .to_string();
+        );
         assert!(e.contains("https://x/f: line 2: \"example.com\""), "{e}");
         assert!(e.contains("line 4: \"10.0.0.300\""), "{e}");
-        let e = parse_content(
-            "",
-            FeedFormat::Text,
-            "https://x/f",
-            SetType::HashIp,
-            FamilySpec::IPv4,
-            10,
-        )
-        .unwrap_err()
-        .to_string();
+        let e = refused("", "https://x/f", 10);
         assert!(e.contains("contains no members"), "{e}");
-        let e = parse_content(
-            "1.1.1.1\n1.1.1.2\n1.1.1.3\n",
-            FeedFormat::Text,
-            "u",
-            SetType::HashIp,
-            FamilySpec::IPv4,
-            2,
-        )
-        .unwrap_err()
-        .to_string();
+        let e = refused("1.1.1.1\n1.1.1.2\n1.1.1.3\n", "u", 2);
         assert_eq!(e, "u: 3 members, more than maxMembers (2)");
-        let c = parse_content(
+        let c = v4(
             r#"["10.0.0.2","10.0.0.1"]"#,
             FeedFormat::Json,
             "u",
             SetType::HashIp,
-            FamilySpec::IPv4,
             2,
         )
         .unwrap();
