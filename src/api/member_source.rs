@@ -197,6 +197,17 @@ pub struct FileSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     pub interval: Option<String>,
+    /// More members than this refuse the file; the last good content stays
+    /// in force. No default: the file's size limit (256 MiB) and the
+    /// policy's maxElem bound it, so a million-member blocklist can be
+    /// used as it is.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::api::policy::integer"
+    )]
+    #[schemars(range(min = 1, max = 10000000u32))]
+    pub max_members: Option<u32>,
 }
 
 /// What one source last did, in the policy's status.

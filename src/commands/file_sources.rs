@@ -34,7 +34,7 @@ use crate::sources::content::check_list;
 use crate::sources::feed::{
     FETCH_TIMEOUT, FIRST_RETRY, FeedState, Fetcher, MAX_FEED_BYTES, refresh_feed,
 };
-use crate::sources::spec::{DEFAULT_MAX_MEMBERS, Setting, Source, UrlSpec, parse_sources};
+use crate::sources::spec::{FileSpec, Setting, Source, UrlSpec, parse_sources};
 
 /// A source: its policy's name and its index in `membersFrom`.
 type Key = (String, usize);
@@ -50,11 +50,9 @@ struct Wanted {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Job {
-    /// A member list file, resolved against the policy file's directory.
-    File {
-        path: PathBuf,
-        every: Option<Duration>,
-    },
+    /// A member list file, its path resolved against the policy file's
+    /// directory.
+    File(FileSpec),
     Url(UrlSpec),
     /// A source file mode cannot use: why, naming the policy file.
     Refused(String),
@@ -157,10 +155,10 @@ impl LocalSources {
                     for (index, s) in sources.into_iter().enumerate() {
                         let kind = s.kind();
                         let job = match s {
-                            Source::File(f) => Job::File {
+                            Source::File(f) => Job::File(FileSpec {
                                 path: base.join(&f.path),
-                                every: f.interval,
-                            },
+                                ..f
+                            }),
                             Source::Url(u) => Job::Url(u),
                             // parse_sources refuses these in Setting::Files.
                             Source::Nodes(_) | Source::Pods(_) | Source::Services(_) => {
@@ -203,13 +201,13 @@ impl LocalSources {
         let mut fetches = Vec::new();
         for (key, t) in &mut self.tracked {
             match t.wanted.job.clone() {
-                Job::File { path, every } => {
-                    if let Some(every) = every {
+                Job::File(f) => {
+                    if let Some(every) = f.interval {
                         t.due = now + every;
                     }
-                    let current = stamp(&path);
+                    let current = stamp(&f.path);
                     if force_files || t.error.is_some() || t.good.is_none() || current != t.read {
-                        read_file(key, t, &path, current);
+                        read_file(key, t, &f, current);
                     }
                 }
                 Job::Url(_) if t.due <= now => fetches.push(key.clone()),
@@ -291,7 +289,7 @@ impl LocalSources {
     /// Whether a file source changed since it was read (a stat each).
     pub(crate) fn files_changed(&self) -> bool {
         self.tracked.values().any(|t| match &t.wanted.job {
-            Job::File { path, .. } => stamp(path) != t.read,
+            Job::File(f) => stamp(&f.path) != t.read,
             _ => false,
         })
     }
@@ -301,7 +299,7 @@ impl LocalSources {
         self.tracked
             .values()
             .filter(|t| match &t.wanted.job {
-                Job::File { every, .. } => every.is_some(),
+                Job::File(f) => f.interval.is_some(),
                 Job::Url(_) => true,
                 Job::Refused(_) => false,
             })
@@ -314,7 +312,7 @@ impl LocalSources {
         self.tracked
             .values()
             .filter_map(|t| match &t.wanted.job {
-                Job::File { path, .. } => Some(path.clone()),
+                Job::File(f) => Some(f.path.clone()),
                 _ => None,
             })
             .collect()
@@ -339,17 +337,14 @@ impl LocalSources {
 
 /// Read and check one member list file; on failure its last good members
 /// (if any) stay in force.
-fn read_file(key: &Key, t: &mut Tracked, path: &Path, current: Option<Stamp>) {
+fn read_file(key: &Key, t: &mut Tracked, f: &FileSpec, current: Option<Stamp>) {
+    let path = &f.path;
+    // No cap unless asked: see FileSpec::max_members.
+    let max = f.max_members.unwrap_or(usize::MAX);
     let result = read_member_list(path, None)
         .map_err(|e| e.to_string())
         .and_then(|list| {
-            check_list(
-                list,
-                t.wanted.set_type,
-                t.wanted.family,
-                DEFAULT_MAX_MEMBERS,
-            )
-            .map_err(|e| e.to_string())
+            check_list(list, t.wanted.set_type, t.wanted.family, max).map_err(|e| e.to_string())
         });
     match result {
         Ok(content) => {
@@ -502,6 +497,49 @@ mod tests {
             );
             assert!(held(&files, "ipm4-allow"), "{:?}", files.compiled.held);
         }
+    }
+
+    /// `n` distinct IPv4 addresses, one a line, FireHOL style.
+    fn big_list(n: u32) -> String {
+        let mut text = String::with_capacity(n as usize * 14 + 64);
+        text.push_str("# a big blocklist\n");
+        for i in 0..n {
+            let [_, a, b, c] = i.to_be_bytes();
+            text.push_str(&format!("10.{a}.{b}.{c}\n"));
+        }
+        text
+    }
+
+    #[test]
+    fn a_file_source_takes_a_million_members_unless_max_members_says_less() {
+        const N: u32 = 1_000_000;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("big.txt"), big_list(N)).unwrap();
+        let from = |extra: &str| format!("    - file: {{path: big.txt{extra}}}\n");
+        write_policy(d.path(), "p.yaml", "big", "hash:ip", &from(""));
+        let inputs = read_files(&[d.path().to_path_buf()], &[], false);
+        let mut sources = LocalSources::default();
+        sources.want(&inputs.policies);
+        assert!(sources.refresh(Instant::now(), true));
+        let got = &sources.slices()[0];
+        assert_eq!(got.members.as_ref().map(|m| m.len()), Ok(N as usize));
+
+        // An explicit maxMembers still refuses a longer list.
+        write_policy(
+            d.path(),
+            "p.yaml",
+            "big",
+            "hash:ip",
+            &from(", maxMembers: 999999"),
+        );
+        let inputs = read_files(&[d.path().to_path_buf()], &[], false);
+        sources.want(&inputs.policies);
+        sources.refresh(Instant::now(), true);
+        let e = sources.slices()[0].members.clone().unwrap_err();
+        assert!(
+            e.ends_with("big.txt: 1000000 members, more than maxMembers (999999)"),
+            "{e}"
+        );
     }
 
     #[test]

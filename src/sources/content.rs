@@ -10,8 +10,7 @@ use std::path::PathBuf;
 
 use crate::api::FamilySpec;
 use crate::api::member_source::FeedFormat;
-use crate::commands::slice::Check;
-use crate::commands::slice::validate::validate;
+use crate::commands::slice::validate::validate_typed;
 use crate::ipset::{Family, Member, SetType};
 use crate::policy::member_list::{ListFormat, MemberList, MemberListError, parse_member_list};
 
@@ -77,17 +76,17 @@ pub(crate) fn check_list(
             max: max_members,
         });
     }
-    // Both families are accepted here; the policy's is picked below.
-    let check = Check::Typed {
-        set_type,
-        family: FamilySpec::Dual,
-    };
-    let validated = validate(&list, check).map_err(|e| ContentError::Malformed(e.to_string()))?;
-    let before = validated.members.len();
-    let members: Vec<String> = validated
-        .members
-        .into_iter()
-        .filter(|m| keeps(set_type, family, m))
+    // Both families are accepted here; the policy's is picked below, on
+    // the typed members, and only the kept ones are rendered.
+    let typed = validate_typed(&list, set_type, FamilySpec::Dual)
+        .map_err(|e| ContentError::Malformed(e.to_string()))?;
+    // The listed text is no longer needed: free it before rendering.
+    drop(list);
+    let before = typed.len();
+    let members: Vec<String> = typed
+        .iter()
+        .filter(|m| keeps(family, m))
+        .map(Member::to_string)
         .collect();
     Ok(Content {
         other_family: before - members.len(),
@@ -95,12 +94,9 @@ pub(crate) fn check_list(
     })
 }
 
-fn keeps(set_type: SetType, family: FamilySpec, member: &str) -> bool {
-    let found = Member::parse_user(set_type, member)
-        .ok()
-        .and_then(|p| p.family);
+fn keeps(family: FamilySpec, member: &Member) -> bool {
     !matches!(
-        (found, family),
+        (member.family(), family),
         (Some(Family::V6), FamilySpec::IPv4) | (Some(Family::V4), FamilySpec::IPv6)
     )
 }

@@ -27,7 +27,8 @@ pub(crate) enum Setting {
 /// The default, shortest and longest refresh interval of a url source.
 pub(crate) const DEFAULT_URL_INTERVAL: Duration = Duration::from_secs(3600);
 pub(crate) const MIN_URL_INTERVAL: Duration = Duration::from_secs(60);
-/// The default cap on the members of a url or file source.
+/// The default cap on the members of a url source: a feed is someone
+/// else's content. A file source has no default cap (see [`FileSpec`]).
 pub(crate) const DEFAULT_MAX_MEMBERS: usize = 100_000;
 /// Label values (a slice names its policy in one) are at most 63 bytes.
 const MAX_LABEL_VALUE: usize = 63;
@@ -129,6 +130,11 @@ pub(crate) struct FileSpec {
     /// directory by file mode, which knows it.
     pub path: std::path::PathBuf,
     pub interval: Option<Duration>,
+    /// `maxMembers` as given. Absent, the reader's byte limit and the
+    /// compiler's maxElem (after duplicates and the other family are left
+    /// out) are the bounds: the file is the user's own, and the url cap
+    /// would refuse a whole FireHOL or Spamhaus list.
+    pub max_members: Option<usize>,
 }
 
 /// The shortest `interval` of a file source: it is a stat, then a read when
@@ -316,6 +322,7 @@ fn parse_one(
     Ok(Source::File(FileSpec {
         path: f.path.clone().into(),
         interval,
+        max_members: f.max_members.map(|m| m as usize),
     }))
 }
 
