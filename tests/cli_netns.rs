@@ -1235,8 +1235,10 @@ fn file_sources_apply_relative_to_the_policy_file_and_bad_lines_hold_the_set() {
         let (ok, out) = ns.ipsetmgr(backend, &args);
         assert!(!ok, "{backend}: {out}");
         assert!(
-            out.contains("policy \"n\": slice \"membersFrom[0] (nodes)\"")
-                && out.contains("n.yaml: a Kubernetes source works only in a cluster"),
+            out.contains(&format!(
+                "policy \"n\": membersFrom[0] (nodes) in {} is refused: a Kubernetes source works only in a cluster",
+                dir.join("n.yaml").display()
+            )),
             "{backend}: {out}"
         );
         assert!(ns.saved("ipm4-n").is_none());

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::api::{IPSetMemberSlice, POLICY_LABEL};
 use crate::cluster::tolerant::Tolerant;
-use crate::policy::compile::{MemberList, SliceInput};
+use crate::policy::compile::{MemberList, NoMembers, SliceInput};
 
 /// The label that marks a slice as one of a policy's `membersFrom`
 /// sources (its index), written by the controller.
@@ -64,10 +64,10 @@ impl SliceMembers {
 
 impl SliceEntry {
     /// The members for the compiler, or why the slice could not be read.
-    pub fn member_list(&self) -> Result<MemberList<'_>, &str> {
+    pub fn member_list(&self) -> Result<MemberList<'_>, NoMembers<'_>> {
         match &self.members {
             Ok(m) => Ok(m.list()),
-            Err(why) => Err(why.as_str()),
+            Err(why) => Err(NoMembers::Unreadable(why)),
         }
     }
 }
@@ -131,7 +131,7 @@ mod tests {
         SliceInput {
             name,
             version,
-            members: Err(""),
+            members: Err(NoMembers::Unreadable("")),
         }
     }
 

@@ -29,8 +29,8 @@ use http::HeaderMap;
 use crate::api::FamilySpec;
 use crate::ipset::SetType;
 use crate::policy::load::LoadedPolicy;
-use crate::policy::member_list::read_member_list;
-use crate::sources::content::check_list;
+use crate::policy::member_list::{MemberListError, read_member_list};
+use crate::sources::content::{ContentError, check_list};
 use crate::sources::feed::{
     FETCH_TIMEOUT, FIRST_RETRY, FeedState, Fetcher, MAX_FEED_BYTES, refresh_feed,
 };
@@ -54,8 +54,46 @@ enum Job {
     /// directory.
     File(FileSpec),
     Url(UrlSpec),
-    /// A source file mode cannot use: why, naming the policy file.
-    Refused(String),
+    /// A source file mode cannot use: the policy file, and why.
+    Refused {
+        file: String,
+        reason: String,
+    },
+}
+
+/// Why a source gives no members now; either way its policy is held.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SourceProblem {
+    /// The spec asks for what file mode cannot do: only an edit fixes it.
+    #[error("{file}: {reason}")]
+    Refused { file: String, reason: String },
+    /// Not read or fetched yet, or what was read was bad: why.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Why a `file` source's content was not taken.
+#[derive(Debug, thiserror::Error)]
+enum FileSourceError {
+    /// The member-list reader's own wording points at `-` (standard input),
+    /// which means nothing in a policy file.
+    #[error("{}: not a regular file ({kind}); a file source must be a regular file", path.display())]
+    NotRegular { path: PathBuf, kind: &'static str },
+    #[error(transparent)]
+    List(MemberListError),
+    #[error(transparent)]
+    Content(#[from] ContentError),
+}
+
+impl From<MemberListError> for FileSourceError {
+    fn from(e: MemberListError) -> Self {
+        match e {
+            MemberListError::NotRegular { path, kind } => {
+                FileSourceError::NotRegular { path, kind }
+            }
+            other => FileSourceError::List(other),
+        }
+    }
 }
 
 /// A file's identity and version, to tell whether it changed since read.
@@ -81,14 +119,10 @@ struct Tracked {
 
 impl Tracked {
     fn new(wanted: Wanted, now: Instant) -> Tracked {
-        let error = match &wanted.job {
-            Job::Refused(why) => Some(why.clone()),
-            _ => None,
-        };
         Tracked {
             wanted,
             good: None,
-            error,
+            error: None,
             read: None,
             feed: FeedState::default(),
             due: now,
@@ -97,13 +131,20 @@ impl Tracked {
     }
 
     /// What the compiler sees of it.
-    fn view(&self) -> Result<Arc<Vec<String>>, String> {
+    fn view(&self) -> Result<Arc<Vec<String>>, SourceProblem> {
+        if let Job::Refused { file, reason } = &self.wanted.job {
+            return Err(SourceProblem::Refused {
+                file: file.clone(),
+                reason: reason.clone(),
+            });
+        }
         match &self.good {
-            Some(g) if !matches!(self.wanted.job, Job::Refused(_)) => Ok(g.clone()),
-            _ => Err(self
-                .error
-                .clone()
-                .unwrap_or_else(|| "not read yet".to_string())),
+            Some(g) => Ok(g.clone()),
+            None => Err(SourceProblem::Failed(
+                self.error
+                    .clone()
+                    .unwrap_or_else(|| "not read yet".to_string()),
+            )),
         }
     }
 }
@@ -113,8 +154,8 @@ pub(crate) struct SourceSlice {
     pub policy: String,
     /// `membersFrom[i] (kind)`, as messages name it.
     pub name: String,
-    /// `Err(why)` holds the policy.
-    pub members: Result<Arc<Vec<String>>, String>,
+    /// `Err` holds the policy.
+    pub members: Result<Arc<Vec<String>>, SourceProblem>,
 }
 
 /// The HTTP client and the runtime its requests run on, made on first use.
@@ -144,6 +185,10 @@ impl LocalSources {
             }
             let name = p.metadata.name.clone().unwrap_or_default();
             let base = lp.source.parent().unwrap_or(Path::new("."));
+            let refused = |reason: String| Job::Refused {
+                file: lp.source.display().to_string(),
+                reason,
+            };
             let wanted_as = |kind, job| Wanted {
                 kind,
                 job,
@@ -162,10 +207,7 @@ impl LocalSources {
                             Source::Url(u) => Job::Url(u),
                             // parse_sources refuses these in Setting::Files.
                             Source::Nodes(_) | Source::Pods(_) | Source::Services(_) => {
-                                Job::Refused(format!(
-                                    "{}: a {kind} source works only in a cluster",
-                                    lp.source.display()
-                                ))
+                                refused(format!("a {kind} source works only in a cluster"))
                             }
                         };
                         wanted.insert((name.clone(), index), wanted_as(kind, job));
@@ -175,10 +217,9 @@ impl LocalSources {
                 // not read, as the controller does not read them either.
                 Err(errors) => {
                     for e in errors {
-                        let why = format!("{}: {}", lp.source.display(), e.reason);
                         wanted.insert(
                             (name.clone(), e.index),
-                            wanted_as(e.kind, Job::Refused(why)),
+                            wanted_as(e.kind, refused(e.reason)),
                         );
                     }
                 }
@@ -211,7 +252,7 @@ impl LocalSources {
                     }
                 }
                 Job::Url(_) if t.due <= now => fetches.push(key.clone()),
-                Job::Url(_) | Job::Refused(_) => {}
+                Job::Url(_) | Job::Refused { .. } => {}
             }
         }
         if !fetches.is_empty() {
@@ -301,7 +342,7 @@ impl LocalSources {
             .filter(|t| match &t.wanted.job {
                 Job::File(f) => f.interval.is_some(),
                 Job::Url(_) => true,
-                Job::Refused(_) => false,
+                Job::Refused { .. } => false,
             })
             .map(|t| t.due)
             .min()
@@ -330,7 +371,7 @@ impl LocalSources {
             .collect()
     }
 
-    fn views(&self) -> Vec<Result<Arc<Vec<String>>, String>> {
+    fn views(&self) -> Vec<Result<Arc<Vec<String>>, SourceProblem>> {
         self.tracked.values().map(Tracked::view).collect()
     }
 }
@@ -342,10 +383,9 @@ fn read_file(key: &Key, t: &mut Tracked, f: &FileSpec, current: Option<Stamp>) {
     // No cap unless asked: see FileSpec::max_members.
     let max = f.max_members.unwrap_or(usize::MAX);
     let result = read_member_list(path, None)
-        .map_err(|e| e.to_string())
-        .and_then(|list| {
-            check_list(list, t.wanted.set_type, t.wanted.family, max).map_err(|e| e.to_string())
-        });
+        .map_err(FileSourceError::from)
+        .and_then(|list| Ok(check_list(list, t.wanted.set_type, t.wanted.family, max)?))
+        .map_err(|e| e.to_string());
     match result {
         Ok(content) => {
             if t.error.take().is_some() && t.good.is_some() {
@@ -480,8 +520,18 @@ mod tests {
         assert!(held(&files, "ipm4-allow"), "{:?}", files.compiled.held);
         // The other policy still applies.
         assert_eq!(members_of(&files, "ipm4-other"), ["10.0.0.0/8"]);
-        // A missing file, a directory and a FIFO are errors of the policy too.
-        for (path, needle) in [("nope.txt", "nope.txt"), (".", "not a regular file")] {
+        // A missing file, a directory and a FIFO are errors of the policy
+        // too; the last two say what a file source must be (not the CLI
+        // reader's "use - to read standard input").
+        nix::unistd::mkfifo(&d.path().join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let not_regular = |kind: &str| {
+            format!("not a regular file ({kind}); a file source must be a regular file")
+        };
+        for (path, needle) in [
+            ("nope.txt", "nope.txt".to_string()),
+            (".", not_regular("a directory")),
+            ("pipe", not_regular("a FIFO")),
+        ] {
             write_policy(
                 d.path(),
                 "p.yaml",
@@ -492,9 +542,10 @@ mod tests {
             let files = load_dir(d.path());
             let e = files.compiled.errors[0].to_string();
             assert!(
-                e.contains("membersFrom[0] (file)") && e.contains(needle),
+                e.contains("membersFrom[0] (file)") && e.contains(&needle),
                 "{e}"
             );
+            assert!(!e.contains("standard input"), "{e}");
             assert!(held(&files, "ipm4-allow"), "{:?}", files.compiled.held);
         }
     }
@@ -535,7 +586,7 @@ mod tests {
         let inputs = read_files(&[d.path().to_path_buf()], &[], false);
         sources.want(&inputs.policies);
         sources.refresh(Instant::now(), true);
-        let e = sources.slices()[0].members.clone().unwrap_err();
+        let e = sources.slices()[0].members.clone().unwrap_err().to_string();
         assert!(
             e.ends_with("big.txt: 1000000 members, more than maxMembers (999999)"),
             "{e}"
@@ -554,16 +605,33 @@ mod tests {
             "    - file: {path: l.txt}\n    - nodes: {}\n",
         );
         let files = load_dir(d.path());
-        let e = files.compile_errors();
+        let file = d.path().join("k.yaml");
+        assert_eq!(
+            files.compile_errors(),
+            [format!(
+                "policy \"nodes\": membersFrom[1] (nodes) in {} is refused: a Kubernetes source works only in a cluster (the controller computes it); policy files can use url and file sources",
+                file.display()
+            )]
+        );
+        assert!(held(&files, "ipm4-nodes"), "{:?}", files.compiled.held);
+        // A file source the spec gets wrong is refused in the same words.
+        write_policy(
+            d.path(),
+            "k.yaml",
+            "nodes",
+            "hash:ip",
+            "    - file: {path: l.txt, interval: 10ms}\n",
+        );
+        let e = load_dir(d.path()).compile_errors();
         assert_eq!(e.len(), 1, "{e:?}");
-        assert!(e[0].contains("policy \"nodes\""), "{}", e[0]);
-        assert!(e[0].contains("membersFrom[1] (nodes)"), "{}", e[0]);
         assert!(
-            e[0].contains("k.yaml: a Kubernetes source works only in a cluster"),
+            e[0].starts_with(&format!(
+                "policy \"nodes\": membersFrom[0] (file) in {} is refused: interval: ",
+                file.display()
+            )),
             "{}",
             e[0]
         );
-        assert!(held(&files, "ipm4-nodes"), "{:?}", files.compiled.held);
     }
 
     #[test]
@@ -626,7 +694,7 @@ mod tests {
         sources.want(&read_files(&[d.path().to_path_buf()], &[], false).policies);
         assert_eq!(
             sources.slices()[0].members.as_ref().unwrap_err(),
-            "not read yet"
+            &SourceProblem::Failed("not read yet".into())
         );
     }
 

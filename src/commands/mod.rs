@@ -12,10 +12,12 @@ pub mod table;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use file_sources::{LocalSources, SourceSlice};
+use file_sources::{LocalSources, SourceProblem, SourceSlice};
 
 use crate::ipset::Naming;
-use crate::policy::compile::{MemberCache, MemberList, PolicyInput, SliceInput, compile_inputs};
+use crate::policy::compile::{
+    MemberCache, MemberList, NoMembers, PolicyInput, SliceInput, compile_inputs,
+};
 use crate::policy::load::{LoadedPolicy, LoadedSlice, load_file, policy_files};
 use crate::policy::member_list::read_member_list;
 use crate::policy::{Compiled, IPSetPolicy, LoadError};
@@ -180,7 +182,10 @@ fn compile_with_slices(
             version: "",
             members: match &s.members {
                 Ok(m) => Ok(MemberList::Strings(m)),
-                Err(why) => Err(why),
+                Err(SourceProblem::Failed(why)) => Err(NoMembers::Unreadable(why)),
+                Err(SourceProblem::Refused { file, reason }) => {
+                    Err(NoMembers::Refused { file, reason })
+                }
             },
         });
     }

@@ -358,7 +358,7 @@ async fn a_slice_change_is_waited_for_like_a_spec_change() {
         let s = crate::policy::compile::SliceInput {
             name: "p-0",
             version: rv,
-            members: Err(""),
+            members: Err(crate::policy::compile::NoMembers::Unreadable("")),
         };
         crate::cluster::slices::members_revision(Some("uid-p"), 1, &[s])
     };

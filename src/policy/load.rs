@@ -211,6 +211,9 @@ fn file_kind(meta: &std::fs::Metadata) -> &'static str {
         "a character device"
     } else if t.is_block_device() {
         "a block device"
+    } else if t.is_dir() {
+        // Reached by a reader given a directory (a member list's path).
+        "a directory"
     } else {
         "not a file"
     }
