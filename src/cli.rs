@@ -60,8 +60,9 @@ fn real_main() -> Result<bool> {
             };
             // A dry run only reads, so it never waits for a writer.
             let lock_as = (!dry_run).then_some("apply");
+            let files = apply::load_inputs(&naming, &args);
             let ok = kernel::run_once(&opts, lock_as, |dp| {
-                apply::apply(dp, naming, &args, &mut std::io::stdout().lock())
+                apply::apply(dp, naming, files, &args, &mut std::io::stdout().lock())
             })??;
             Ok(ok)
         }

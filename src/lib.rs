@@ -25,6 +25,7 @@ mod lock;
 mod logging;
 pub mod policy;
 mod server;
+mod sources;
 mod telemetry;
 
 /// The kernel behind one trait (its own crate).

@@ -15,6 +15,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_ipsetmgr");
 
 #[path = "common/kernel_gate.rs"]
 mod kernel_gate;
+#[path = "common/loopback.rs"]
+mod loopback;
 
 /// Send `sig` to the process `pid`.
 fn signal(pid: u32, sig: Signal) {
@@ -1178,4 +1180,164 @@ fn slices_and_plain_member_lists_apply_with_their_policy() {
         let (_, kept) = ns.saved("ipm4-drop").unwrap();
         assert_eq!(kept, got, "{backend}: held, not emptied");
     }
+}
+
+/// A FireHOL netset: comments, blank lines, CIDRs (one with host bits).
+const FIREHOL_NETSET: &str = "#\n# firehol_level1\n#\n# ipv4 hash:net ipset\n#\n\n192.0.2.0/24\n198.51.100.7/24  # host bits\n\n203.0.113.0/24\n";
+
+fn sourced_policy(name: &str, set_type: &str, source: &str) -> String {
+    format!(
+        "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata:\n  name: {name}\nspec:\n  type: \"{set_type}\"\n  membersFrom:\n    - {source}\n"
+    )
+}
+
+#[test]
+fn file_sources_apply_relative_to_the_policy_file_and_bad_lines_hold_the_set() {
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("fsrc-{backend}")) else {
+            return;
+        };
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("policies");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::create_dir(root.path().join("lists")).unwrap();
+        let list = root.path().join("lists/level1.netset");
+        std::fs::write(&list, FIREHOL_NETSET).unwrap();
+        write_policy(
+            &dir,
+            "l1.yaml",
+            &sourced_policy("l1", "hash:net", "file: {path: ../lists/level1.netset}"),
+        );
+        let args = ["apply", "-f", dir.to_str().unwrap()];
+        let (ok, out) = ns.ipsetmgr(backend, &args);
+        assert!(ok, "{backend}: {out}");
+        let (_, got) = ns.saved("ipm4-l1").unwrap_or_else(|| panic!("{out}"));
+        assert_eq!(got, ["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"]);
+
+        // A malformed line: the policy fails by file and line, its set stays.
+        std::fs::write(&list, format!("{FIREHOL_NETSET}\n203.0.113.0/33\n")).unwrap();
+        let (ok, out) = ns.ipsetmgr(backend, &args);
+        assert!(!ok, "{backend}: {out}");
+        assert!(
+            out.contains("policy \"l1\": slice \"membersFrom[0] (file)\"")
+                && out.contains("level1.netset: line 12: \"203.0.113.0/33\""),
+            "{backend}: {out}"
+        );
+        assert_eq!(ns.saved("ipm4-l1").unwrap().1, got, "{backend}: held");
+        // Missing, too; and with --prune the set is still not deleted.
+        std::fs::remove_file(&list).unwrap();
+        let (ok, out) = ns.ipsetmgr(backend, &[&args[..], &["--prune"]].concat());
+        assert!(!ok && out.contains("level1.netset"), "{backend}: {out}");
+        assert_eq!(ns.saved("ipm4-l1").unwrap().1, got, "{backend}: held");
+
+        // A Kubernetes source in a file is refused, naming file, policy and source.
+        write_policy(&dir, "n.yaml", &sourced_policy("n", "hash:ip", "nodes: {}"));
+        let (ok, out) = ns.ipsetmgr(backend, &args);
+        assert!(!ok, "{backend}: {out}");
+        assert!(
+            out.contains(&format!(
+                "policy \"n\": membersFrom[0] (nodes) in {} is refused: a Kubernetes source works only in a cluster",
+                dir.join("n.yaml").display()
+            )),
+            "{backend}: {out}"
+        );
+        assert!(ns.saved("ipm4-n").is_none());
+    }
+}
+
+/// A feed on loopback, in the test's own network namespace (the binary
+/// fetches from the namespace it started in; `--netns` is where the sets
+/// are). Returns its URL.
+fn serve_feed(body: &'static str) -> String {
+    let app = axum::Router::new().route(
+        "/level1.netset",
+        axum::routing::get(move || async move { body }),
+    );
+    format!("http://{}/level1.netset", loopback::serve(app))
+}
+
+#[test]
+fn url_sources_apply_from_a_loopback_server() {
+    let url = serve_feed(FIREHOL_NETSET);
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("usrc-{backend}")) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_policy(
+            dir.path(),
+            "feed.yaml",
+            &sourced_policy("feed", "hash:net", &format!("url: {{url: \"{url}\"}}")),
+        );
+        let args = ["apply", "-f", dir.path().to_str().unwrap()];
+        let (ok, out) = ns.ipsetmgr(backend, &args);
+        assert!(ok, "{backend}: {out}");
+        assert_eq!(
+            ns.saved("ipm4-feed").unwrap().1,
+            ["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"]
+        );
+        // The server gone (a port nothing listens on): held, naming the URL.
+        write_policy(
+            dir.path(),
+            "feed.yaml",
+            &sourced_policy("feed", "hash:net", "url: {url: \"http://127.0.0.1:1/x\"}"),
+        );
+        let (ok, out) = ns.ipsetmgr(backend, &args);
+        assert!(
+            !ok && out.contains("membersFrom[0] (url)") && out.contains("http://127.0.0.1:1/x"),
+            "{backend}: {out}"
+        );
+        assert_eq!(ns.saved("ipm4-feed").unwrap().1.len(), 3, "{backend}: held");
+    }
+}
+
+#[test]
+fn run_follows_a_member_list_file_and_keeps_its_last_good_members() {
+    let Some(ns) = Netns::new("run-fsrc") else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("policies");
+    std::fs::create_dir(&dir).unwrap();
+    let list = root.path().join("allow.txt");
+    std::fs::write(&list, "# allowed\n192.0.2.1\n").unwrap();
+    write_policy(
+        &dir,
+        "allow.yaml",
+        &sourced_policy("allow", "hash:ip", "file: {path: ../allow.txt}"),
+    );
+    // A resync far away: the change must be seen by the watch.
+    let mut child = ns
+        .command("netlink")
+        .args(["run", "--resync-interval", "1h", "--policy-dir"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let members = |ns: &Netns| ns.saved("ipm4-allow").map(|(_, m)| m);
+    eventually(10, "set created", || {
+        members(&ns) == Some(vec!["192.0.2.1".into()])
+    });
+    std::fs::write(&list, "# allowed\n192.0.2.1\n192.0.2.2\n").unwrap();
+    eventually(10, "list change applied", || {
+        members(&ns) == Some(vec!["192.0.2.1".into(), "192.0.2.2".into()])
+    });
+    // Replaced by a rename (as editors and downloaders do): still followed.
+    let tmp = root.path().join(".allow.txt.new");
+    std::fs::write(&tmp, "192.0.2.3\n").unwrap();
+    std::fs::rename(&tmp, &list).unwrap();
+    eventually(10, "renamed list applied", || {
+        members(&ns) == Some(vec!["192.0.2.3".into()])
+    });
+    // A broken list keeps the last good members; fixed, it applies.
+    std::fs::write(&list, "192.0.2.3\n192.0.2.300\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(members(&ns), Some(vec!["192.0.2.3".into()]));
+    std::fs::write(&list, "192.0.2.4\n").unwrap();
+    eventually(10, "fixed list applied", || {
+        members(&ns) == Some(vec!["192.0.2.4".into()])
+    });
+    signal(child.id(), Signal::SIGTERM);
+    assert!(child.wait().unwrap().success());
 }

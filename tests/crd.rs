@@ -228,3 +228,43 @@ fn member_slice_schema() {
         "a slice is all spec"
     );
 }
+
+/// Each `spec.membersFrom[]` entry names exactly one source: the schema says
+/// so with min/maxProperties (which every API server version checks), and
+/// the status entries are a bounded list-map keyed by the source's index.
+#[test]
+fn members_from_entries_are_one_source_each() {
+    let crds = crds();
+    let policy = schema(by_kind(&crds, "IPSetPolicy"));
+    let from = &policy["properties"]["spec"]["properties"]["membersFrom"];
+    assert_eq!(from["type"], "array");
+    assert_eq!(from["maxItems"], 16);
+    let item = &from["items"];
+    assert_eq!(
+        (
+            item["minProperties"].as_u64(),
+            item["maxProperties"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
+    let kinds: Vec<&str> = item["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(kinds, ["file", "nodes", "pods", "services", "url"]);
+    let url = &item["properties"]["url"];
+    assert_eq!(url["required"], serde_json::json!(["url"]));
+    assert_eq!(
+        url["properties"]["format"]["enum"],
+        serde_json::json!(["text", "json"])
+    );
+    let sources = &policy["properties"]["status"]["properties"]["sources"];
+    assert_eq!(sources["x-kubernetes-list-type"], "map");
+    assert_eq!(
+        sources["x-kubernetes-list-map-keys"],
+        serde_json::json!(["index"])
+    );
+    assert_eq!(sources["maxItems"], 16);
+}

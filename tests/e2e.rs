@@ -1715,6 +1715,179 @@ async fn new_generation(h: &Harness) {
     h.remove_policy(name, &[set]).await;
 }
 
+/// The labels the controller puts on the slices it makes for a source
+/// (docs/member-sources.md).
+const SOURCE_LABEL: &str = "ipsetmgr.io/source";
+const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+const CONTROLLER_MANAGER: &str = "ipsetmgr-controller";
+
+/// Write a Node's `status.addresses` through the status subresource, by
+/// server-side apply (the suite's field manager owns the entries it lists;
+/// one address per type, as the list is keyed by type for apply).
+async fn apply_node_addresses(h: &Harness, node: &str, addresses: &[(&str, &str)]) {
+    let addresses: Vec<_> = addresses
+        .iter()
+        .map(|(t, a)| json!({"type": t, "address": a}))
+        .collect();
+    let body = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+                      "status": {"addresses": addresses}});
+    h.nodes
+        .patch_status(node, &apply(), &Patch::Apply(&body))
+        .await
+        .unwrap_or_else(|e| h.fail(format!("applying the status of Node {node}: {e}")));
+}
+
+/// The IPv4 InternalIPs a Node's status lists.
+async fn internal_ipv4(h: &Harness, node: &str) -> Result<BTreeSet<String>, String> {
+    let n = h
+        .nodes
+        .get(node)
+        .await
+        .map_err(|e| format!("Node {node}: {e}"))?;
+    Ok(n.status
+        .and_then(|s| s.addresses)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .filter(|a| a.address.parse::<std::net::Ipv4Addr>().is_ok())
+        .map(|a| a.address)
+        .collect())
+}
+
+/// The slices the controller made for `policy`: each labelled as its, and
+/// owned by the policy (its uid, as garbage collection needs).
+async fn expect_source_slices(h: &Harness, policy: &IPSetPolicy) -> Result<usize, String> {
+    let name = policy.name_any();
+    let mine = ListParams::default().labels(&format!("{POLICY_LABEL}={name},{SOURCE_LABEL}=0"));
+    let slices = h.slices.list(&mine).await.map_err(|e| e.to_string())?;
+    if slices.items.is_empty() {
+        return Err(format!(
+            "no slices labelled {POLICY_LABEL}={name},{SOURCE_LABEL}=0"
+        ));
+    }
+    for s in &slices.items {
+        let labels = s.metadata.labels.clone().unwrap_or_default();
+        if labels.get(MANAGED_BY_LABEL).map(String::as_str) != Some(CONTROLLER_MANAGER) {
+            return Err(format!("slice {}: labels {labels:?}", s.name_any()));
+        }
+        let owners = s.metadata.owner_references.clone().unwrap_or_default();
+        let owned = owners.iter().any(|o| {
+            o.kind == "IPSetPolicy"
+                && o.name == name
+                && Some(&o.uid) == policy.metadata.uid.as_ref()
+        });
+        if !owned {
+            return Err(format!(
+                "slice {}: ownerReferences {owners:?}",
+                s.name_any()
+            ));
+        }
+    }
+    Ok(slices.items.len())
+}
+
+/// g. A `nodes` source: the controller turns the selected Nodes' InternalIPs
+/// into slices owned by the policy, and both agents hold them; a Node's new
+/// address reaches both kernels. In local mode the suite's own Node objects
+/// get addresses through the status subresource (and one changes); in kind
+/// mode the workers' real addresses are used and none is changed (the
+/// kubelet owns them).
+async fn nodes_source(h: &Harness) {
+    let (name, set) = ("e2e-nodes", "ipm4-e2e-nodes");
+    if h.env.mode == Mode::Local {
+        // An ExternalIP too: the source takes InternalIP only by default.
+        apply_node_addresses(
+            h,
+            h.node(0),
+            &[("InternalIP", "10.70.0.1"), ("ExternalIP", "203.0.113.70")],
+        )
+        .await;
+        apply_node_addresses(h, h.node(1), &[("InternalIP", "10.70.0.2")]).await;
+    }
+    let p = h
+        .apply_policy(
+            name,
+            json!({"type": "hash:ip", "family": "IPv4", "nodeSelector": selects(MEMBER, "yes"),
+                   "membersFrom": [{"nodes": {"selector": selects(MEMBER, "yes")}}]}),
+        )
+        .await;
+    let converged = async |what: &str| {
+        h.eventually(what, async || {
+            let mut want = BTreeSet::new();
+            for node in [h.node(0), h.node(1)] {
+                want.extend(internal_ipv4(h, node).await?);
+            }
+            if want.len() < 2 {
+                return Err(format!("the two Nodes list {want:?} as IPv4 InternalIPs"));
+            }
+            for node in [h.node(0), h.node(1)] {
+                h.expect_set(node, set, "hash:ip", &want).await?;
+            }
+            let p = h.policy(name).await?;
+            expect_condition(&p, "Valid", "True")?;
+            expect_condition(&p, "SourcesSynced", "True")?;
+            expect_condition(&p, "Ready", "True")?;
+            let sources = p
+                .status
+                .as_ref()
+                .map(|s| s.sources.clone())
+                .unwrap_or_default();
+            match sources.as_slice() {
+                [s] if s.index == 0 && s.kind == "nodes" && s.members == want.len() as i64 => {}
+                other => {
+                    return Err(format!(
+                        "status.sources {other:?}, want one nodes entry of {}",
+                        want.len()
+                    ));
+                }
+            }
+            expect_source_slices(h, &p).await?;
+            Ok(())
+        })
+        .await
+    };
+    let took = converged("both kernels hold the Nodes' InternalIPs, Ready").await;
+    say(format!("{name}: converged on both nodes in {took:.1?}"));
+
+    if h.env.mode == Mode::Local {
+        apply_node_addresses(h, h.node(1), &[("InternalIP", "10.70.0.3")]).await;
+        let took = h
+            .eventually("the new address in both kernels", async || {
+                let want = strings(["10.70.0.1", "10.70.0.3"]);
+                for node in [h.node(0), h.node(1)] {
+                    h.expect_set(node, set, "hash:ip", &want).await?;
+                }
+                Ok(())
+            })
+            .await;
+        say(format!(
+            "a Node's new address reached both kernels in {took:.1?}"
+        ));
+    } else {
+        say(
+            "g. kind mode: the address change is skipped (the kubelet owns a real Node's addresses)",
+        );
+    }
+    drop(p);
+    h.remove_policy(name, &[set]).await;
+    // The controller may have written a slice after remove_policy deleted
+    // them; it deletes those of a policy that is gone (and in a cluster the
+    // garbage collector does too, by the ownerReference).
+    h.eventually(&format!("no slices of {name} left"), async || {
+        let mine = ListParams::default().labels(&format!("{POLICY_LABEL}={name}"));
+        let left = h
+            .slices
+            .list_metadata(&mine)
+            .await
+            .map_err(|e| e.to_string())?;
+        match left.items.len() {
+            0 => Ok(()),
+            n => Err(format!("{n} slices still listed")),
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn e2e_controller_and_agents() {
     let Some(env) = Env::from_env() else {
@@ -1774,6 +1947,12 @@ async fn e2e_controller_and_agents() {
         "f",
         "a new generation: Ready False until both nodes have it",
         new_generation(&h),
+    )
+    .await;
+    h.scenario(
+        "g",
+        "a nodes source follows a Node's address",
+        nodes_source(&h),
     )
     .await;
     say("all scenarios passed; cleaning up");

@@ -151,6 +151,7 @@ impl GenPolicy {
                 node_selector: None,
                 max_elem: self.max_elem,
                 hash_size: self.hash_size,
+                members_from: Vec::new(),
             },
         )
     }
@@ -197,6 +198,7 @@ impl Case {
                     node_selector: None,
                     max_elem: None,
                     hash_size: None,
+                    members_from: Vec::new(),
                 },
             ));
         }

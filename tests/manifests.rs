@@ -513,6 +513,13 @@ fn controller_grants() -> BTreeSet<Grant> {
             "ipsetmemberslices",
             &["get", "list", "watch"],
         ),
+        // The slices it materialises from membersFrom: server-side apply
+        // (create and patch), deleted when their source is gone.
+        (
+            "ipsetmgr.io",
+            "ipsetmemberslices",
+            &["create", "patch", "delete"],
+        ),
         // Aggregated into policy status; deleted when their node is gone.
         (
             "ipsetmgr.io",
@@ -520,6 +527,11 @@ fn controller_grants() -> BTreeSet<Grant> {
             &["get", "list", "watch", "delete"],
         ),
         ("", "nodes", &["get", "list", "watch"]),
+        // The pods and services member sources (watched only while a
+        // policy has one; namespaces for their namespaceSelectors).
+        ("", "pods", &["list", "watch"]),
+        ("", "services", &["list", "watch"]),
+        ("", "namespaces", &["list", "watch"]),
     ])
 }
 
@@ -2783,4 +2795,59 @@ fn e2e_kind_cluster_has_an_edge_worker() {
         assert!(run.contains(wait), "e2e/run.sh does not {wait}");
     }
     assert!(run.contains("CONTROLLER=\"$RELEASE-controller\""));
+}
+
+/// The samples of `membersFrom` (cluster sources and a url): apart from
+/// `config/samples`, which `ipsetmgr apply` takes whole in file mode. Each
+/// shows the iptables rule that matches its set, under the real kernel name.
+#[test]
+fn source_samples_show_the_rule_for_their_real_kernel_set() {
+    use ipsetmgr::ipset::{Naming, SetType};
+    use ipsetmgr::policy::compile;
+    use ipsetmgr::policy::load::load_file;
+
+    let dir = repo("config/samples-sources");
+    let mut kinds = BTreeSet::new();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 3, "{files:?}");
+    for p in files {
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            text.starts_with('#'),
+            "{}: starts with a comment",
+            p.display()
+        );
+        let loaded = load_file(&p).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(loaded.policies.len(), 1, "{}", p.display());
+        let policy = &loaded.policies[0].policy;
+        assert_eq!(policy.spec.members_from.len(), 1, "{}", p.display());
+        kinds.insert(policy.spec.members_from[0].kind());
+        let compiled = compile([policy], &Naming::default(), None);
+        assert!(compiled.errors.is_empty(), "{:?}", compiled.errors);
+        let names: Vec<&str> = compiled.sets.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names.len(), 1, "{}: one IPv4 set", p.display());
+        let rule = text
+            .lines()
+            .find(|l| l.starts_with("#   iptables -I INPUT "))
+            .unwrap_or_else(|| panic!("{}: no iptables rule", p.display()));
+        assert!(
+            rule.contains(&format!(" -m set --match-set {} src -j ", names[0])),
+            "{}: {rule} does not match set {}",
+            p.display(),
+            names[0]
+        );
+        if policy.spec.members_from[0].kind() == "url" {
+            let url = policy.spec.members_from[0].url.as_ref().unwrap();
+            assert_eq!(
+                url.url,
+                "https://iplists.firehol.org/files/firehol_level1.netset"
+            );
+            assert_eq!(policy.spec.set_type, SetType::HashNet);
+        }
+    }
+    assert_eq!(kinds, BTreeSet::from(["nodes", "pods", "url"]));
 }

@@ -8,12 +8,14 @@
 //! - [`IPSetNodeState`]: what one node holds (written by that node's agent).
 
 pub mod member_slice;
+pub mod member_source;
 pub mod node_state;
 pub mod policy;
 
 use kube::CustomResourceExt;
 
 pub use member_slice::{IPSetMemberSlice, IPSetMemberSliceSpec, POLICY_LABEL};
+pub use member_source::{MemberSource, SourceStatus};
 pub use node_state::{IPSetNodeState, IPSetNodeStateSpec, IPSetNodeStateStatus, PolicyState};
 pub use policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, IPSetPolicyStatus, StatusSummary};
 

@@ -5,6 +5,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::api::member_source::{MemberSource, SourceStatus};
 use crate::ipset::SetType;
 
 /// Which address families a policy's sets are created for.
@@ -94,6 +95,14 @@ pub struct IPSetPolicySpec {
     )]
     #[schemars(range(min = 64, max = 67108864u32))]
     pub hash_size: Option<u32>,
+    /// Members computed from the cluster (nodes, pods, services) or fetched
+    /// (url), or read from a file (policy files only); each entry is exactly
+    /// one source. They join spec.members and the policy's slices; in a
+    /// cluster the controller writes them as IPSetMemberSlices owned by
+    /// this policy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub members_from: Vec<MemberSource>,
 }
 
 /// An optional u32 written as a number. A quoted `"100"` is refused: YAML
@@ -166,6 +175,22 @@ pub struct IPSetPolicyStatus {
     /// Totals over the selected nodes, of bounded size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<StatusSummary>,
+    /// One entry per spec.membersFrom source: its members, last change and
+    /// last error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "sources_schema")]
+    pub sources: Vec<SourceStatus>,
+}
+
+/// Schema of `status.sources`: a list-map keyed by the source's index.
+fn sources_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut s = crate::api::list_map_schema::<SourceStatus>(
+        generator,
+        "index",
+        "One entry per spec.membersFrom source, by its index.",
+    );
+    s.insert("maxItems".into(), 16.into());
+    s
 }
 
 /// Totals over the selected nodes; its size does not grow with the cluster.

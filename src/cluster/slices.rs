@@ -7,13 +7,31 @@ use std::collections::BTreeMap;
 
 use crate::api::{IPSetMemberSlice, POLICY_LABEL};
 use crate::cluster::tolerant::Tolerant;
-use crate::policy::compile::{MemberList, SliceInput};
+use crate::policy::compile::{MemberList, NoMembers, SliceInput};
+
+/// The label that marks a slice as one of a policy's `membersFrom`
+/// sources (its index), written by the controller.
+pub const SOURCE_LABEL: &str = "ipsetmgr.io/source";
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// The managed-by value of the controller's slices.
+pub const MANAGED_BY: &str = "ipsetmgr-controller";
+
+/// The source a slice belongs to, when the controller made it (both labels
+/// say so); any other slice is a user's and the controller never touches it.
+pub fn managed_source(labels: &BTreeMap<String, String>) -> Option<usize> {
+    if labels.get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY) {
+        return None;
+    }
+    labels.get(SOURCE_LABEL)?.parse().ok()
+}
 
 /// One slice as the agent keeps it.
 #[derive(Clone, Debug)]
 pub struct SliceEntry {
     /// The policy it is labelled for.
     pub policy: Option<String>,
+    /// The `membersFrom` source it materialises, for the controller's own.
+    pub source: Option<usize>,
     pub version: String,
     pub members: Result<SliceMembers, String>,
 }
@@ -46,10 +64,10 @@ impl SliceMembers {
 
 impl SliceEntry {
     /// The members for the compiler, or why the slice could not be read.
-    pub fn member_list(&self) -> Result<MemberList<'_>, &str> {
+    pub fn member_list(&self) -> Result<MemberList<'_>, NoMembers<'_>> {
         match &self.members {
             Ok(m) => Ok(m.list()),
-            Err(why) => Err(why.as_str()),
+            Err(why) => Err(NoMembers::Unreadable(why)),
         }
     }
 }
@@ -58,6 +76,7 @@ pub fn slice_entry(t: Tolerant<IPSetMemberSlice>) -> (String, SliceEntry) {
     let policy = t.labels.get(POLICY_LABEL).cloned();
     let entry = SliceEntry {
         policy,
+        source: managed_source(&t.labels),
         version: t.resource_version,
         members: t.value.map(|s| SliceMembers::of(s.spec.members)),
     };
@@ -112,7 +131,7 @@ mod tests {
         SliceInput {
             name,
             version,
-            members: Err(""),
+            members: Err(NoMembers::Unreadable("")),
         }
     }
 

@@ -30,20 +30,28 @@ fn verb(plan: Plan) -> &'static str {
     }
 }
 
-/// Run the command, printing to `out`; returns whether everything succeeded.
+/// Read the policy files, their member lists and `membersFrom` sources.
+/// Called before the kernel side enters `--netns`: url sources are fetched
+/// from the network the command started in, and no lock is held meanwhile.
+pub fn load_inputs(naming: &Naming, args: &ApplyArgs) -> FilePolicies {
+    load(
+        &args.paths,
+        &args.members,
+        naming,
+        args.labels.as_ref(),
+        false,
+    )
+}
+
+/// Run the command on what [`load_inputs`] read, printing to `out`; returns
+/// whether everything succeeded.
 pub fn apply(
     dp: Box<dyn Dataplane>,
     naming: Naming,
+    mut files: FilePolicies,
     args: &ApplyArgs,
     out: &mut dyn Write,
 ) -> io::Result<bool> {
-    let mut files = load(
-        &args.paths,
-        &args.members,
-        &naming,
-        args.labels.as_ref(),
-        false,
-    );
     for e in &files.load_errors {
         writeln!(out, "error: {e}")?;
     }

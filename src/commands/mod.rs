@@ -3,6 +3,7 @@
 //! member list into IPSetMemberSlice objects for a cluster.
 
 pub mod apply;
+pub(crate) mod file_sources;
 pub mod run;
 pub mod sets;
 pub(crate) mod slice;
@@ -11,9 +12,13 @@ pub mod table;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use file_sources::{LocalSources, SourceProblem, SourceSlice};
+
 use crate::ipset::Naming;
-use crate::policy::compile::{MemberCache, MemberList, PolicyInput, SliceInput, compile_inputs};
-use crate::policy::load::{LoadedSlice, load_file, policy_files};
+use crate::policy::compile::{
+    MemberCache, MemberList, NoMembers, PolicyInput, SliceInput, compile_inputs,
+};
+use crate::policy::load::{LoadedPolicy, LoadedSlice, load_file, policy_files};
 use crate::policy::member_list::read_member_list;
 use crate::policy::{Compiled, IPSetPolicy, LoadError};
 
@@ -34,8 +39,9 @@ pub struct FilePolicies {
 }
 
 /// Read and compile every policy under `paths`, with the member slices the
-/// files hold and the plain member lists of `members`. A file that fails
-/// to load does not stop the others. `allow_empty`: a directory without
+/// files hold, the plain member lists of `members` and the policies'
+/// `membersFrom` sources (read and fetched once). A file that fails to
+/// load does not stop the others. `allow_empty`: a directory without
 /// policy files means "no policies" (a watched directory whose last file
 /// was removed) rather than an error (a mistyped path given to `apply`).
 pub fn load(
@@ -45,6 +51,26 @@ pub fn load(
     labels: Option<&BTreeMap<String, String>>,
     allow_empty: bool,
 ) -> FilePolicies {
+    let inputs = read_files(paths, members, allow_empty);
+    let mut sources = LocalSources::default();
+    sources.want(&inputs.policies);
+    sources.refresh(std::time::Instant::now(), true);
+    inputs.compile(naming, labels, &sources)
+}
+
+/// What the policy files (and plain member lists) hold, not compiled yet.
+pub(crate) struct FileInputs {
+    pub policies: Vec<LoadedPolicy>,
+    pub slices: Vec<LoadedSlice>,
+    pub load_errors: Vec<LoadError>,
+}
+
+/// Read every policy file under `paths` and the lists of `members`.
+pub(crate) fn read_files(
+    paths: &[PathBuf],
+    members: &[MembersFile],
+    allow_empty: bool,
+) -> FileInputs {
     let mut policies = Vec::new();
     let mut slices = Vec::new();
     let mut load_errors = Vec::new();
@@ -57,7 +83,7 @@ pub fn load(
         for f in found.files {
             match load_file(&f) {
                 Ok(loaded) => {
-                    policies.extend(loaded.policies.into_iter().map(|l| l.policy));
+                    policies.extend(loaded.policies);
                     slices.extend(loaded.slices);
                 }
                 Err(e) => load_errors.push(e),
@@ -78,12 +104,31 @@ pub fn load(
             }),
         }
     }
-    load_errors.extend(slice_errors(&policies, &slices));
-    let compiled = compile_with_slices(&policies, &slices, naming, labels);
-    FilePolicies {
+    let policies_only: Vec<IPSetPolicy> = policies.iter().map(|l| l.policy.clone()).collect();
+    load_errors.extend(slice_errors(&policies_only, &slices));
+    FileInputs {
         policies,
-        compiled,
+        slices,
         load_errors,
+    }
+}
+
+impl FileInputs {
+    /// Compile for this host, with what `sources` last gave.
+    pub(crate) fn compile(
+        self,
+        naming: &Naming,
+        labels: Option<&BTreeMap<String, String>>,
+        sources: &LocalSources,
+    ) -> FilePolicies {
+        let policies: Vec<IPSetPolicy> = self.policies.into_iter().map(|l| l.policy).collect();
+        let compiled =
+            compile_with_slices(&policies, &self.slices, &sources.slices(), naming, labels);
+        FilePolicies {
+            policies,
+            compiled,
+            load_errors: self.load_errors,
+        }
     }
 }
 
@@ -118,6 +163,7 @@ fn slice_errors(policies: &[IPSetPolicy], slices: &[LoadedSlice]) -> Vec<LoadErr
 fn compile_with_slices(
     policies: &[IPSetPolicy],
     slices: &[LoadedSlice],
+    from_sources: &[SourceSlice],
     naming: &Naming,
     labels: Option<&BTreeMap<String, String>>,
 ) -> Compiled {
@@ -128,6 +174,19 @@ fn compile_with_slices(
             // Slices from files are not cached across loads.
             version: "",
             members: Ok(MemberList::Strings(&s.members)),
+        });
+    }
+    for s in from_sources {
+        by_policy.entry(&s.policy).or_default().push(SliceInput {
+            name: &s.name,
+            version: "",
+            members: match &s.members {
+                Ok(m) => Ok(MemberList::Strings(m)),
+                Err(SourceProblem::Failed(why)) => Err(NoMembers::Unreadable(why)),
+                Err(SourceProblem::Refused { file, reason }) => {
+                    Err(NoMembers::Refused { file, reason })
+                }
+            },
         });
     }
     let inputs: Vec<PolicyInput<'_>> = policies
@@ -144,6 +203,24 @@ fn compile_with_slices(
         })
         .collect();
     compile_inputs(&inputs, naming, labels, &mut MemberCache::default())
+}
+
+#[cfg(test)]
+impl FilePolicies {
+    /// The compile errors as printed, for tests to match.
+    pub(crate) fn compile_errors(&self) -> Vec<String> {
+        self.compiled.errors.iter().map(|e| e.to_string()).collect()
+    }
+
+    /// Panics, listing them, unless nothing failed to load or compile.
+    pub(crate) fn assert_no_errors(&self) {
+        assert!(self.load_errors.is_empty(), "{:?}", self.load_errors);
+        assert!(
+            self.compiled.errors.is_empty(),
+            "{:?}",
+            self.compiled.errors
+        );
+    }
 }
 
 #[cfg(test)]
@@ -192,12 +269,7 @@ mod tests {
             ],
             &[],
         );
-        assert!(files.load_errors.is_empty(), "{:?}", files.load_errors);
-        assert!(
-            files.compiled.errors.is_empty(),
-            "{:?}",
-            files.compiled.errors
-        );
+        files.assert_no_errors();
         assert_eq!(
             members_of(&files),
             ["10.0.0.0/8", "192.0.2.0/24", "198.51.100.0/24"]

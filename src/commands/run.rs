@@ -3,8 +3,13 @@
 //! file changes and SIGHUP, follows a directory that is removed and
 //! recreated, and keeps the kernel as it is while the files do not load
 //! (fail static). Resyncs and retries are the driver's.
+//!
+//! `membersFrom` sources are kept across reloads (`file_sources.rs`): a
+//! `file` is read again when it changes (watched, and stat'ed at every
+//! resync and every `interval`), a `url` on its own interval; one that
+//! fails keeps its last good members in force.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 
-use super::load;
+use super::file_sources::LocalSources;
+use super::read_files;
 use crate::ipset::Naming;
 use crate::kernel::KernelSide;
 use crate::manager::driver::{Command, Observer, Report};
@@ -94,6 +100,69 @@ impl DirWatch {
     }
 }
 
+/// The inotify watch on the member list files of `file` sources: their
+/// directories (a file replaced by a rename keeps being followed), with
+/// events for other files of those directories ignored.
+struct ListWatch {
+    tx: mpsc::Sender<()>,
+    files: BTreeSet<PathBuf>,
+    watcher: Option<RecommendedWatcher>,
+}
+
+impl ListWatch {
+    fn new(tx: mpsc::Sender<()>) -> ListWatch {
+        ListWatch {
+            tx,
+            files: BTreeSet::new(),
+            watcher: None,
+        }
+    }
+
+    /// Watch exactly `files` (a new watcher when the set changed).
+    fn follow(&mut self, files: BTreeSet<PathBuf>) {
+        if files == self.files {
+            return;
+        }
+        self.watcher = None;
+        self.files = files;
+        if self.files.is_empty() {
+            return;
+        }
+        let wanted = Arc::new(self.files.clone());
+        let tx = self.tx.clone();
+        let filter = wanted.clone();
+        let watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+            let ours = ev.as_ref().map_or(true, |e| {
+                !e.kind.is_access() && e.paths.iter().any(|p| filter.contains(p))
+            });
+            if ours {
+                let _ = tx.send(());
+            }
+        });
+        let mut watcher = match watcher {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch member list files; they are read again at every resync");
+                return;
+            }
+        };
+        let dirs: BTreeSet<&Path> = wanted
+            .iter()
+            .map(|f| {
+                f.parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."))
+            })
+            .collect();
+        for d in dirs {
+            if let Err(e) = watcher.watch(d, RecursiveMode::NonRecursive) {
+                tracing::warn!(dir = %d.display(), error = %e, "cannot watch a member list directory; its files are read again at every resync");
+            }
+        }
+        self.watcher = Some(watcher);
+    }
+}
+
 /// One file's name, inode, size and modification time.
 type FileStamp = (PathBuf, u64, u64, i64, i64);
 
@@ -131,12 +200,14 @@ pub fn run(kernel: &KernelSide, naming: &Naming, args: &RunArgs) -> Result<(), R
     signal_hook::flag::register(signal_hook::consts::SIGHUP, hangup.clone())
         .map_err(RunError::Signals)?;
     let (tx, rx) = mpsc::channel();
-    let mut watch = DirWatch::new(&args.policy_dir, tx)?;
+    let mut watch = DirWatch::new(&args.policy_dir, tx.clone())?;
     let mut source = Source {
         naming,
         args,
         seq: 0,
         loaded: Vec::new(),
+        sources: LocalSources::default(),
+        lists: ListWatch::new(tx),
     };
     let mut next_check = Instant::now() + args.resync_interval;
     let mut reload = true;
@@ -161,9 +232,22 @@ pub fn run(kernel: &KernelSide, naming: &Naming, args: &RunArgs) -> Result<(), R
             reload |= source.changed();
         }
         if reload {
-            source.reload(kernel);
+            // Whatever woke us (a file event, SIGHUP, a change seen at a
+            // resync), the member list files are read again too.
+            source.reload(kernel, true);
+        } else if source
+            .sources
+            .next_due()
+            .is_some_and(|d| d <= Instant::now())
+            && source.sources.refresh(Instant::now(), false)
+        {
+            source.reload(kernel, false);
         }
-        reload = wait_for_change(&rx, &mut watch, next_check, &stop, &hangup);
+        let until = source
+            .sources
+            .next_due()
+            .map_or(next_check, |d| d.min(next_check));
+        reload = wait_for_change(&rx, &mut watch, until, &stop, &hangup);
     }
     tracing::info!("stopping; kernel sets are left as they are");
     Ok(())
@@ -220,30 +304,35 @@ struct Source<'a> {
     seq: u64,
     /// The fingerprint of what was last loaded.
     loaded: Vec<FileStamp>,
+    /// The policies' `membersFrom`, with their last good members.
+    sources: LocalSources,
+    lists: ListWatch,
 }
 
 impl Source<'_> {
     fn changed(&self) -> bool {
-        fingerprint(&self.args.policy_dir) != self.loaded
+        fingerprint(&self.args.policy_dir) != self.loaded || self.sources.files_changed()
     }
 
     /// Load the directory and hand it to the kernel side, unless a file does
-    /// not load (then the kernel is kept as it is).
-    fn reload(&mut self, kernel: &KernelSide) {
+    /// not load (then the kernel is kept as it is, and so are the sources:
+    /// the policies of the file that failed are unknown, not gone).
+    /// `refresh`: read the changed member list files and fetch due urls too.
+    fn reload(&mut self, kernel: &KernelSide, refresh: bool) {
         self.loaded = fingerprint(&self.args.policy_dir);
-        let files = load(
-            std::slice::from_ref(&self.args.policy_dir),
-            &[],
-            self.naming,
-            self.args.labels.as_ref(),
-            true,
-        );
-        if !files.load_errors.is_empty() {
-            for e in &files.load_errors {
+        let inputs = read_files(std::slice::from_ref(&self.args.policy_dir), &[], true);
+        if !inputs.load_errors.is_empty() {
+            for e in &inputs.load_errors {
                 tracing::error!("{e}; keeping the kernel as it is until the files load again");
             }
             return;
         }
+        self.sources.want(&inputs.policies);
+        if refresh {
+            self.sources.refresh(Instant::now(), true);
+        }
+        self.lists.follow(self.sources.files());
+        let files = inputs.compile(self.naming, self.args.labels.as_ref(), &self.sources);
         for e in &files.compiled.errors {
             tracing::error!("{e}");
         }

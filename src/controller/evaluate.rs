@@ -159,6 +159,7 @@ pub fn status_for(
                 .map(|(n, _)| n.to_string())
                 .collect(),
         }),
+        sources: Vec::new(),
     }
 }
 
@@ -205,6 +206,34 @@ fn ready_condition(
         msg.push_str(&format!(" and {more} more"));
     }
     condition("Ready", false, "NodesNotSynced", msg, generation)
+}
+
+/// `SourcesSynced`, for a policy with `membersFrom`: whether every source
+/// is in force now (`failing` says which are not, and why; their last good
+/// members stay).
+pub fn sources_condition(
+    failing: Option<String>,
+    generation: i64,
+    previous: Option<&IPSetPolicyStatus>,
+    now: Timestamp,
+) -> Condition {
+    let c = match failing {
+        None => condition(
+            "SourcesSynced",
+            true,
+            "AllSourcesInForce",
+            "every membersFrom source is in force".into(),
+            generation,
+        ),
+        Some(msg) => condition(
+            "SourcesSynced",
+            false,
+            "SourceFailing",
+            format!("{msg} (the last good members stay in force)"),
+            generation,
+        ),
+    };
+    keep_transition_time(c, previous, now)
 }
 
 fn condition(type_: &str, ok: bool, reason: &str, message: String, generation: i64) -> Condition {

@@ -17,8 +17,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 
 use super::evaluate::{NodeView, Validity, status_for};
-use super::inputs::Input;
+use super::feeds::{FeedJobs, FeedResults};
+use super::inputs::{Input, Needs};
+use super::materialise::SlicePlan;
 use super::metrics::ControllerShared;
+use super::sources::{Memory, Outcome, evaluate_sources, sources_message};
 use super::store::Store;
 use super::writer::{Job, Plan};
 use crate::api::IPSetPolicy;
@@ -32,6 +35,17 @@ pub struct Settings {
     pub debounce: Duration,
     /// Re-evaluate at least this often (stale heartbeats).
     pub tick: Duration,
+    /// Quiet time after a Pod, Service or Namespace change: their churn is
+    /// coalesced into at most one materialisation per this interval.
+    pub sources_debounce: Duration,
+}
+
+/// Where the materialised sources go: the slice writer's plans, the
+/// kinds to watch, the url sources to fetch.
+pub struct SourceChannels {
+    pub slices: watch::Sender<Arc<SlicePlan>>,
+    pub needs: watch::Sender<Needs>,
+    pub feeds: watch::Sender<Arc<FeedJobs>>,
 }
 
 impl Settings {
@@ -40,6 +54,7 @@ impl Settings {
             naming,
             debounce: Duration::from_millis(200),
             tick: Duration::from_secs(10),
+            sources_debounce: Duration::from_secs(1),
         }
     }
 }
@@ -57,6 +72,13 @@ pub struct Controller {
     /// Node states asked to be deleted.
     deleting: HashSet<String>,
     evaluate_at: Option<Instant>,
+    channels: SourceChannels,
+    /// The last outcome of each url source's fetch.
+    fetched: FeedResults,
+    memory: Memory,
+    sources: Outcome,
+    /// Whether anything the sources read changed since they were evaluated.
+    sources_dirty: bool,
 }
 
 fn far_future() -> Instant {
@@ -70,6 +92,7 @@ impl Controller {
         jobs: mpsc::Sender<Job>,
         leader: watch::Receiver<bool>,
         shared: Arc<ControllerShared>,
+        channels: SourceChannels,
     ) -> Controller {
         Controller {
             settings,
@@ -82,6 +105,11 @@ impl Controller {
             warned: HashMap::new(),
             deleting: HashSet::new(),
             evaluate_at: None,
+            channels,
+            fetched: FeedResults::new(),
+            memory: Memory::new(),
+            sources: Outcome::default(),
+            sources_dirty: true,
         }
     }
 
@@ -115,7 +143,14 @@ impl Controller {
                     self.deleting.clear();
                     self.evaluate();
                 }
-                _ = tick.tick() => self.evaluate(),
+                _ = tick.tick() => {
+                    // Slice writes that failed are retried with the plan.
+                    self.sources_dirty = true;
+                    self.evaluate();
+                    if !self.channels.slices.borrow().is_empty() {
+                        self.channels.slices.send_modify(|_| {});
+                    }
+                }
                 _ = evaluate, if self.evaluate_at.is_some() => {
                     self.evaluate_at = None;
                     self.evaluate();
@@ -152,10 +187,85 @@ impl Controller {
                 self.shared.watches.delivered("nodes");
                 self.store.on_node(ev)
             }
+            Input::Pod(ev) => {
+                self.shared.watches.delivered("pods");
+                let c = self.store.on_pod(ev);
+                self.source_changed(c.changed);
+                return;
+            }
+            Input::Service(ev) => {
+                self.shared.watches.delivered("services");
+                let c = self.store.on_service(ev);
+                self.source_changed(c.changed);
+                return;
+            }
+            Input::Namespace(ev) => {
+                self.shared.watches.delivered("namespaces");
+                let c = self.store.on_namespace(ev);
+                self.source_changed(c.changed);
+                return;
+            }
+            Input::Unwatched(resource) => {
+                let c = self.store.unwatched(resource);
+                self.source_changed(c.changed);
+                return;
+            }
+            Input::Feed(key, result) => {
+                self.fetched.insert(key, result);
+                self.source_changed(true);
+                return;
+            }
         };
+        if change.changed {
+            self.sources_dirty = true;
+        }
         if change.changed && self.evaluate_at.is_none() {
             self.evaluate_at = Some(Instant::now() + self.settings.debounce);
         }
+    }
+
+    /// A change only the sources read: coalesced over a longer interval.
+    fn source_changed(&mut self, changed: bool) {
+        if !changed {
+            return;
+        }
+        self.sources_dirty = true;
+        if self.evaluate_at.is_none() {
+            self.evaluate_at = Some(Instant::now() + self.settings.sources_debounce);
+        }
+    }
+
+    /// Evaluate the sources if anything they read changed; hand the writer
+    /// the slices, the inputs the kinds to watch, the fetcher its jobs.
+    fn evaluate_sources(&mut self, now: Timestamp) {
+        if !self.sources_dirty {
+            return;
+        }
+        self.sources_dirty = false;
+        let out = evaluate_sources(&self.store, &self.fetched, &mut self.memory, now);
+        self.fetched.retain(|k, _| out.feeds.contains_key(k));
+        let plan = out.plan.clone();
+        self.channels.slices.send_if_modified(|current| {
+            if **current == plan {
+                return false;
+            }
+            *current = Arc::new(plan);
+            true
+        });
+        self.channels.needs.send_if_modified(|n| {
+            let changed = *n != out.needs;
+            *n = out.needs;
+            changed
+        });
+        let feeds = out.feeds.clone();
+        self.channels.feeds.send_if_modified(|current| {
+            if **current == feeds {
+                return false;
+            }
+            *current = Arc::new(feeds);
+            true
+        });
+        self.sources = out;
     }
 
     /// Validate every policy and plan the writes that bring the server's
@@ -165,9 +275,10 @@ impl Controller {
             return;
         }
         self.shared.set_listed(true);
+        let now = Timestamp::now();
+        self.evaluate_sources(now);
         let validity = self.validate();
         let revisions = self.store.revisions();
-        let now = Timestamp::now();
         let clock = Instant::now();
         let nodes: BTreeMap<&str, NodeView<'_>> = self
             .store
@@ -185,7 +296,7 @@ impl Controller {
                 (
                     name.as_str(),
                     NodeView {
-                        labels: &labels.0,
+                        labels: &labels.labels,
                         state,
                         seen_ago,
                     },
@@ -213,6 +324,7 @@ impl Controller {
                         ),
                         max_elem: None,
                         hash_size: None,
+                        members_from: Vec::new(),
                     };
                     let mut p = IPSetPolicy::new(name, spec);
                     p.metadata.generation = t.generation;
@@ -223,7 +335,16 @@ impl Controller {
             };
             let v = &validity[name.as_str()];
             let revision = revisions.get(name.as_str()).map_or("", String::as_str);
-            let status = status_for(policy, v, revision, &nodes, previous, now);
+            let mut status = status_for(policy, v, revision, &nodes, previous, now);
+            if let Some(entries) = self.sources.statuses.get(name.as_str()) {
+                status.conditions.push(super::evaluate::sources_condition(
+                    sources_message(entries),
+                    policy.metadata.generation.unwrap_or(0),
+                    previous,
+                    now,
+                ));
+                status.sources = entries.clone();
+            }
             if previous != Some(&status) {
                 plan.insert(name.clone(), status);
             }
@@ -309,6 +430,13 @@ impl Controller {
                 },
             };
             out.insert(name, v);
+        }
+        for (name, message) in &self.sources.invalid {
+            let merged = match out.remove(name) {
+                Some(Validity::Invalid { message: m }) => format!("{m}; {message}"),
+                _ => message.clone(),
+            };
+            out.insert(name.clone(), Validity::Invalid { message: merged });
         }
         for (name, why) in unreadable {
             out.insert(

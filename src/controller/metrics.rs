@@ -20,6 +20,8 @@ pub struct Metrics {
     pub leader: Gauge,
     pub status_writes: Family<ResultLabel, Counter>,
     pub event_writes: Family<ResultLabel, Counter>,
+    /// Applies and deletions of the controller's member slices.
+    pub slice_writes: Family<ResultLabel, Counter>,
     pub node_states_deleted: Counter,
     pub api: ApiMetrics,
 }
@@ -37,6 +39,7 @@ impl Metrics {
         let m = Metrics::default();
         let _ = m.status_writes.get_or_create(&ResultLabel::of(true));
         let _ = m.event_writes.get_or_create(&ResultLabel::of(true));
+        let _ = m.slice_writes.get_or_create(&ResultLabel::of(true));
         m.api.touch_every_family();
         m
     }
@@ -51,6 +54,7 @@ impl Default for Metrics {
             leader: Gauge::default(),
             status_writes: Family::default(),
             event_writes: Family::default(),
+            slice_writes: Family::default(),
             node_states_deleted: Counter::default(),
             api: ApiMetrics::default(),
             registry: Registry::default(),
@@ -77,6 +81,11 @@ impl Default for Metrics {
             "ipsetmgr_controller_status_writes",
             "Policy status writes, by result",
             m.status_writes.clone(),
+        );
+        r.register(
+            "ipsetmgr_controller_slice_writes",
+            "Applies and deletions of the member slices the controller materialises from membersFrom, by result",
+            m.slice_writes.clone(),
         );
         r.register(
             "ipsetmgr_controller_event_writes",

@@ -9,12 +9,19 @@
 //! - [`evaluate`]: what each status should say (pure);
 //! - [`event_loop`]: re-evaluates on changes and on a tick;
 //! - [`writer`]: the writes, in a task of their own, by the leader only;
+//! - [`sources`], [`materialise`], [`slice_writer`], [`feeds`]: the
+//!   policies' `membersFrom`, computed and written as member slices;
 //! - [`metrics`]: metrics and health.
 
 pub mod evaluate;
 pub mod event_loop;
+pub(crate) mod feeds;
 pub mod inputs;
+pub(crate) mod leading;
+pub(crate) mod materialise;
 pub mod metrics;
+pub(crate) mod slice_writer;
+pub(crate) mod sources;
 pub mod store;
 pub mod writer;
 
@@ -104,10 +111,46 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
         leader.clone(),
         shared.clone(),
     ));
-    let controller = event_loop::Controller::new(settings, plans_tx, jobs_tx, leader, shared);
-    controller
-        .run(inputs::watch_inputs(client), shutdown_signal())
-        .await;
+    let (slices_tx, slices_rx) = tokio::sync::watch::channel(Default::default());
+    let (needs_tx, needs_rx) = tokio::sync::watch::channel(inputs::Needs::default());
+    let (feeds_tx, feeds_rx) = tokio::sync::watch::channel(Default::default());
+    let slice_writer = tokio::spawn(slice_writer::run_slice_writer(
+        client.clone(),
+        slice_writer::SliceWriterSettings {
+            per_slice_interval: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(10),
+        },
+        slices_rx,
+        leader.clone(),
+        shared.clone(),
+    ));
+    let fetcher = crate::sources::feed::Fetcher::new(
+        crate::sources::feed::FETCH_TIMEOUT,
+        crate::sources::feed::MAX_FEED_BYTES,
+    )
+    .context("setting up the HTTP client of url sources")?;
+    let (feed_out, feed_in) = futures::channel::mpsc::channel(64);
+    let feeds = tokio::spawn(feeds::run_feeds(
+        feeds_rx,
+        leader.clone(),
+        fetcher,
+        feeds::HeaderSource {
+            client: Some(client.clone()),
+            namespace: config.namespace.clone(),
+        },
+        feed_out,
+    ));
+    let channels = event_loop::SourceChannels {
+        slices: slices_tx,
+        needs: needs_tx,
+        feeds: feeds_tx,
+    };
+    let controller =
+        event_loop::Controller::new(settings, plans_tx, jobs_tx, leader, shared, channels);
+    let inputs = futures::stream::select(inputs::watch_inputs(client, needs_rx), feed_in);
+    controller.run(inputs, shutdown_signal()).await;
+    feeds.abort();
+    let _ = slice_writer.await;
     // The loop dropped the senders: the writer ends; dropping the last
     // leadership receiver releases the Lease.
     let _ = writer.await;

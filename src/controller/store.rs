@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use kube::runtime::watcher::Event;
 use tokio::time::Instant;
 
@@ -14,9 +14,9 @@ use crate::cluster::slices::{SliceEntry, by_policy, members_revision, same_slice
 use crate::cluster::tolerant::Tolerant;
 use crate::policy::compile::PolicyInput;
 
-/// A Node as the controller needs it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeLabels(pub BTreeMap<String, String>);
+use crate::sources::cluster::{
+    Labels, NodeView, PodView, ServiceView, node_view, pod_view, service_view,
+};
 
 #[derive(Default)]
 pub struct Store {
@@ -26,7 +26,21 @@ pub struct Store {
     /// When each node state was last seen to change (by this controller's
     /// clock: heartbeats are judged without trusting the nodes' clocks).
     pub seen: BTreeMap<String, Instant>,
-    pub nodes: Listing<NodeLabels>,
+    /// Every Node's labels and addresses.
+    pub nodes: Listing<NodeView>,
+    /// Watched only while a source needs them (see `inputs::Needs`); keyed
+    /// `namespace/name`. A terminal Pod is kept as `None`.
+    pub pods: Listing<Option<PodView>>,
+    pub services: Listing<ServiceView>,
+    pub namespaces: Listing<Labels>,
+}
+
+fn namespaced(m: &kube::core::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        m.namespace.as_deref().unwrap_or(""),
+        m.name.as_deref().unwrap_or("")
+    )
 }
 
 fn named<K>(t: Tolerant<K>) -> (String, Tolerant<K>) {
@@ -83,11 +97,43 @@ impl Store {
     }
 
     pub fn on_node(&mut self, ev: Event<Node>) -> Change {
-        let labels = |n: Node| {
+        let view = |n: Node| (n.metadata.name.clone().unwrap_or_default(), node_view(&n));
+        self.nodes.apply(ev, view, |a, b| a == b)
+    }
+
+    pub fn on_pod(&mut self, ev: Event<Pod>) -> Change {
+        self.pods.apply(
+            ev,
+            |p: Pod| (namespaced(&p.metadata), pod_view(&p)),
+            |a, b| a == b,
+        )
+    }
+
+    pub fn on_service(&mut self, ev: Event<Service>) -> Change {
+        let view = |s: Service| (namespaced(&s.metadata), service_view(&s));
+        self.services.apply(ev, view, |a, b| a == b)
+    }
+
+    pub fn on_namespace(&mut self, ev: Event<Namespace>) -> Change {
+        let labels = |n: Namespace| {
             let name = n.metadata.name.clone().unwrap_or_default();
-            (name, NodeLabels(n.metadata.labels.unwrap_or_default()))
+            (name, n.metadata.labels.unwrap_or_default())
         };
-        self.nodes.apply(ev, labels, |a, b| a == b)
+        self.namespaces.apply(ev, labels, |a, b| a == b)
+    }
+
+    /// A watch that no source needs any more: forget its kind.
+    pub fn unwatched(&mut self, resource: &str) -> Change {
+        match resource {
+            "pods" => self.pods = Listing::default(),
+            "services" => self.services = Listing::default(),
+            "namespaces" => self.namespaces = Listing::default(),
+            _ => return Change::default(),
+        }
+        Change {
+            changed: true,
+            removed: false,
+        }
     }
 
     /// Whether every initial list has arrived.

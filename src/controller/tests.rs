@@ -11,9 +11,10 @@ use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::event_loop::{Controller, Settings};
-use super::inputs::Input;
+use super::event_loop::{Controller, Settings, SourceChannels};
+use super::inputs::{Input, Needs};
 use super::metrics::ControllerShared;
+use super::slice_writer::{SliceWriterSettings, run_slice_writer};
 use super::writer::{WriterSettings, run_writer};
 use crate::cluster::mock_api::{Req, eventually, mock_client};
 use crate::cluster::tolerant::decode;
@@ -43,6 +44,10 @@ struct Harness {
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
     log: Arc<Mutex<Vec<Req>>>,
+    needs: watch::Receiver<Needs>,
+    /// The url sources the fetcher is asked for (it is not run here: feed
+    /// outcomes are sent as inputs).
+    feeds: watch::Receiver<Arc<super::feeds::FeedJobs>>,
 }
 
 const TICK: Duration = Duration::from_secs(10);
@@ -59,7 +64,7 @@ impl Harness {
         let (plans_tx, plans_rx) = watch::channel(Default::default());
         let (jobs_tx, jobs_rx) = mpsc::channel(64);
         tokio::spawn(run_writer(
-            client,
+            client.clone(),
             WriterSettings {
                 identity: "c-0".into(),
                 per_policy_interval: Duration::from_millis(100),
@@ -71,7 +76,25 @@ impl Harness {
             leader.clone(),
             shared.clone(),
         ));
-        let controller = Controller::new(settings, plans_tx, jobs_tx, leader, shared);
+        let (slices_tx, slices_rx) = watch::channel(Default::default());
+        let (needs_tx, needs) = watch::channel(Needs::default());
+        let (feeds_tx, feeds) = watch::channel(Default::default());
+        tokio::spawn(run_slice_writer(
+            client.clone(),
+            SliceWriterSettings {
+                per_slice_interval: Duration::from_secs(1),
+                request_timeout: Duration::from_secs(2),
+            },
+            slices_rx,
+            leader.clone(),
+            shared.clone(),
+        ));
+        let channels = SourceChannels {
+            slices: slices_tx,
+            needs: needs_tx,
+            feeds: feeds_tx,
+        };
+        let controller = Controller::new(settings, plans_tx, jobs_tx, leader, shared, channels);
         let (tx, rx) = unbounded();
         let (stop, stop_rx) = oneshot::channel();
         let task = tokio::spawn(controller.run(rx, async move {
@@ -83,6 +106,8 @@ impl Harness {
             stop: Some(stop),
             task,
             log,
+            needs,
+            feeds,
         }
     }
 
@@ -333,7 +358,7 @@ async fn a_slice_change_is_waited_for_like_a_spec_change() {
         let s = crate::policy::compile::SliceInput {
             name: "p-0",
             version: rv,
-            members: Err(""),
+            members: Err(crate::policy::compile::NoMembers::Unreadable("")),
         };
         crate::cluster::slices::members_revision(Some("uid-p"), 1, &[s])
     };
@@ -484,5 +509,479 @@ async fn selectors_decide_which_nodes_count() {
     })
     .await;
     assert_eq!(h.last_status("edge")["summary"]["syncedText"], "1/1");
+    h.stop().await;
+}
+
+// ---- membersFrom: sources materialised into slices ----
+
+const SLICES: &str = "/apis/ipsetmgr.io/v1alpha1/ipsetmemberslices";
+
+fn addressed_node(name: &str, labels: &[(&str, &str)], addrs: &[(&str, &str)]) -> Node {
+    let labels: std::collections::BTreeMap<&str, &str> = labels.iter().copied().collect();
+    let addresses: Vec<Value> = addrs
+        .iter()
+        .map(|(t, a)| json!({"type": t, "address": a}))
+        .collect();
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels},
+                                  "status": {"addresses": addresses}}))
+    .unwrap()
+}
+
+fn pod(name: &str, ns: &str, labels: Value, ip: &str) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"containers": []},
+        "status": {"phase": "Running", "podIPs": [{"ip": ip}]}
+    }))
+    .unwrap()
+}
+
+impl Harness {
+    fn slice_writes(&self) -> Vec<Req> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.starts_with(SLICES) && (r.method == "PATCH" || r.method == "DELETE"))
+            .collect()
+    }
+
+    fn applied(&self, name: &str) -> Vec<Req> {
+        let path = format!("{SLICES}/{name}");
+        self.slice_writes()
+            .into_iter()
+            .filter(|r| r.method == "PATCH" && r.path == path)
+            .collect()
+    }
+
+    fn last_members(&self, name: &str) -> Vec<String> {
+        let w = self.applied(name);
+        let body = &w.last().expect("applied").body;
+        serde_json::from_value(body["spec"]["members"].clone()).unwrap()
+    }
+
+    /// The watch brings an applied slice back, as the API server would.
+    fn echo(&self, name: &str, rv: u32) {
+        let mut body = self.applied(name).last().unwrap().body.clone();
+        body["metadata"]["resourceVersion"] = json!(rv.to_string());
+        self.send(Input::Slice(Event::Apply(decode(
+            serde_json::from_value(body).unwrap(),
+        ))));
+    }
+
+    fn pods_listed(&self, pods: Vec<k8s_openapi::api::core::v1::Pod>) {
+        self.send(Input::Pod(Event::Init));
+        for p in pods {
+            self.send(Input::Pod(Event::InitApply(p)));
+        }
+        self.send(Input::Pod(Event::InitDone));
+    }
+}
+
+fn list_with_nodes(h: &Harness, policies: Vec<Value>, slices: Vec<Value>, nodes: Vec<Node>) {
+    h.list(policies, slices, vec![], &[]);
+    // Replace the empty Node list with addressed Nodes.
+    h.send(Input::Node(Event::Init));
+    for n in nodes {
+        h.send(Input::Node(Event::InitApply(n)));
+    }
+    h.send(Input::Node(Event::InitDone));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nodes_source_is_written_as_an_owned_slice_and_follows_address_changes() {
+    let h = Harness::start(true);
+    let p = policy(
+        "nodes",
+        1,
+        json!({"type": "hash:ip", "family": "Dual", "membersFrom": [{"nodes": {"selector": {"matchLabels": {"pool": "a"}}}}]}),
+    );
+    list_with_nodes(
+        &h,
+        vec![p],
+        vec![],
+        vec![
+            addressed_node(
+                "a",
+                &[("pool", "a")],
+                &[
+                    ("InternalIP", "10.0.0.2"),
+                    ("InternalIP", "fd00::2"),
+                    ("Hostname", "a"),
+                ],
+            ),
+            addressed_node(
+                "b",
+                &[("pool", "a")],
+                &[("InternalIP", "10.0.0.1"), ("ExternalIP", "203.0.113.1")],
+            ),
+            addressed_node("c", &[("pool", "b")], &[("InternalIP", "10.0.0.3")]),
+        ],
+    );
+    let name = "nodes-src0-0-of-1";
+    eventually("slice applied", || !h.applied(name).is_empty()).await;
+    let w = &h.applied(name)[0];
+    assert_eq!(w.content_type, "application/apply-patch+yaml");
+    assert!(
+        w.query.contains("fieldManager=ipsetmgr-controller") && w.query.contains("force=true"),
+        "{}",
+        w.query
+    );
+    assert_eq!(h.last_members(name), ["10.0.0.1", "10.0.0.2", "fd00::2"]);
+    let meta = &w.body["metadata"];
+    assert_eq!(meta["labels"]["ipsetmgr.io/policy"], "nodes");
+    assert_eq!(meta["labels"]["ipsetmgr.io/source"], "0");
+    assert_eq!(
+        meta["labels"]["app.kubernetes.io/managed-by"],
+        "ipsetmgr-controller"
+    );
+    let owner = &meta["ownerReferences"][0];
+    assert_eq!(
+        (
+            owner["kind"].as_str(),
+            owner["name"].as_str(),
+            owner["uid"].as_str()
+        ),
+        (Some("IPSetPolicy"), Some("nodes"), Some("uid-nodes"))
+    );
+    assert_eq!(owner["controller"], true);
+    assert!(
+        owner.get("blockOwnerDeletion").is_none_or(Value::is_null),
+        "{owner}"
+    );
+    h.echo(name, 100);
+    // Unchanged sources write nothing, tick after tick.
+    tokio::time::sleep(TICK * 3).await;
+    assert_eq!(
+        h.applied(name).len(),
+        1,
+        "nothing rewritten while nothing changes"
+    );
+    let s = h.last_status("nodes");
+    assert_eq!(s["sources"][0]["kind"], "nodes");
+    assert_eq!(s["sources"][0]["members"], 3);
+    assert_eq!(condition(&s, "SourcesSynced")["status"], "True");
+    // A node's address changes: the slice follows.
+    h.send(Input::Node(Event::Apply(addressed_node(
+        "b",
+        &[("pool", "a")],
+        &[("InternalIP", "10.0.0.9")],
+    ))));
+    eventually("rewritten", || h.applied(name).len() == 2).await;
+    assert_eq!(h.last_members(name), ["10.0.0.2", "10.0.0.9", "fd00::2"]);
+    h.echo(name, 101);
+    // The source is removed from the spec: its slice is deleted.
+    h.send(Input::Policy(Event::Apply(decode(
+        serde_json::from_value(policy("nodes", 2, json!({"type": "hash:ip"}))).unwrap(),
+    ))));
+    eventually("deleted", || {
+        h.slice_writes().iter().any(|r| r.method == "DELETE")
+    })
+    .await;
+    let deletes: Vec<String> = h
+        .slice_writes()
+        .into_iter()
+        .filter(|r| r.method == "DELETE")
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(deletes, [format!("{SLICES}/{name}")]);
+    assert!(!h.needs.borrow().pods, "no Pod watch for a nodes source");
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pods_are_watched_only_when_needed_and_add_delete_relabel_update_the_slice() {
+    let h = Harness::start(true);
+    let spec = json!({"type": "hash:ip", "membersFrom": [{"pods": {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "payments"}},
+        "podSelector": {"matchLabels": {"app": "db"}}}}]});
+    h.list(vec![], vec![], vec![], &[]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        *h.needs.borrow(),
+        Needs::default(),
+        "nothing watched without a source"
+    );
+    h.send(Input::Policy(Event::Apply(decode(
+        serde_json::from_value(policy("db", 1, spec)).unwrap(),
+    ))));
+    eventually("pods and namespaces needed", || {
+        let n = *h.needs.borrow();
+        n.pods && n.namespaces && !n.services
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        h.slice_writes().is_empty(),
+        "nothing written before the Pods are listed"
+    );
+    h.send(Input::Namespace(Event::Init));
+    let ns = |name: &str| -> k8s_openapi::api::core::v1::Namespace {
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}}}),
+        )
+        .unwrap()
+    };
+    h.send(Input::Namespace(Event::InitApply(ns("payments"))));
+    h.send(Input::Namespace(Event::InitApply(ns("shop"))));
+    h.send(Input::Namespace(Event::InitDone));
+    h.pods_listed(vec![
+        pod("db-0", "payments", json!({"app": "db"}), "10.1.0.1"),
+        pod("web-0", "payments", json!({"app": "web"}), "10.1.0.2"),
+        pod("db-0", "shop", json!({"app": "db"}), "10.2.0.1"),
+    ]);
+    let name = "db-src0-0-of-1";
+    eventually("applied", || !h.applied(name).is_empty()).await;
+    assert_eq!(h.last_members(name), ["10.1.0.1"]);
+    h.echo(name, 10);
+    // Add.
+    h.send(Input::Pod(Event::Apply(pod(
+        "db-1",
+        "payments",
+        json!({"app": "db"}),
+        "10.1.0.3",
+    ))));
+    eventually("added", || h.applied(name).len() == 2).await;
+    assert_eq!(h.last_members(name), ["10.1.0.1", "10.1.0.3"]);
+    h.echo(name, 11);
+    // Relabel: web-0 becomes a db.
+    h.send(Input::Pod(Event::Apply(pod(
+        "web-0",
+        "payments",
+        json!({"app": "db"}),
+        "10.1.0.2",
+    ))));
+    eventually("relabelled", || h.applied(name).len() == 3).await;
+    assert_eq!(h.last_members(name), ["10.1.0.1", "10.1.0.2", "10.1.0.3"]);
+    h.echo(name, 12);
+    // Delete.
+    h.send(Input::Pod(Event::Delete(pod(
+        "db-0",
+        "payments",
+        json!({"app": "db"}),
+        "10.1.0.1",
+    ))));
+    eventually("deleted pod", || h.applied(name).len() == 4).await;
+    assert_eq!(h.last_members(name), ["10.1.0.2", "10.1.0.3"]);
+    h.echo(name, 13);
+    // A status-only change of a pod (same IPs, labels): nothing written.
+    tokio::time::sleep(TICK * 2).await;
+    assert_eq!(h.applied(name).len(), 4);
+    // The policy is deleted: the Pod watch stops.
+    h.send(Input::Policy(Event::Delete(decode(
+        serde_json::from_value(policy("db", 1, json!({"type": "hash:ip"}))).unwrap(),
+    ))));
+    eventually("pods no longer needed", || !h.needs.borrow().pods).await;
+    eventually("its slice deleted", || {
+        h.slice_writes().iter().any(|r| r.method == "DELETE")
+    })
+    .await;
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_a_thousand_pod_events_costs_a_bounded_number_of_slice_writes() {
+    let h = Harness::start(true);
+    let spec = json!({"type": "hash:ip", "membersFrom": [{"pods": {"podSelector": {"matchLabels": {"app": "web"}}}}]});
+    h.list(vec![policy("web", 1, spec)], vec![], vec![], &[]);
+    h.pods_listed(vec![]);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(h.slice_writes().is_empty(), "no pods: no slices");
+    // 1,000 pod events over 5 seconds: 500 pods come up, half of them are
+    // relabelled away again.
+    for i in 0..1000u32 {
+        let n = i % 500;
+        let ip = format!("10.3.{}.{}", n / 250, n % 250 + 1);
+        let app = if i >= 500 && n % 2 == 1 {
+            "other"
+        } else {
+            "web"
+        };
+        h.send(Input::Pod(Event::Apply(pod(
+            &format!("web-{n}"),
+            "default",
+            json!({"app": app}),
+            &ip,
+        ))));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let writes = h.slice_writes().len();
+    // One slice, at most one materialisation per second of debounce and one
+    // write per slice per second: about 6 for 5 s of churn, never 1,000.
+    assert!((1..=8).contains(&writes), "{writes} slice writes");
+    let name = "web-src0-0-of-1";
+    let members = h.last_members(name);
+    assert_eq!(members.len(), 250, "the final state is written");
+    assert!(
+        members.contains(&"10.3.0.1".to_string()) && !members.contains(&"10.3.0.2".to_string())
+    );
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_users_slice_is_never_touched_and_a_failing_feed_keeps_its_slices() {
+    let h = Harness::start(true);
+    let spec = json!({"type": "hash:net", "membersFrom": [{"url": {"url": "https://feeds.example/level1.netset", "interval": "1h"}}]});
+    let user_slice = json!({
+        "apiVersion": "ipsetmgr.io/v1alpha1", "kind": "IPSetMemberSlice",
+        "metadata": {"name": "mine", "resourceVersion": "3", "labels": {"ipsetmgr.io/policy": "bl"}},
+        "spec": {"members": ["192.0.2.0/24"]}
+    });
+    h.list(vec![policy("bl", 1, spec)], vec![user_slice], vec![], &[]);
+    eventually("the feed is asked for", || h.feeds.borrow().len() == 1).await;
+    let (key, job) = h
+        .feeds
+        .borrow()
+        .iter()
+        .next()
+        .map(|(k, j)| (k.clone(), j.clone()))
+        .unwrap();
+    assert_eq!(key, ("bl".to_string(), 0));
+    let good = super::feeds::FeedResult {
+        spec: job.spec.clone(),
+        good: Some(Arc::new(vec![
+            "10.0.0.0/8".into(),
+            "198.51.100.0/24".into(),
+        ])),
+        error: None,
+    };
+    h.send(Input::Feed(key.clone(), good.clone()));
+    let name = "bl-src0-0-of-1";
+    eventually("applied", || !h.applied(name).is_empty()).await;
+    assert_eq!(h.last_members(name), ["10.0.0.0/8", "198.51.100.0/24"]);
+    h.echo(name, 20);
+    // The next fetch fails: the slice stays, the condition says why.
+    let failed = super::feeds::FeedResult {
+        error: Some(
+            "https://feeds.example/level1.netset: request failed: connection refused".into(),
+        ),
+        ..good
+    };
+    h.send(Input::Feed(key, failed));
+    eventually("condition", || {
+        condition(&h.last_status("bl"), "SourcesSynced")["status"] == "False"
+    })
+    .await;
+    let s = h.last_status("bl");
+    let msg = condition(&s, "SourcesSynced")["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("membersFrom[0] (url): https://feeds.example/level1.netset: request failed"),
+        "{msg}"
+    );
+    assert_eq!(s["sources"][0]["members"], 2, "the last good members");
+    assert!(
+        s["sources"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("connection refused")
+    );
+    tokio::time::sleep(TICK * 2).await;
+    let writes = h.slice_writes();
+    assert!(
+        writes
+            .iter()
+            .all(|r| r.method == "PATCH" && r.path.ends_with(name)),
+        "{writes:?}"
+    );
+    assert_eq!(writes.len(), 1, "nothing deleted or rewritten");
+    assert_eq!(condition(&s, "Valid")["status"], "True");
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_sources_make_the_policy_invalid_naming_the_source() {
+    let h = Harness::start(true);
+    let spec =
+        json!({"type": "hash:ip", "membersFrom": [{"nodes": {}}, {"file": {"path": "/etc/x"}}]});
+    h.list(vec![policy("bad", 1, spec)], vec![], vec![], &[]);
+    eventually("status", || !h.status_writes("bad").is_empty()).await;
+    let valid = condition(&h.last_status("bad"), "Valid").clone();
+    assert_eq!(valid["status"], "False");
+    let msg = valid["message"].as_str().unwrap();
+    assert!(
+        msg.contains(
+            "policy \"bad\": membersFrom[1] (file): a file source works only in policy files"
+        ),
+        "{msg}"
+    );
+    tokio::time::sleep(TICK).await;
+    assert!(
+        h.slice_writes().is_empty(),
+        "an invalid policy writes no slices"
+    );
+    h.stop().await;
+}
+
+/// Sources that become invalid: the status still has one entry per source
+/// of the spec as it is now (none left over from before), the refused one
+/// naming why, the others their last members (their slices are kept); and
+/// SourcesSynced says so.
+#[tokio::test(start_paused = true)]
+async fn sources_that_become_invalid_leave_no_stale_status_entries() {
+    let h = Harness::start(true);
+    let url = json!({"url": {"url": "https://feeds.example/l1.netset", "interval": "1h"}});
+    let other = json!({"url": {"url": "https://feeds.example/l2.netset", "interval": "1h"}});
+    let third = json!({"url": {"url": "https://feeds.example/l3.netset", "interval": "1h"}});
+    let spec = json!({"type": "hash:net", "membersFrom": [url, other, third]});
+    h.list(vec![policy("bl", 1, spec)], vec![], vec![], &[]);
+    eventually("the feeds are asked for", || h.feeds.borrow().len() == 3).await;
+    let jobs: Vec<_> = h
+        .feeds
+        .borrow()
+        .iter()
+        .map(|(k, j)| (k.clone(), j.clone()))
+        .collect();
+    for (i, (key, job)) in jobs.into_iter().enumerate() {
+        h.send(Input::Feed(
+            key,
+            super::feeds::FeedResult {
+                spec: job.spec,
+                good: Some(Arc::new(vec![format!("10.{i}.0.0/16")])),
+                error: None,
+            },
+        ));
+    }
+    eventually("three entries of one member each", || {
+        h.last_status("bl")["sources"]
+            .as_array()
+            .is_some_and(|a| a.len() == 3 && a.iter().all(|e| e["members"] == 1))
+    })
+    .await;
+
+    // Now two sources, the second refused in a cluster.
+    let spec = json!({"type": "hash:net", "membersFrom": [url, {"file": {"path": "/etc/l.txt"}}]});
+    h.send(Input::Policy(Event::Apply(decode(
+        serde_json::from_value(policy("bl", 2, spec)).unwrap(),
+    ))));
+    eventually("Valid False", || {
+        condition(&h.last_status("bl"), "Valid")["status"] == "False"
+    })
+    .await;
+    tokio::time::sleep(TICK * 2).await;
+    let s = h.last_status("bl");
+    let sources = s["sources"].as_array().cloned().unwrap_or_default();
+    assert_eq!(sources.len(), 2, "one entry per source now: {sources:#?}");
+    assert_eq!(sources[0]["kind"], "url");
+    assert_eq!(sources[0]["members"], 1, "its slices are kept");
+    assert!(sources[0]["error"].is_null(), "{:?}", sources[0]);
+    assert_eq!(sources[1]["kind"], "file");
+    assert!(
+        sources[1]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("a file source works only in policy files")),
+        "{:?}",
+        sources[1]
+    );
+    let c = condition(&s, "SourcesSynced");
+    assert_eq!(c["status"], "False", "{c}");
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .contains("membersFrom[1] (file)"),
+        "{c}"
+    );
     h.stop().await;
 }

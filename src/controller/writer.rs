@@ -17,6 +17,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use super::leading::LeaderPlans;
 use super::metrics::ControllerShared;
 use crate::api::{IPSetNodeState, IPSetPolicy, IPSetPolicyStatus};
 use crate::telemetry::labels::ResultLabel;
@@ -197,9 +198,9 @@ impl Writer {
 pub async fn run_writer(
     client: Client,
     settings: WriterSettings,
-    mut plans: watch::Receiver<Arc<Plan>>,
+    plans: watch::Receiver<Arc<Plan>>,
     mut jobs: mpsc::Receiver<Job>,
-    mut leader: watch::Receiver<bool>,
+    leader: watch::Receiver<bool>,
     shared: Arc<ControllerShared>,
 ) {
     let mut w = Writer {
@@ -208,29 +209,15 @@ pub async fn run_writer(
         shared,
         written: BTreeMap::new(),
     };
+    let mut plans = LeaderPlans::new(plans, leader);
     loop {
         tokio::select! {
-            changed = plans.changed() => {
-                if changed.is_err() {
-                    break;
-                }
-                let plan = plans.borrow_and_update().clone();
-                if *leader.borrow() {
-                    w.write_plan(&plan).await;
-                }
-            }
-            changed = leader.changed() => {
-                if changed.is_err() {
-                    break;
-                }
-                // Newly leading: the current plan was not written by us.
-                if *leader.borrow_and_update() {
-                    let plan = plans.borrow().clone();
-                    w.write_plan(&plan).await;
-                }
-            }
+            plan = plans.next() => match plan {
+                Some(plan) => w.write_plan(&plan).await,
+                None => break,
+            },
             job = jobs.recv() => match job {
-                Some(job) if *leader.borrow() => w.run_job(job).await,
+                Some(job) if plans.leads() => w.run_job(job).await,
                 Some(_) => {}
                 None => break,
             },

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::yaml_lift;
+use crate::api::member_source::MemberSource;
 use crate::api::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, integer};
 use crate::api::{IPSetMemberSlice, IPSetMemberSliceSpec, POLICY_LABEL};
 use crate::ipset::SetType;
@@ -103,6 +104,10 @@ struct AnySpec {
     max_elem: Option<u32>,
     #[serde(default, deserialize_with = "integer")]
     hash_size: Option<u32>,
+    /// Kept as written: which sources work in files is decided by
+    /// `sources::spec::parse_sources`, which names the file's policy.
+    #[serde(default)]
+    members_from: Vec<MemberSource>,
 }
 
 impl AnySpec {
@@ -115,6 +120,7 @@ impl AnySpec {
             node_selector: self.node_selector,
             max_elem: self.max_elem,
             hash_size: self.hash_size,
+            members_from: self.members_from,
         })
     }
 
@@ -125,6 +131,7 @@ impl AnySpec {
             ("nodeSelector", self.node_selector.is_some()),
             ("maxElem", self.max_elem.is_some()),
             ("hashSize", self.hash_size.is_some()),
+            ("membersFrom", !self.members_from.is_empty()),
         ];
         if let Some((field, _)) = extra.iter().find(|(_, set)| *set) {
             return Err(format!(
@@ -205,6 +212,9 @@ fn file_kind(meta: &std::fs::Metadata) -> &'static str {
         "a character device"
     } else if t.is_block_device() {
         "a block device"
+    } else if t.is_dir() {
+        // Reached by a reader given a directory (a member list's path).
+        "a directory"
     } else {
         "not a file"
     }
@@ -758,6 +768,28 @@ mod tests {
         let loaded = load_policies(d.path()).unwrap();
         assert_eq!(loaded.len(), 1, "{loaded:?}");
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn members_from_is_read_for_policies_and_refused_for_slices() {
+        let p = yaml("spec:\n  type: hash:net\n  membersFrom:\n    - file: {path: drop.netset}\n    - url: {url: 'https://example.com/l1', interval: 2h}\n").unwrap();
+        let from = &p[0].policy.spec.members_from;
+        assert_eq!(from.len(), 2);
+        assert_eq!(from[0].file.as_ref().unwrap().path, "drop.netset");
+        assert_eq!(from[1].kind(), "url");
+        // A typo inside a source is an unknown field, named.
+        let e = yaml("spec:\n  type: hash:net\n  membersFrom: [{file: {pth: x}}]\n").unwrap_err();
+        assert!(e.to_string().contains("pth"), "{e}");
+        let e = parse_policies(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetMemberSlice\nmetadata: {name: s, labels: {ipsetmgr.io/policy: a}}\nspec: {membersFrom: [{file: {path: x}}]}\n",
+            Path::new("s.yaml"),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("spec.membersFrom is not a field of an IPSetMemberSlice"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Reading plain member lists: the files that big blocklists are published
 //! as (FireHOL netsets, Spamhaus DROP: one member per line with comments),
 //! and YAML or JSON lists of strings. `ipsetmgr slice` turns them into
-//! IPSetMemberSlices; policy files will point at them (`membersFile:`).
+//! IPSetMemberSlices; policy files point at them (`membersFrom: [{file: ...}]`).
 //!
 //! The reader only finds the members and the line each came from, so that
 //! whoever validates them can name the line; it does not judge them. Files

@@ -16,7 +16,12 @@ pub fn matches(
     selector: Option<&LabelSelector>,
     labels: &BTreeMap<String, String>,
 ) -> Result<bool, SelectorError> {
-    let Some(sel) = selector else { return Ok(true) };
+    Ok(parse(selector)?.is_none_or(|s| s.matches(labels)))
+}
+
+/// A selector parsed once, for matching many objects (`None`: everything).
+pub fn parse(selector: Option<&LabelSelector>) -> Result<Option<Selector>, SelectorError> {
+    let Some(sel) = selector else { return Ok(None) };
     // The API server refuses In/NotIn without values; kube's conversion
     // would accept an empty list (matching nothing, or everything).
     for req in sel.match_expressions.iter().flatten() {
@@ -29,7 +34,7 @@ pub fn matches(
         }
     }
     let parsed = Selector::try_from(sel.clone()).map_err(|e| SelectorError(e.to_string()))?;
-    Ok(parsed.matches(labels))
+    Ok(Some(parsed))
 }
 
 #[cfg(test)]

@@ -121,6 +121,7 @@ mod tests {
             "ipsetmgr_watch_errors_total",
             "ipsetmgr_apply_duration_seconds_bucket",
             "ipsetmgr_controller_status_writes_total",
+            "ipsetmgr_controller_slice_writes_total",
             "ipsetmgr_controller_event_writes_total",
             "process_resident_memory_bytes",
             "process_cpu_seconds_total",

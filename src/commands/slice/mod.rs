@@ -6,9 +6,9 @@
 //! cut by a hash of each member, so a small change to the list changes few
 //! of them. It reads a file and writes objects; it touches no kernel.
 
-mod objects;
-mod partition;
-mod validate;
+pub(crate) mod objects;
+pub(crate) mod partition;
+pub(crate) mod validate;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};

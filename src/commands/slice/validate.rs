@@ -98,7 +98,13 @@ impl Invalid {
 pub(crate) fn validate(list: &MemberList, check: Check) -> Result<Validated, Invalid> {
     let mut bad = Invalid::new(list.source.clone());
     let validated = match check {
-        Check::Typed { set_type, family } => typed(&list.members, set_type, family, &mut bad),
+        Check::Typed { set_type, family } => {
+            let (members, duplicates) = typed(&list.members, set_type, family, &mut bad);
+            Validated {
+                members: members.iter().map(Member::to_string).collect(),
+                duplicates,
+            }
+        }
         Check::Schema => schema_only(&list.members, &mut bad),
     };
     if bad.total > 0 {
@@ -107,14 +113,31 @@ pub(crate) fn validate(list: &MemberList, check: Check) -> Result<Validated, Inv
     Ok(validated)
 }
 
+/// [`validate`] with a set type, the members left typed: for a caller that
+/// picks among them before rendering (a member source keeps its policy's
+/// family), so that no member is parsed twice or rendered for nothing.
+pub(crate) fn validate_typed(
+    list: &MemberList,
+    set_type: SetType,
+    family: FamilySpec,
+) -> Result<Vec<Member>, Invalid> {
+    let mut bad = Invalid::new(list.source.clone());
+    let (members, _) = typed(&list.members, set_type, family, &mut bad);
+    if bad.total > 0 {
+        return Err(bad);
+    }
+    Ok(members)
+}
+
 /// Parse each member; sort and deduplicate the typed values (so that
-/// `10.0.0.1/32` and `10.0.0.1` are one), then render them canonically.
+/// `10.0.0.1/32` and `10.0.0.1` are one). Returns them, sorted, and how
+/// many duplicates were dropped.
 fn typed(
     members: &[ListedMember],
     set_type: SetType,
     family: FamilySpec,
     bad: &mut Invalid,
-) -> Validated {
+) -> (Vec<Member>, usize) {
     // Each typed member with the index of the listed one it came from.
     let mut parsed: Vec<(Member, usize)> = Vec::with_capacity(members.len());
     for (i, listed) in members.iter().enumerate() {
@@ -132,10 +155,7 @@ fn typed(
     parsed.dedup_by(|later, earlier| later.0 == earlier.0);
     let duplicates = before - parsed.len();
     nomatch_conflicts(&parsed, members, bad);
-    Validated {
-        members: parsed.iter().map(|(m, _)| m.to_string()).collect(),
-        duplicates,
-    }
+    (parsed.into_iter().map(|(m, _)| m).collect(), duplicates)
 }
 
 /// Why a member of `found` family does not belong in a `wanted` list.

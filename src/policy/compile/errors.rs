@@ -45,6 +45,14 @@ pub enum PolicyErrorKind {
     /// A member slice that could not be read at all.
     #[error("could not be read: {0}")]
     UnreadableSlice(String),
+    /// A `membersFrom` source this setting cannot use (`name` is
+    /// `membersFrom[i] (kind)`; `file` the policy file naming it).
+    #[error("{name} in {file} is refused: {reason}")]
+    RefusedSource {
+        name: String,
+        file: String,
+        reason: String,
+    },
     /// The policy object itself could not be read (an older, looser schema).
     #[error("could not be read: {0}")]
     Unreadable(String),

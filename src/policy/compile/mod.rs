@@ -68,8 +68,46 @@ pub struct SliceInput<'a> {
     pub name: &'a str,
     /// The slice's resourceVersion ("" for slices from files: not cached).
     pub version: &'a str,
-    /// `Err(why)` for a slice that could not be read: its policy is held.
-    pub members: Result<MemberList<'a>, &'a str>,
+    /// `Err` for a slice that gives no members: its policy is held.
+    pub members: Result<MemberList<'a>, NoMembers<'a>>,
+}
+
+/// Why a slice gives no members; either way its policy is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoMembers<'a> {
+    /// It could not be read at all: why.
+    Unreadable(&'a str),
+    /// A `membersFrom` source this setting refuses (a Kubernetes source in a
+    /// policy file): the file it is written in, and why. Not "could not be
+    /// read": nothing was read, and the user has to change the spec.
+    Refused { file: &'a str, reason: &'a str },
+}
+
+impl SliceInput<'_> {
+    /// The error of a slice that gives no members, for policy `policy`.
+    fn no_members_error(&self, policy: &str, why: NoMembers<'_>) -> PolicyError {
+        let (slice, kind) = match why {
+            NoMembers::Unreadable(why) => (
+                Some(self.name.to_string()),
+                PolicyErrorKind::UnreadableSlice(why.to_string()),
+            ),
+            // The source's name (`membersFrom[i] (kind)`) is in the message.
+            NoMembers::Refused { file, reason } => (
+                None,
+                PolicyErrorKind::RefusedSource {
+                    name: self.name.to_string(),
+                    file: file.to_string(),
+                    reason: reason.to_string(),
+                },
+            ),
+        };
+        PolicyError {
+            policy: policy.to_string(),
+            slice,
+            member: None,
+            kind,
+        }
+    }
 }
 
 /// One policy and the member slices labelled for it.
@@ -286,12 +324,7 @@ fn compile_hash(
                 ));
                 origins.push(Some(s.name));
             }
-            Err(why) => errors.push(PolicyError {
-                policy: name.to_string(),
-                slice: Some(s.name.to_string()),
-                member: None,
-                kind: PolicyErrorKind::UnreadableSlice(why.to_string()),
-            }),
+            Err(why) => errors.push(s.no_members_error(name, why)),
         }
     }
     for (source, origin) in sources.iter().zip(&origins) {
@@ -430,12 +463,7 @@ fn compile_list_set(
     for s in &input.slices {
         match s.members {
             Ok(m) => lists.push((Some(s.name), m.strs())),
-            Err(why) => errors.push(PolicyError {
-                policy: name.to_string(),
-                slice: Some(s.name.to_string()),
-                member: None,
-                kind: PolicyErrorKind::UnreadableSlice(why.to_string()),
-            }),
+            Err(why) => errors.push(s.no_members_error(name, why)),
         }
     }
     for (origin, members) in lists {

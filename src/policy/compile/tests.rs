@@ -33,6 +33,7 @@ fn policy(name: &str, t: SetType, fam: FamilySpec, members: &[&str]) -> IPSetPol
             node_selector: None,
             max_elem: None,
             hash_size: None,
+            members_from: Vec::new(),
         },
     )
 }
@@ -380,7 +381,9 @@ fn slices_add_their_members_under_the_same_rules() {
         slices: vec![SliceInput {
             name: "big-3",
             version: "10",
-            members: Err("invalid type: integer, expected a string"),
+            members: Err(NoMembers::Unreadable(
+                "invalid type: integer, expected a string",
+            )),
         }],
     }];
     let c = compile_inputs(

@@ -1,0 +1,168 @@
+//! The content of a `url` or `file` source, read with the one member-list
+//! reader (`policy/member_list.rs`: text one per line with comments, or
+//! JSON) and checked member by member as `ipsetmgr slice` checks lists
+//! (`commands/slice/validate.rs`): any malformed line refuses the whole
+//! content, naming the lines, so that a half-broken download never replaces
+//! a good one. Members of the other family are left out (an IPv4 policy
+//! takes the IPv4 half of a mixed feed).
+
+use std::path::PathBuf;
+
+use crate::api::FamilySpec;
+use crate::api::member_source::FeedFormat;
+use crate::commands::slice::validate::validate_typed;
+use crate::ipset::{Family, Member, SetType};
+use crate::policy::member_list::{ListFormat, MemberList, MemberListError, parse_member_list};
+
+/// Good content: canonical members, sorted and distinct.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Content {
+    pub members: Vec<String>,
+    /// Members of the other family, left out.
+    pub other_family: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ContentError {
+    #[error(transparent)]
+    List(#[from] MemberListError),
+    /// The malformed lines, with their numbers.
+    #[error("{0}")]
+    Malformed(String),
+    #[error("{origin}: {found} members, more than maxMembers ({max})")]
+    TooMany {
+        origin: String,
+        found: usize,
+        max: usize,
+    },
+}
+
+/// Parse `text` (from `origin`, for messages) as members of a policy of
+/// `set_type` and `family`, at most `max_members` of them.
+pub(crate) fn parse_content(
+    text: &str,
+    format: FeedFormat,
+    origin: &str,
+    set_type: SetType,
+    family: FamilySpec,
+    max_members: usize,
+) -> Result<Content, ContentError> {
+    let source = PathBuf::from(origin);
+    let format = match format {
+        FeedFormat::Text => ListFormat::Text,
+        FeedFormat::Json => ListFormat::Json,
+    };
+    let members = parse_member_list(text, format, &source)?;
+    check_list(
+        MemberList { source, members },
+        set_type,
+        family,
+        max_members,
+    )
+}
+
+/// Check a member list already read (a `file` source, through
+/// `read_member_list`), as [`parse_content`] checks fetched text.
+pub(crate) fn check_list(
+    list: MemberList,
+    set_type: SetType,
+    family: FamilySpec,
+    max_members: usize,
+) -> Result<Content, ContentError> {
+    if list.members.len() > max_members {
+        return Err(ContentError::TooMany {
+            origin: list.source.display().to_string(),
+            found: list.members.len(),
+            max: max_members,
+        });
+    }
+    // Both families are accepted here; the policy's is picked below, on
+    // the typed members, and only the kept ones are rendered.
+    let typed = validate_typed(&list, set_type, FamilySpec::Dual)
+        .map_err(|e| ContentError::Malformed(e.to_string()))?;
+    // The listed text is no longer needed: free it before rendering.
+    drop(list);
+    let before = typed.len();
+    let members: Vec<String> = typed
+        .iter()
+        .filter(|m| keeps(family, m))
+        .map(Member::to_string)
+        .collect();
+    Ok(Content {
+        other_family: before - members.len(),
+        members,
+    })
+}
+
+fn keeps(family: FamilySpec, member: &Member) -> bool {
+    !matches!(
+        (member.family(), family),
+        (Some(Family::V6), FamilySpec::IPv4) | (Some(Family::V4), FamilySpec::IPv6)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `text` as the content of an IPv4 `set_type` feed named `origin`.
+    fn v4(
+        text: &str,
+        format: FeedFormat,
+        origin: &str,
+        set_type: SetType,
+        max: usize,
+    ) -> Result<Content, ContentError> {
+        parse_content(text, format, origin, set_type, FamilySpec::IPv4, max)
+    }
+
+    /// Why `text`, a text feed of hash:ip, was refused.
+    fn refused(text: &str, origin: &str, max: usize) -> String {
+        v4(text, FeedFormat::Text, origin, SetType::HashIp, max)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn text_feeds_become_canonical_members_of_the_policy_family() {
+        let text =
+            "# FireHOL level1\n10.0.0.0/8\n192.168.1.7/24 # host bits\n2001:db8::/32\n10.0.0.0/8\n";
+        let c = v4(text, FeedFormat::Text, "https://x/l1", SetType::HashNet, 10).unwrap();
+        assert_eq!(c.members, ["10.0.0.0/8", "192.168.1.0/24"]);
+        assert_eq!(c.other_family, 1);
+        let c = parse_content(
+            text,
+            FeedFormat::Text,
+            "https://x/l1",
+            SetType::HashNet,
+            FamilySpec::Dual,
+            10,
+        )
+        .unwrap();
+        assert_eq!(c.members.len(), 3);
+    }
+
+    #[test]
+    fn malformed_lines_are_named_by_number_and_refuse_the_content() {
+        let e = refused(
+            "10.0.0.1\nexample.com\n10.0.0.2\n10.0.0.300\n",
+            "https://x/f",
+            10,
+        );
+        assert!(e.contains("https://x/f: line 2: \"example.com\""), "{e}");
+        assert!(e.contains("line 4: \"10.0.0.300\""), "{e}");
+        let e = refused("", "https://x/f", 10);
+        assert!(e.contains("contains no members"), "{e}");
+        let e = refused("1.1.1.1\n1.1.1.2\n1.1.1.3\n", "u", 2);
+        assert_eq!(e, "u: 3 members, more than maxMembers (2)");
+        let c = v4(
+            r#"["10.0.0.2","10.0.0.1"]"#,
+            FeedFormat::Json,
+            "u",
+            SetType::HashIp,
+            2,
+        )
+        .unwrap();
+        assert_eq!(c.members, ["10.0.0.1", "10.0.0.2"]);
+    }
+}
