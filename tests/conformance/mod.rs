@@ -45,6 +45,8 @@ macro_rules! conformance_tests {
             destroy_in_use_by_list_set,
             nested_list_set_is_refused,
             hash_mac_not_supported,
+            new_types_through_the_manager,
+            nomatch_flag_of_new_types,
             batch_failing_midway_names_op_and_member,
             create_existing_and_missing_sets,
             list_owned_filters_and_leaves_foreign_sets,
@@ -65,6 +67,8 @@ macro_rules! conformance_tests {
             destroy_in_use_by_list_set,
             nested_list_set_is_refused,
             hash_mac_not_supported,
+            new_types_through_the_manager,
+            nomatch_flag_of_new_types,
             batch_failing_midway_names_op_and_member,
             create_existing_and_missing_sets,
             list_owned_filters_and_leaves_foreign_sets,
@@ -91,6 +95,9 @@ macro_rules! conformance_tests {
 
 #[path = "../common/kernel_gate.rs"]
 mod kernel_gate;
+
+mod types;
+pub use types::*;
 
 /// Where a suite runs: the real kernel (root, a fresh network namespace per
 /// test) or the in-memory model (anywhere).

@@ -156,7 +156,12 @@ fn write_script(
                             },
                         });
                     }
-                    r = writeln!(w, "{verb} -exist {set} {m}");
+                    // `ipset del` takes the key alone: it refuses `nomatch`.
+                    let key = match op {
+                        Op::Del { .. } => m.key_only(),
+                        _ => None,
+                    };
+                    r = writeln!(w, "{verb} -exist {set} {}", key.as_ref().unwrap_or(&m));
                     if r.is_err() {
                         break;
                     }

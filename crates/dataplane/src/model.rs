@@ -136,20 +136,9 @@ impl ModelDataplane {
     }
 }
 
-/// The same hash:net entry with the other nomatch flag.
+/// The same entry with the other nomatch flag (types with a network part).
 fn flag_twin(m: &Member) -> Option<Member> {
-    match *m {
-        Member::Net {
-            addr,
-            prefix,
-            nomatch,
-        } => Some(Member::Net {
-            addr,
-            prefix,
-            nomatch: !nomatch,
-        }),
-        _ => None,
-    }
+    m.nomatch_twin()
 }
 
 impl State {

@@ -11,7 +11,7 @@ mod member_set;
 mod names;
 mod types;
 
-pub use member::{Member, MemberError, OneOrTwo, Parsed, Proto, mask};
+pub use member::{IpPortIp, IpPortNet, Member, MemberError, OneOrTwo, Parsed, Proto, mask};
 pub use member_set::{MemberSet, MemberSetBuilder};
 pub use names::{BadPrefix, MAX_SET_NAME_LEN, Naming, is_valid_set_name};
 pub use types::{DEFAULT_MAX_ELEM, Family, SetHeader, SetKind, SetType, UnknownSetType};

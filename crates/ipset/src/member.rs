@@ -98,6 +98,38 @@ pub enum Member {
     Mac([u8; 6]),
     /// list:set: the kernel name of a listed set.
     Set(Box<str>),
+    /// hash:net,port; host bits are always cleared.
+    NetPort {
+        addr: IpAddr,
+        prefix: u8,
+        proto: Proto,
+        port: u16,
+        nomatch: bool,
+    },
+    /// hash:ip,port,ip (boxed: two addresses would double every member's size).
+    IpPortIp(Box<IpPortIp>),
+    /// hash:ip,port,net (boxed, like [`Member::IpPortIp`]).
+    IpPortNet(Box<IpPortNet>),
+}
+
+/// A hash:ip,port,ip entry: both addresses of one family.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IpPortIp {
+    pub addr: IpAddr,
+    pub proto: Proto,
+    pub port: u16,
+    pub addr2: IpAddr,
+}
+
+/// A hash:ip,port,net entry: the network's host bits are always cleared.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IpPortNet {
+    pub addr: IpAddr,
+    pub proto: Proto,
+    pub port: u16,
+    pub net: IpAddr,
+    pub prefix: u8,
+    pub nomatch: bool,
 }
 
 /// Why a member was rejected. The messages are shown to users next to the
@@ -140,8 +172,12 @@ pub enum MemberError {
     ProtoFamilyMismatch(&'static str, Family),
     #[error("not a valid MAC address (expected six hex bytes such as aa:bb:cc:dd:ee:ff)")]
     BadMac,
-    #[error("'nomatch' is only valid for hash:net members")]
+    #[error("'nomatch' is only valid for hash:net, hash:net,port and hash:ip,port,net members")]
     NomatchNotAllowed,
+    #[error("expected {0}")]
+    BadSyntax(&'static str),
+    #[error("both addresses must be of one family")]
+    MixedFamilies,
     #[error("list:set members must be names of other IPSetPolicies")]
     BadSetName,
 }
@@ -190,7 +226,42 @@ impl Member {
             Member::Ip(a) | Member::Net { addr: a, .. } | Member::IpPort { addr: a, .. } => {
                 Some(Family::of(a))
             }
+            Member::NetPort { addr, .. } => Some(Family::of(addr)),
+            Member::IpPortIp(e) => Some(Family::of(&e.addr)),
+            Member::IpPortNet(e) => Some(Family::of(&e.addr)),
             Member::Mac(_) | Member::Set(_) => None,
+        }
+    }
+
+    /// The same kernel entry with the other `nomatch` flag, for members of
+    /// the types that have one. The flag is not part of the kernel's key:
+    /// the two are one entry there.
+    pub fn nomatch_twin(&self) -> Option<Member> {
+        let mut twin = self.clone();
+        match &mut twin {
+            Member::Net { nomatch, .. } | Member::NetPort { nomatch, .. } => *nomatch = !*nomatch,
+            Member::IpPortNet(e) => e.nomatch = !e.nomatch,
+            _ => return None,
+        }
+        Some(twin)
+    }
+
+    /// The member as the kernel keys it, when that differs from the member
+    /// itself: without its `nomatch` flag. `ipset del` refuses the flag.
+    pub fn key_only(&self) -> Option<Member> {
+        if self.is_nomatch() {
+            self.nomatch_twin()
+        } else {
+            None
+        }
+    }
+
+    /// Whether this member carries `nomatch`.
+    pub fn is_nomatch(&self) -> bool {
+        match self {
+            Member::Net { nomatch, .. } | Member::NetPort { nomatch, .. } => *nomatch,
+            Member::IpPortNet(e) => e.nomatch,
+            _ => false,
         }
     }
 
@@ -212,7 +283,7 @@ impl Member {
         if body.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(MemberError::ForbiddenCharacters);
         }
-        if nomatch && set_type != SetType::HashNet {
+        if nomatch && !set_type.has_nomatch() {
             return Err(MemberError::NomatchNotAllowed);
         }
         let one = |m: Member| Parsed {
@@ -227,6 +298,9 @@ impl Member {
             SetType::HashIpPort => parse_ip_port(body).map(one),
             SetType::HashMac => parse_mac(body).map(|m| one(Member::Mac(m))),
             SetType::ListSet => Err(MemberError::BadSetName),
+            SetType::HashNetPort => parse_net_port(body, nomatch),
+            SetType::HashIpPortIp => parse_ip_port_ip(body).map(one),
+            SetType::HashIpPortNet => parse_ip_port_net(body, nomatch),
         }
     }
 
@@ -241,7 +315,13 @@ impl Member {
             return Ok(Member::Set(line.into()));
         }
         let parsed = Member::parse_user(set_type, line)?;
-        // /0 never comes from the kernel, so there is exactly one member.
+        // The types that split /0 in two never hold a /0: a listed one is
+        // not ours to read (and must not silently become one half).
+        if parsed.members.second.is_some() {
+            return Err(MemberError::BadCidr(
+                "a /0 entry, which this type cannot hold",
+            ));
+        }
         Ok(parsed.members.first)
     }
 }
@@ -337,7 +417,8 @@ pub fn mask(addr: IpAddr, prefix: u8) -> IpAddr {
     }
 }
 
-fn parse_net(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
+/// `ADDRESS[/PREFIX]` with host bits cleared; a bare address is a host.
+fn parse_net_part(s: &str) -> Result<(IpAddr, u8), MemberError> {
     let (addr, prefix) = match s.split_once('/') {
         None => {
             let a = parse_addr(s)?;
@@ -348,42 +429,117 @@ fn parse_net(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
             (a, parse_prefix(p, Family::of(&a))?)
         }
     };
-    let family = Family::of(&addr);
+    Ok((mask(addr, prefix), prefix))
+}
+
+/// The network as members: one, or for `/0` (which the kernel's hash
+/// types with a network part reject) the two `/1` halves covering it.
+fn halves(addr: IpAddr, prefix: u8, member: impl Fn(IpAddr, u8) -> Member) -> Parsed {
     let members = if prefix == 0 {
-        // The kernel rejects /0; two /1 halves cover the same space.
         let upper = match addr {
             IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(128, 0, 0, 0)),
             IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(1u128 << 127)),
         };
         OneOrTwo {
-            first: Member::Net {
-                addr: mask(addr, 0),
-                prefix: 1,
-                nomatch,
-            },
-            second: Some(Member::Net {
-                addr: upper,
-                prefix: 1,
-                nomatch,
-            }),
+            first: member(addr, 1),
+            second: Some(member(upper, 1)),
         }
     } else {
-        OneOrTwo::one(Member::Net {
-            addr: mask(addr, prefix),
-            prefix,
-            nomatch,
-        })
+        OneOrTwo::one(member(addr, prefix))
     };
-    Ok(Parsed {
-        family: Some(family),
+    Parsed {
+        family: Some(Family::of(&addr)),
         members,
-    })
+    }
+}
+
+fn parse_net(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
+    let (addr, prefix) = parse_net_part(s)?;
+    Ok(halves(addr, prefix, |addr, prefix| Member::Net {
+        addr,
+        prefix,
+        nomatch,
+    }))
 }
 
 fn parse_ip_port(s: &str) -> Result<Member, MemberError> {
     let (addr_s, rest) = s.split_once(',').ok_or(MemberError::BadIpPortSyntax)?;
     let addr = non_null(parse_host(addr_s)?)?;
-    let family = Family::of(&addr);
+    let (proto, port) = parse_proto_port(rest, Family::of(&addr))?;
+    Ok(Member::IpPort { addr, proto, port })
+}
+
+const NET_PORT_SYNTAX: &str = "NETWORK,PROTO:PORT (for example 10.0.0.0/8,tcp:80)";
+const IP_PORT_IP_SYNTAX: &str = "ADDRESS,PROTO:PORT,ADDRESS (for example 10.0.0.1,udp:53,10.0.0.2)";
+const IP_PORT_NET_SYNTAX: &str =
+    "ADDRESS,PROTO:PORT,NETWORK (for example 10.0.0.1,tcp:80,10.1.0.0/16)";
+
+fn parse_net_port(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
+    let (net_s, rest) = s
+        .split_once(',')
+        .ok_or(MemberError::BadSyntax(NET_PORT_SYNTAX))?;
+    let (addr, prefix) = parse_net_part(net_s)?;
+    let (proto, port) = parse_proto_port(rest, Family::of(&addr))?;
+    Ok(halves(addr, prefix, |addr, prefix| Member::NetPort {
+        addr,
+        prefix,
+        proto,
+        port,
+        nomatch,
+    }))
+}
+
+/// `A,PROTO:PORT,B`: the three parts, or the syntax error `expected`.
+fn three_parts<'s>(
+    s: &'s str,
+    expected: &'static str,
+) -> Result<(&'s str, &'s str, &'s str), MemberError> {
+    let mut parts = s.split(',');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(a), Some(p), Some(b), None) => Ok((a, p, b)),
+        _ => Err(MemberError::BadSyntax(expected)),
+    }
+}
+
+fn parse_ip_port_ip(s: &str) -> Result<Member, MemberError> {
+    let (a, p, b) = three_parts(s, IP_PORT_IP_SYNTAX)?;
+    let addr = parse_host(a)?;
+    let (proto, port) = parse_proto_port(p, Family::of(&addr))?;
+    let addr2 = parse_host(b)?;
+    if Family::of(&addr2) != Family::of(&addr) {
+        return Err(MemberError::MixedFamilies);
+    }
+    Ok(Member::IpPortIp(Box::new(IpPortIp {
+        addr,
+        proto,
+        port,
+        addr2,
+    })))
+}
+
+fn parse_ip_port_net(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
+    let (a, p, n) = three_parts(s, IP_PORT_NET_SYNTAX)?;
+    let addr = parse_host(a)?;
+    let (proto, port) = parse_proto_port(p, Family::of(&addr))?;
+    let (net, prefix) = parse_net_part(n)?;
+    if Family::of(&net) != Family::of(&addr) {
+        return Err(MemberError::MixedFamilies);
+    }
+    Ok(halves(net, prefix, |net, prefix| {
+        Member::IpPortNet(Box::new(IpPortNet {
+            addr,
+            proto,
+            port,
+            net,
+            prefix,
+            nomatch,
+        }))
+    }))
+}
+
+/// `PROTO:PORT` (a bare port is tcp), ICMP as `TYPE/CODE` or a name, for
+/// an address of `family`.
+fn parse_proto_port(rest: &str, family: Family) -> Result<(Proto, u16), MemberError> {
     let (proto, port_s) = match rest.split_once(':') {
         Some((p, port)) => (
             Proto::parse(p).ok_or_else(|| MemberError::UnsupportedProtocol(p.to_string()))?,
@@ -410,7 +566,7 @@ fn parse_ip_port(s: &str) -> Result<Member, MemberError> {
     } else {
         parse_port(port_s)?
     };
-    Ok(Member::IpPort { addr, proto, port })
+    Ok((proto, port))
 }
 
 /// One ICMP type or code: 0-255, no leading zero.
@@ -477,6 +633,41 @@ impl fmt::Display for KernelAddr<'_> {
     }
 }
 
+/// A network as `ipset list` prints it: no prefix for a host.
+fn fmt_net(f: &mut fmt::Formatter<'_>, addr: &IpAddr, prefix: u8) -> fmt::Result {
+    write!(f, "{}", KernelAddr(addr))?;
+    if prefix != Family::of(addr).max_prefix() {
+        write!(f, "/{prefix}")?;
+    }
+    Ok(())
+}
+
+fn fmt_nomatch(f: &mut fmt::Formatter<'_>, nomatch: bool) -> fmt::Result {
+    if nomatch {
+        f.write_str(" nomatch")?;
+    }
+    Ok(())
+}
+
+/// `proto:port`, ICMP by name where ipset names it, else `type/code`.
+fn fmt_proto_port(f: &mut fmt::Formatter<'_>, proto: Proto, port: u16) -> fmt::Result {
+    write!(f, "{}:", proto.ipset_name())?;
+    if proto.is_icmp() {
+        let (t, c) = ((port >> 8) as u8, (port & 0xff) as u8);
+        let table = if proto == Proto::Icmp {
+            icmp::ICMP_NAMES
+        } else {
+            icmp::ICMPV6_NAMES
+        };
+        match icmp::name_of(table, t, c) {
+            Some(name) => f.write_str(name),
+            None => write!(f, "{t}/{c}"),
+        }
+    } else {
+        write!(f, "{port}")
+    }
+}
+
 /// Canonical rendering, byte for byte what `ipset list` prints.
 impl fmt::Display for Member {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -487,31 +678,36 @@ impl fmt::Display for Member {
                 prefix,
                 nomatch,
             } => {
-                write!(f, "{}", KernelAddr(addr))?;
-                if *prefix != Family::of(addr).max_prefix() {
-                    write!(f, "/{prefix}")?;
-                }
-                if *nomatch {
-                    f.write_str(" nomatch")?;
-                }
-                Ok(())
+                fmt_net(f, addr, *prefix)?;
+                fmt_nomatch(f, *nomatch)
             }
             Member::IpPort { addr, proto, port } => {
-                write!(f, "{},{}:", KernelAddr(addr), proto.ipset_name())?;
-                if proto.is_icmp() {
-                    let (t, c) = ((*port >> 8) as u8, (*port & 0xff) as u8);
-                    let table = if *proto == Proto::Icmp {
-                        icmp::ICMP_NAMES
-                    } else {
-                        icmp::ICMPV6_NAMES
-                    };
-                    match icmp::name_of(table, t, c) {
-                        Some(name) => f.write_str(name),
-                        None => write!(f, "{t}/{c}"),
-                    }
-                } else {
-                    write!(f, "{port}")
-                }
+                write!(f, "{},", KernelAddr(addr))?;
+                fmt_proto_port(f, *proto, *port)
+            }
+            Member::NetPort {
+                addr,
+                prefix,
+                proto,
+                port,
+                nomatch,
+            } => {
+                fmt_net(f, addr, *prefix)?;
+                f.write_str(",")?;
+                fmt_proto_port(f, *proto, *port)?;
+                fmt_nomatch(f, *nomatch)
+            }
+            Member::IpPortIp(e) => {
+                write!(f, "{},", KernelAddr(&e.addr))?;
+                fmt_proto_port(f, e.proto, e.port)?;
+                write!(f, ",{}", KernelAddr(&e.addr2))
+            }
+            Member::IpPortNet(e) => {
+                write!(f, "{},", KernelAddr(&e.addr))?;
+                fmt_proto_port(f, e.proto, e.port)?;
+                f.write_str(",")?;
+                fmt_net(f, &e.net, e.prefix)?;
+                fmt_nomatch(f, e.nomatch)
             }
             Member::Mac(m) => write!(
                 f,
@@ -721,5 +917,133 @@ mod tests {
             canon(SetType::HashIp, "1.2.3.4 nomatch"),
             Err(MemberError::NomatchNotAllowed)
         );
+    }
+
+    #[test]
+    fn members_stay_small() {
+        // Millions of IPv6 members are stored as `Member`s: the wide kinds
+        // are boxed so that adding them did not grow every member.
+        assert!(std::mem::size_of::<Member>() <= 24);
+    }
+
+    #[test]
+    fn net_port_forms() {
+        let t = SetType::HashNetPort;
+        assert_eq!(canon(t, "10.1.2.3/24,80").unwrap(), ["10.1.2.0/24,tcp:80"]);
+        assert_eq!(canon(t, "10.1.2.3,udp:53").unwrap(), ["10.1.2.3,udp:53"]);
+        assert_eq!(canon(t, "10.9.0.0/32,sctp:5").unwrap(), ["10.9.0.0,sctp:5"]);
+        assert_eq!(
+            canon(t, "10.0.0.0/8,icmp:8/0").unwrap(),
+            ["10.0.0.0/8,icmp:echo-request"]
+        );
+        assert_eq!(
+            canon(t, "10.2.0.0/16,tcp:22 nomatch").unwrap(),
+            ["10.2.0.0/16,tcp:22 nomatch"]
+        );
+        assert_eq!(
+            canon(t, "0.0.0.0/0,80").unwrap(),
+            ["0.0.0.0/1,tcp:80", "128.0.0.0/1,tcp:80"]
+        );
+        assert_eq!(
+            canon(t, "2001:db8::1/32,ipv6-icmp:ping").unwrap(),
+            ["2001:db8::/32,ipv6-icmp:echo-request"]
+        );
+        assert_eq!(
+            canon(t, "10.3.0.0/16,tcp:22-23"),
+            Err(MemberError::PortRange)
+        );
+        assert!(matches!(
+            canon(t, "10.0.0.0/8"),
+            Err(MemberError::BadSyntax(_))
+        ));
+        assert!(matches!(
+            canon(t, "::/8,icmp:8/0"),
+            Err(MemberError::ProtoFamilyMismatch(..))
+        ));
+        assert_eq!(canon(t, "10.0.0.0/08,80"), Err(MemberError::LeadingZero));
+    }
+
+    #[test]
+    fn ip_port_ip_forms() {
+        let t = SetType::HashIpPortIp;
+        assert_eq!(
+            canon(t, "10.0.0.1,80,10.0.0.2").unwrap(),
+            ["10.0.0.1,tcp:80,10.0.0.2"]
+        );
+        assert_eq!(
+            canon(t, "10.0.0.1/32,udp:53,10.0.0.2/32").unwrap(),
+            ["10.0.0.1,udp:53,10.0.0.2"]
+        );
+        // The kernel holds the all-zero address in these types.
+        assert_eq!(
+            canon(t, "0.0.0.0,80,0.0.0.0").unwrap(),
+            ["0.0.0.0,tcp:80,0.0.0.0"]
+        );
+        assert_eq!(
+            canon(t, "::1,icmpv6:1/0,::2").unwrap(),
+            ["::1,ipv6-icmp:no-route,::2"]
+        );
+        assert_eq!(
+            canon(t, "10.0.0.1,80,10.0.0.0/24"),
+            Err(MemberError::WideCidrInHashIp)
+        );
+        assert_eq!(canon(t, "10.0.0.1,80,::2"), Err(MemberError::MixedFamilies));
+        assert!(matches!(
+            canon(t, "10.0.0.1,80"),
+            Err(MemberError::BadSyntax(_))
+        ));
+        assert!(matches!(
+            canon(t, "10.0.0.1,80,10.0.0.2,1"),
+            Err(MemberError::BadSyntax(_))
+        ));
+        assert_eq!(
+            canon(t, "10.0.0.1,80,10.0.0.2 nomatch"),
+            Err(MemberError::NomatchNotAllowed)
+        );
+    }
+
+    #[test]
+    fn ip_port_net_forms() {
+        let t = SetType::HashIpPortNet;
+        assert_eq!(
+            canon(t, "10.0.0.1,80,10.9.9.9/8").unwrap(),
+            ["10.0.0.1,tcp:80,10.0.0.0/8"]
+        );
+        assert_eq!(
+            canon(t, "10.0.0.1,80,10.1.1.1 nomatch").unwrap(),
+            ["10.0.0.1,tcp:80,10.1.1.1 nomatch"]
+        );
+        assert_eq!(
+            canon(t, "10.0.0.1,udp:1,0.0.0.0/0").unwrap(),
+            ["10.0.0.1,udp:1,0.0.0.0/1", "10.0.0.1,udp:1,128.0.0.0/1"]
+        );
+        assert_eq!(
+            canon(t, "10.0.0.1/24,80,10.0.0.0/8"),
+            Err(MemberError::WideCidrInHashIp)
+        );
+        assert_eq!(
+            canon(t, "2001:db8::1,80,10.0.0.0/8"),
+            Err(MemberError::MixedFamilies)
+        );
+    }
+
+    #[test]
+    fn nomatch_twins_are_one_kernel_entry() {
+        for (t, s) in [
+            (SetType::HashNet, "10.0.0.0/8"),
+            (SetType::HashNetPort, "10.0.0.0/8,80"),
+            (SetType::HashIpPortNet, "1.1.1.1,80,10.0.0.0/8"),
+        ] {
+            let plain = Member::parse_kernel(t, s).unwrap();
+            let flagged = Member::parse_kernel(t, &format!("{s} nomatch")).unwrap();
+            assert_eq!(plain.nomatch_twin(), Some(flagged.clone()), "{s}");
+            assert!(flagged.is_nomatch() && !plain.is_nomatch());
+        }
+        assert_eq!(Member::Ip("1.1.1.1".parse().unwrap()).nomatch_twin(), None);
+    }
+
+    #[test]
+    fn kernel_zero_prefixes_are_not_halved() {
+        assert!(Member::parse_kernel(SetType::HashNetPort, "0.0.0.0/0,tcp:80").is_err());
     }
 }

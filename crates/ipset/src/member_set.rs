@@ -36,8 +36,12 @@ pub struct MemberSet {
 fn packable(kind: SetKind) -> bool {
     match kind.set_type {
         SetType::HashMac => true,
-        SetType::ListSet => false,
-        _ => kind.family == Some(Family::V4),
+        SetType::HashIp | SetType::HashNet | SetType::HashIpPort => kind.family == Some(Family::V4),
+        // Wider keys (two addresses, interface names) use the full store.
+        SetType::ListSet
+        | SetType::HashNetPort
+        | SetType::HashIpPortIp
+        | SetType::HashIpPortNet => false,
     }
 }
 
@@ -90,7 +94,11 @@ fn unpack(kind: SetKind, v: u64) -> Member {
             let b = v.to_be_bytes();
             Member::Mac([b[2], b[3], b[4], b[5], b[6], b[7]])
         }
-        SetType::ListSet => Member::Set("".into()),
+        // Never packed (see `packable`); a harmless value rather than a panic.
+        SetType::ListSet
+        | SetType::HashNetPort
+        | SetType::HashIpPortIp
+        | SetType::HashIpPortNet => Member::Set("".into()),
     }
 }
 
@@ -286,7 +294,7 @@ impl MemberSet {
     /// every write would flip the flag. At most `limit` pairs, each as
     /// (without nomatch, with nomatch).
     pub fn nomatch_conflicts(&self, limit: usize) -> Vec<(Member, Member)> {
-        if self.kind.set_type != SetType::HashNet {
+        if !self.kind.set_type.has_nomatch() {
             return Vec::new();
         }
         let mut out = Vec::new();
@@ -318,20 +326,13 @@ impl MemberSet {
                     if out.len() == limit {
                         break;
                     }
-                    if let Member::Net {
-                        addr,
-                        prefix,
-                        nomatch: false,
-                    } = m
+                    if m.is_nomatch() {
+                        continue;
+                    }
+                    if let Some(flagged) = m.nomatch_twin()
+                        && set.contains(&flagged)
                     {
-                        let flagged = Member::Net {
-                            addr: *addr,
-                            prefix: *prefix,
-                            nomatch: true,
-                        };
-                        if set.contains(&flagged) {
-                            out.push((m.clone(), flagged));
-                        }
+                        out.push((m.clone(), flagged));
                     }
                 }
             }

@@ -33,16 +33,31 @@ pub enum SetType {
     HashMac,
     #[serde(rename = "list:set")]
     ListSet,
+    #[serde(rename = "hash:net,port")]
+    HashNetPort,
+    #[serde(rename = "hash:ip,port,ip")]
+    HashIpPortIp,
+    #[serde(rename = "hash:ip,port,net")]
+    HashIpPortNet,
 }
 
 impl SetType {
-    pub const ALL: [SetType; 5] = [
+    pub const ALL: [SetType; 8] = [
         SetType::HashIp,
         SetType::HashNet,
         SetType::HashIpPort,
         SetType::HashMac,
         SetType::ListSet,
+        SetType::HashNetPort,
+        SetType::HashIpPortIp,
+        SetType::HashIpPortNet,
     ];
+
+    /// Every type's name, comma-separated: for messages.
+    pub fn names() -> String {
+        let names: Vec<&str> = SetType::ALL.iter().map(|t| t.as_str()).collect();
+        names.join(", ")
+    }
 
     /// The name the kernel and the `ipset` tool use for this type.
     pub fn as_str(self) -> &'static str {
@@ -52,15 +67,24 @@ impl SetType {
             SetType::HashIpPort => "hash:ip,port",
             SetType::HashMac => "hash:mac",
             SetType::ListSet => "list:set",
+            SetType::HashNetPort => "hash:net,port",
+            SetType::HashIpPortIp => "hash:ip,port,ip",
+            SetType::HashIpPortNet => "hash:ip,port,net",
         }
     }
 
     /// Whether kernel sets of this type carry an address family in their header.
     /// hash:mac and list:set are family-less in the kernel.
     pub fn has_family(self) -> bool {
+        !matches!(self, SetType::HashMac | SetType::ListSet)
+    }
+
+    /// Whether members carry a `nomatch` flag (which the kernel keeps
+    /// outside the entry's key): the types with a network part.
+    pub fn has_nomatch(self) -> bool {
         matches!(
             self,
-            SetType::HashIp | SetType::HashNet | SetType::HashIpPort
+            SetType::HashNet | SetType::HashNetPort | SetType::HashIpPortNet
         )
     }
 
@@ -76,9 +100,7 @@ impl fmt::Display for SetType {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown set type {0:?} (expected one of hash:ip, hash:net, hash:ip,port, hash:mac, list:set)"
-)]
+#[error("unknown set type {0:?} (expected one of {names})", names = SetType::names())]
 pub struct UnknownSetType(pub String);
 
 impl FromStr for SetType {

@@ -158,21 +158,8 @@ fn nomatch_conflicts(parsed: &[(Member, usize)], members: &[ListedMember], bad: 
         let [(plain, p), (flagged, f)] = pair else {
             continue;
         };
-        let same_network = match (plain, flagged) {
-            (
-                Member::Net {
-                    addr: a,
-                    prefix: pa,
-                    nomatch: false,
-                },
-                Member::Net {
-                    addr: b,
-                    prefix: pb,
-                    nomatch: true,
-                },
-            ) => a == b && pa == pb,
-            _ => false,
-        };
+        // The flag is each type's last field, so twins sort next to each other.
+        let same_network = !plain.is_nomatch() && plain.nomatch_twin().as_ref() == Some(flagged);
         if same_network {
             let (plain_listed, flagged_listed) = (&members[*p], &members[*f]);
             bad.push(

@@ -122,6 +122,7 @@ pub(crate) fn check_header_fields(name: &str, p: &IPSetPolicy) -> Vec<PolicyErro
 /// when the spelling is still at hand (`raw`).
 pub(crate) fn nomatch_conflict_errors(
     name: &str,
+    set_type: SetType,
     sets: &[Arc<MemberSet>],
     raw: &[&str],
 ) -> Vec<PolicyError> {
@@ -133,7 +134,7 @@ pub(crate) fn nomatch_conflict_errors(
             let spelling = |want: &Member| {
                 raw.iter()
                     .find(|r| {
-                        Member::parse_user(SetType::HashNet, r)
+                        Member::parse_user(set_type, r)
                             .is_ok_and(|p| p.members.iter().any(|m| m == want))
                     })
                     .map_or_else(|| want.to_string(), |r| r.to_string())

@@ -312,9 +312,9 @@ fn compile_hash(
     let sets: Vec<Arc<MemberSet>> = (0..fams.len())
         .map(|i| merge(SetKind::new(p.spec.set_type, fams[i]), &sources, i))
         .collect();
-    if bad == 0 && p.spec.set_type == SetType::HashNet {
+    if bad == 0 && p.spec.set_type.has_nomatch() {
         let raw: Vec<&str> = input_strings(input);
-        errors.extend(nomatch_conflict_errors(name, &sets, &raw));
+        errors.extend(nomatch_conflict_errors(name, p.spec.set_type, &sets, &raw));
     }
     errors.extend(too_many(name, p, &sets));
     if !errors.is_empty() {

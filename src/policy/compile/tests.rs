@@ -511,3 +511,59 @@ fn a_bad_selector_is_an_error_even_where_selectors_are_not_evaluated() {
         c.errors
     );
 }
+
+#[test]
+fn pair_types_compile_per_family_and_reject_naming_the_member() {
+    let p = policy(
+        "pairs",
+        SetType::HashIpPortNet,
+        FamilySpec::Dual,
+        &["10.0.0.1,80,10.1.2.3/16", "2001:db8::1,udp:53,::/0"],
+    );
+    let c = compile(&[p], &Naming::default(), None);
+    assert!(c.errors.is_empty(), "{:?}", c.errors);
+    assert_eq!(
+        c.sets[0].members.sorted_strings(),
+        ["10.0.0.1,tcp:80,10.1.0.0/16"]
+    );
+    assert_eq!(
+        c.sets[1].members.sorted_strings(),
+        ["2001:db8::1,udp:53,::/1", "2001:db8::1,udp:53,8000::/1"]
+    );
+
+    let bad = policy(
+        "mixed",
+        SetType::HashIpPortIp,
+        FamilySpec::IPv4,
+        &["10.0.0.1,80,::1"],
+    );
+    let c = compile(&[bad], &Naming::default(), None);
+    assert!(c.sets.is_empty());
+    assert_eq!(
+        c.errors[0].to_string(),
+        "policy \"mixed\": member \"10.0.0.1,80,::1\" rejected: both addresses must be of one family"
+    );
+}
+
+#[test]
+fn nomatch_conflicts_of_net_port_members_are_rejected() {
+    let p = policy(
+        "np",
+        SetType::HashNetPort,
+        FamilySpec::IPv4,
+        &[
+            "10.0.0.0/8,80",
+            "10.1.2.3/8,tcp:80 nomatch",
+            "10.0.0.0/8,81",
+        ],
+    );
+    let c = compile(&[p], &Naming::default(), None);
+    assert!(c.sets.is_empty());
+    assert_eq!(c.errors.len(), 1, "{:?}", c.errors);
+    let e = &c.errors[0];
+    assert_eq!(e.member.as_deref(), Some("10.0.0.0/8,80"));
+    assert!(
+        matches!(&e.kind, PolicyErrorKind::NomatchConflict { other, .. } if other == "10.1.2.3/8,tcp:80 nomatch"),
+        "{e}"
+    );
+}

@@ -5,11 +5,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::consts::*;
+pub use super::element::decode_element;
 use super::wire::{self, Attr, DecodeError};
-use ipsetmgr_ipset::{
-    Family, Member, MemberSet, MemberSetBuilder, Proto, SetHeader, SetKind, SetType,
-};
-use ipsetmgr_ipset::{is_valid_set_name, mask};
+use ipsetmgr_ipset::{Family, Member, MemberSet, MemberSetBuilder, SetHeader, SetKind, SetType};
 
 /// The largest `nla_len` of the IPSET_ATTR_ADT nest (a u16).
 pub const MAX_ADT_LEN: usize = u16::MAX as usize;
@@ -67,6 +65,12 @@ fn put_ip(buf: &mut Vec<u8>, ty: u16, addr: &IpAddr) {
     let _ = wire::end_nest(buf, n);
 }
 
+fn put_nomatch(buf: &mut Vec<u8>, nomatch: bool) {
+    if nomatch {
+        wire::put_be32(buf, IPSET_ATTR_CADT_FLAGS, IPSET_FLAG_NOMATCH);
+    }
+}
+
 /// Append one element as an IPSET_ATTR_DATA nest; `lineno` (when not 0) is
 /// what the kernel reports back when this element fails.
 pub fn encode_element(buf: &mut Vec<u8>, m: &Member, lineno: u32) {
@@ -80,9 +84,7 @@ pub fn encode_element(buf: &mut Vec<u8>, m: &Member, lineno: u32) {
         } => {
             put_ip(buf, IPSET_ATTR_IP, addr);
             wire::put_u8(buf, IPSET_ATTR_CIDR, *prefix);
-            if *nomatch {
-                wire::put_be32(buf, IPSET_ATTR_CADT_FLAGS, IPSET_FLAG_NOMATCH);
-            }
+            put_nomatch(buf, *nomatch);
         }
         Member::IpPort { addr, proto, port } => {
             put_ip(buf, IPSET_ATTR_IP, addr);
@@ -91,6 +93,33 @@ pub fn encode_element(buf: &mut Vec<u8>, m: &Member, lineno: u32) {
         }
         Member::Mac(mac) => wire::put_attr(buf, IPSET_ATTR_ETHER, mac),
         Member::Set(name) => wire::put_str(buf, IPSET_ATTR_NAME, name),
+        Member::NetPort {
+            addr,
+            prefix,
+            proto,
+            port,
+            nomatch,
+        } => {
+            put_ip(buf, IPSET_ATTR_IP, addr);
+            wire::put_u8(buf, IPSET_ATTR_CIDR, *prefix);
+            wire::put_be16(buf, IPSET_ATTR_PORT, *port);
+            wire::put_u8(buf, IPSET_ATTR_PROTO, proto.number());
+            put_nomatch(buf, *nomatch);
+        }
+        Member::IpPortIp(e) => {
+            put_ip(buf, IPSET_ATTR_IP, &e.addr);
+            wire::put_be16(buf, IPSET_ATTR_PORT, e.port);
+            wire::put_u8(buf, IPSET_ATTR_PROTO, e.proto.number());
+            put_ip(buf, IPSET_ATTR_IP2, &e.addr2);
+        }
+        Member::IpPortNet(e) => {
+            put_ip(buf, IPSET_ATTR_IP, &e.addr);
+            wire::put_be16(buf, IPSET_ATTR_PORT, e.port);
+            wire::put_u8(buf, IPSET_ATTR_PROTO, e.proto.number());
+            put_ip(buf, IPSET_ATTR_IP2, &e.net);
+            wire::put_u8(buf, IPSET_ATTR_CIDR2, e.prefix);
+            put_nomatch(buf, e.nomatch);
+        }
     }
     if lineno != 0 {
         wire::put_u32_host(buf, IPSET_ATTR_CADT_LINENO, lineno);
@@ -292,7 +321,7 @@ pub fn decode_error_lineno(echoed: &wire::NlMsg<'_>) -> Option<u32> {
     None
 }
 
-fn decode_ip(a: &Attr<'_>) -> Result<IpAddr, DecodeError> {
+pub(super) fn decode_ip(a: &Attr<'_>) -> Result<IpAddr, DecodeError> {
     for inner in a.attrs() {
         let inner = inner?;
         match (inner.ty, inner.data.len()) {
@@ -309,94 +338,6 @@ fn decode_ip(a: &Attr<'_>) -> Result<IpAddr, DecodeError> {
         }
     }
     Err(DecodeError("IP attribute without an address"))
-}
-
-/// Decode one element (the payload of an IPSET_ATTR_DATA nest) of a set of
-/// `kind`. Elements with anything this project does not manage (timeouts,
-/// counters, comments, ...) are errors: the caller counts them unparsable.
-pub fn decode_element(kind: SetKind, data: &[u8]) -> Result<Member, DecodeError> {
-    let mut ip = None;
-    let mut cidr = None;
-    let mut port = None;
-    let mut proto = None;
-    let mut ether = None;
-    let mut name = None;
-    let mut cadt_flags = 0u32;
-    for a in wire::attrs(data) {
-        let a = a?;
-        match a.ty {
-            IPSET_ATTR_IP => ip = Some(decode_ip(&a)?),
-            IPSET_ATTR_CIDR => cidr = Some(a.u8()?),
-            IPSET_ATTR_PORT => port = Some(a.be16()?),
-            IPSET_ATTR_PROTO => proto = Some(a.u8()?),
-            IPSET_ATTR_CADT_FLAGS => cadt_flags = a.be32()?,
-            IPSET_ATTR_CADT_LINENO => {}
-            IPSET_ATTR_ETHER => {
-                let b: [u8; 6] = a
-                    .data
-                    .get(..6)
-                    .and_then(|s| s.try_into().ok())
-                    .ok_or(DecodeError("short MAC address"))?;
-                ether = Some(b);
-            }
-            IPSET_ATTR_NAME => name = Some(a.str()?),
-            _ => return Err(DecodeError("element has an unmanaged extension")),
-        }
-    }
-    if cadt_flags & !IPSET_FLAG_NOMATCH != 0
-        || (cadt_flags != 0 && kind.set_type != SetType::HashNet)
-    {
-        return Err(DecodeError("element has unmanaged flags"));
-    }
-    let check_family = |a: IpAddr| -> Result<IpAddr, DecodeError> {
-        match kind.family {
-            Some(f) if f != Family::of(&a) => Err(DecodeError("element of the wrong family")),
-            _ => Ok(a),
-        }
-    };
-    match kind.set_type {
-        SetType::HashIp => {
-            let a = check_family(ip.ok_or(DecodeError("hash:ip element without IP"))?)?;
-            if cidr.is_some_and(|c| c != Family::of(&a).max_prefix()) {
-                return Err(DecodeError("hash:ip element with a network"));
-            }
-            Ok(Member::Ip(a))
-        }
-        SetType::HashNet => {
-            let a = check_family(ip.ok_or(DecodeError("hash:net element without IP"))?)?;
-            let max = Family::of(&a).max_prefix();
-            let prefix = cidr.unwrap_or(max);
-            if prefix > max || mask(a, prefix) != a {
-                return Err(DecodeError("hash:net element with a bad prefix"));
-            }
-            Ok(Member::Net {
-                addr: a,
-                prefix,
-                nomatch: cadt_flags & IPSET_FLAG_NOMATCH != 0,
-            })
-        }
-        SetType::HashIpPort => {
-            let a = check_family(ip.ok_or(DecodeError("hash:ip,port element without IP"))?)?;
-            let proto = Proto::from_number(proto.ok_or(DecodeError("element without protocol"))?)
-                .ok_or(DecodeError("element with an unmanaged protocol"))?;
-            Ok(Member::IpPort {
-                addr: a,
-                proto,
-                port: port.ok_or(DecodeError("element without port"))?,
-            })
-        }
-        SetType::HashMac => Ok(Member::Mac(
-            ether.ok_or(DecodeError("hash:mac element without MAC"))?,
-        )),
-        SetType::ListSet => {
-            let n = name.ok_or(DecodeError("list:set element without name"))?;
-            if is_valid_set_name(n) {
-                Ok(Member::Set(n.into()))
-            } else {
-                Err(DecodeError("list:set element with a bad name"))
-            }
-        }
-    }
 }
 
 /// A set header as the kernel lists it.

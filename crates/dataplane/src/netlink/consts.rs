@@ -83,6 +83,8 @@ pub const IPSET_ATTR_MEMSIZE: u16 = 26;
 // ADT attributes
 pub const IPSET_ATTR_ETHER: u16 = 17;
 pub const IPSET_ATTR_NAME: u16 = 18;
+pub const IPSET_ATTR_IP2: u16 = 20;
+pub const IPSET_ATTR_CIDR2: u16 = 21;
 // inside IPSET_ATTR_IP
 pub const IPSET_ATTR_IPADDR_IPV4: u16 = 1;
 pub const IPSET_ATTR_IPADDR_IPV6: u16 = 2;

@@ -10,7 +10,9 @@ use super::codec::{self, AdtEncoder, ListAccumulator};
 use super::consts::*;
 use super::wire;
 use ipsetmgr_ipset::mask;
-use ipsetmgr_ipset::{Family, Member, MemberSet, Proto, SetHeader, SetKind, SetType};
+use ipsetmgr_ipset::{
+    Family, IpPortIp, IpPortNet, Member, MemberSet, Proto, SetHeader, SetKind, SetType,
+};
 
 fn addr(family: Family) -> impl Strategy<Value = IpAddr> {
     match family {
@@ -45,16 +47,65 @@ fn kind_and_member() -> impl Strategy<Value = (SetKind, Member)> {
                     }
                 )
             )),
-        fam.prop_flat_map(
-            |f| (addr(f), proto(), any::<u16>()).prop_map(move |(a, pr, port)| (
-                SetKind::new(SetType::HashIpPort, Some(f)),
-                Member::IpPort {
+        fam.clone()
+            .prop_flat_map(
+                |f| (addr(f), proto(), any::<u16>()).prop_map(move |(a, pr, port)| (
+                    SetKind::new(SetType::HashIpPort, Some(f)),
+                    Member::IpPort {
+                        addr: a,
+                        proto: pr,
+                        port
+                    }
+                ))
+            ),
+        fam.clone().prop_flat_map(|f| (
+            addr(f),
+            0..=f.max_prefix(),
+            proto(),
+            any::<u16>(),
+            any::<bool>()
+        )
+            .prop_map(move |(a, p, pr, port, nm)| (
+                SetKind::new(SetType::HashNetPort, Some(f)),
+                Member::NetPort {
+                    addr: mask(a, p),
+                    prefix: p,
+                    proto: pr,
+                    port,
+                    nomatch: nm
+                }
+            ))),
+        fam.clone()
+            .prop_flat_map(|f| (addr(f), proto(), any::<u16>(), addr(f)).prop_map(
+                move |(a, pr, port, b)| (
+                    SetKind::new(SetType::HashIpPortIp, Some(f)),
+                    Member::IpPortIp(Box::new(IpPortIp {
+                        addr: a,
+                        proto: pr,
+                        port,
+                        addr2: b
+                    }))
+                )
+            )),
+        fam.clone().prop_flat_map(|f| (
+            addr(f),
+            proto(),
+            any::<u16>(),
+            addr(f),
+            0..=f.max_prefix(),
+            any::<bool>()
+        )
+            .prop_map(move |(a, pr, port, n, p, nm)| (
+                SetKind::new(SetType::HashIpPortNet, Some(f)),
+                Member::IpPortNet(Box::new(IpPortNet {
                     addr: a,
                     proto: pr,
-                    port
-                }
-            ))
-        ),
+                    port,
+                    net: mask(n, p),
+                    prefix: p,
+                    nomatch: nm
+                }))
+            ))),
         any::<[u8; 6]>().prop_map(|m| (SetKind::new(SetType::HashMac, None), Member::Mac(m))),
         "[A-Za-z0-9_.:][A-Za-z0-9_.:-]{0,30}"
             .prop_map(|n| (SetKind::new(SetType::ListSet, None), Member::Set(n.into()))),

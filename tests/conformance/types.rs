@@ -1,0 +1,322 @@
+//! Conformance bodies for the set types added after the first five: every
+//! type, in each family it has, through the whole life the manager gives a
+//! set (create, a second apply that changes nothing, deltas, drift found by
+//! a resync and repaired, a header change replaced through a swap), with
+//! the kernel's own listing compared to this project's rendering.
+
+use std::sync::Arc;
+
+use ipsetmgr::dataplane::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
+use ipsetmgr::ipset::{Family, MemberSet, SetHeader, SetType};
+use ipsetmgr::manager::{DesiredSet, Manager, ManagerConfig, Plan};
+
+use super::{header, kernel_listing, members, ok, read, sorted_display};
+
+/// One type in one family: members before and after a change, one member
+/// to inject as drift (not in `after`), and one of `after` to remove.
+pub struct TypeCase {
+    pub set_type: SetType,
+    pub family: Option<Family>,
+    pub before: &'static [&'static str],
+    pub after: &'static [&'static str],
+    pub drift_extra: &'static str,
+    pub drift_gone: &'static str,
+}
+
+/// The cases of every new type this kernel has.
+pub fn new_type_cases() -> Vec<TypeCase> {
+    use Family::*;
+    use SetType::*;
+    vec![
+        TypeCase {
+            set_type: HashNetPort,
+            family: Some(V4),
+            before: &[
+                "10.1.2.3/24,80",
+                "10.1.2.3,udp:53",
+                "10.0.0.0/8,icmp:8/0",
+                "10.2.0.0/16,tcp:22 nomatch",
+                "0.0.0.0/0,sctp:9",
+                "192.168.0.0/31,udplite:7",
+                "10.9.0.0/32,tcp:0",
+            ],
+            after: &[
+                "10.1.2.0/24,tcp:80",
+                "10.2.0.0/16,tcp:22",
+                "10.0.0.0/8,icmp:3/4",
+                "172.16.0.0/12,tcp:65535",
+            ],
+            drift_extra: "10.77.0.0/16,udp:1",
+            drift_gone: "172.16.0.0/12,tcp:65535",
+        },
+        TypeCase {
+            set_type: HashNetPort,
+            family: Some(V6),
+            before: &[
+                "2001:db8::/32,tcp:443",
+                "::/0,udp:53",
+                "2001:db8:1::1,ipv6-icmp:ping",
+                "fd00::/8,80 nomatch",
+                "::1.2.3.4/126,tcp:1",
+            ],
+            after: &["2001:db8::/32,tcp:443", "fd00::/8,80"],
+            drift_extra: "fe80::/10,udp:67",
+            drift_gone: "fd00::/8,80",
+        },
+        TypeCase {
+            set_type: HashIpPortIp,
+            family: Some(V4),
+            before: &[
+                "10.0.0.1,80,10.0.0.2",
+                "10.0.0.1,udp:53,10.0.0.2/32",
+                "0.0.0.0,tcp:0,0.0.0.0",
+                "10.0.0.1,icmp:3/4,10.0.0.3",
+                "10.0.0.1,icmp:echo-reply,10.0.0.3",
+            ],
+            after: &["10.0.0.1,tcp:80,10.0.0.2", "192.0.2.1,sctp:9,192.0.2.2"],
+            drift_extra: "10.9.9.9,udp:9,10.9.9.8",
+            drift_gone: "192.0.2.1,sctp:9,192.0.2.2",
+        },
+        TypeCase {
+            set_type: HashIpPortIp,
+            family: Some(V6),
+            before: &[
+                "2001:db8::1,tcp:443,2001:db8::2",
+                "::1,ipv6-icmp:1/0,::ffff:1.2.3.4",
+                "::1.2.3.4,udp:5,::2",
+            ],
+            after: &["2001:db8::1,tcp:443,2001:db8::2", "::1,udp:53,::1"],
+            drift_extra: "fe80::1,tcp:1,fe80::2",
+            drift_gone: "::1,udp:53,::1",
+        },
+        TypeCase {
+            set_type: HashIpPortNet,
+            family: Some(V4),
+            before: &[
+                "10.0.0.1,80,10.0.0.0/8",
+                "10.0.0.1,80,10.1.1.1 nomatch",
+                "10.0.0.1,udp:53,0.0.0.0/0",
+                "0.0.0.0,tcp:65535,192.168.1.7/24",
+                "10.0.0.2,icmp:echo-request,10.0.0.0/30",
+            ],
+            after: &["10.0.0.1,tcp:80,10.0.0.0/8", "10.0.0.1,tcp:80,10.1.1.1"],
+            drift_extra: "10.5.5.5,udp:1,10.6.0.0/16",
+            drift_gone: "10.0.0.1,tcp:80,10.1.1.1",
+        },
+        TypeCase {
+            set_type: HashIpPortNet,
+            family: Some(V6),
+            before: &[
+                "2001:db8::1,tcp:22,2001:db8::/48",
+                "::2,udp:1,::/0 nomatch",
+                "::2,ipv6-icmp:128/0,2001:db8::7",
+            ],
+            after: &["2001:db8::1,tcp:22,2001:db8::/48"],
+            drift_extra: "::3,udp:3,fd00::/8",
+            drift_gone: "2001:db8::1,tcp:22,2001:db8::/48",
+        },
+    ]
+}
+
+/// A borrowed backend as a manager's own: the bodies get `&mut dyn Dataplane`.
+struct Lend<'a>(&'a mut dyn Dataplane);
+
+impl Dataplane for Lend<'_> {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn apply(&mut self, ops: &[Op<'_>]) -> Result<(), BatchError> {
+        self.0.apply(ops)
+    }
+    fn list_owned(&mut self, owned: &dyn Fn(&str) -> bool) -> Result<Vec<String>, DataplaneError> {
+        self.0.list_owned(owned)
+    }
+    fn read_set(&mut self, name: &str) -> Result<Option<KernelSet>, DataplaneError> {
+        self.0.read_set(name)
+    }
+    fn supports(&mut self, set_type: SetType) -> Option<bool> {
+        self.0.supports(set_type)
+    }
+}
+
+fn set_name(case: &TypeCase) -> String {
+    let fam = match case.family {
+        Some(Family::V4) => "4",
+        Some(Family::V6) => "6",
+        None => "x",
+    };
+    let t: String = case
+        .set_type
+        .as_str()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    format!("ipm{fam}-{t}")
+}
+
+fn desired(name: &str, h: &SetHeader, m: MemberSet) -> Vec<DesiredSet> {
+    vec![DesiredSet {
+        name: name.to_string(),
+        policy: name.to_string(),
+        header: h.clone(),
+        members: Arc::new(m),
+    }]
+}
+
+/// The kernel holds exactly `m` under header `h`, and (with a real kernel)
+/// `ipset list` prints every member exactly as this project renders it.
+fn holds(dp: &mut dyn Dataplane, name: &str, h: &SetHeader, m: &MemberSet) {
+    let k = read(dp, name);
+    let kh = k
+        .header
+        .as_ref()
+        .unwrap_or_else(|| panic!("{name}: no header"));
+    assert!(h.compatible_with(kh), "{name}: {kh:?} vs {h:?}");
+    assert_eq!(k.unparsable_members, 0, "{name}: unparsable members");
+    assert!(
+        k.unmanaged_options.is_empty(),
+        "{name}: {:?}",
+        k.unmanaged_options
+    );
+    let km = k.members.expect("members");
+    assert_eq!(km.sorted_strings(), m.sorted_strings(), "{name}: members");
+    if dp.name() != "model"
+        && let Some(listed) = kernel_listing(name)
+    {
+        assert_eq!(sorted_display(m), listed, "{name}: rendering");
+    }
+}
+
+fn written(out: &ipsetmgr::manager::ApplyOutcome) -> Vec<(String, Plan)> {
+    assert!(out.applied, "apply failed: {:?}", out.error);
+    out.written.clone()
+}
+
+/// Create, apply again (nothing to do), delta, drift repaired by a resync,
+/// and a header change replaced through a swap, for one case.
+fn lifecycle(dp: &mut dyn Dataplane, case: &TypeCase) {
+    let name = set_name(case);
+    let (t, fam) = (case.set_type, case.family);
+    let h = header(t, fam, 1000);
+    let before = members(t, fam, case.before);
+    let after = members(t, fam, case.after);
+    let mut mgr = Manager::new(Lend(dp), ManagerConfig::default());
+
+    mgr.set_desired(desired(&name, &h, before.clone()), []);
+    assert_eq!(
+        written(&mgr.apply_updates()),
+        [(name.clone(), Plan::Create)]
+    );
+    holds(mgr.dataplane_mut().0, &name, &h, &before);
+
+    // The canonical forms are the kernel's: a full resync finds nothing.
+    mgr.queue_resync();
+    assert_eq!(written(&mgr.apply_updates()), []);
+    let report = mgr.report();
+    assert_eq!(report[0].problems, 0, "{name}: {report:?}");
+
+    mgr.set_desired(desired(&name, &h, after.clone()), []);
+    assert_eq!(written(&mgr.apply_updates()), [(name.clone(), Plan::Delta)]);
+    holds(mgr.dataplane_mut().0, &name, &h, &after);
+
+    // Someone adds one entry and removes another behind the manager's back.
+    let extra = members(t, fam, &[case.drift_extra]);
+    let gone = members(t, fam, &[case.drift_gone]);
+    ok(
+        mgr.dataplane_mut().0,
+        &[
+            Op::Add {
+                set: &name,
+                members: &extra,
+            },
+            Op::Del {
+                set: &name,
+                members: &gone,
+            },
+        ],
+    );
+    mgr.queue_resync();
+    assert_eq!(written(&mgr.apply_updates()), [(name.clone(), Plan::Delta)]);
+    let report = mgr.report();
+    assert_eq!(report[0].problems, 2, "{name}: {report:?}");
+    holds(mgr.dataplane_mut().0, &name, &h, &after);
+
+    // A header change of the same type and family: a temp set swapped in.
+    let bigger = header(t, fam, 2000);
+    mgr.set_desired(desired(&name, &bigger, after.clone()), []);
+    assert_eq!(
+        written(&mgr.apply_updates()),
+        [(name.clone(), Plan::TempSwap)]
+    );
+    holds(mgr.dataplane_mut().0, &name, &bigger, &after);
+    assert_eq!(
+        read(mgr.dataplane_mut().0, &name).header.unwrap().max_elem,
+        2000
+    );
+    mgr.queue_resync();
+    assert_eq!(written(&mgr.apply_updates()), []);
+}
+
+pub fn new_types_through_the_manager(dp: &mut dyn Dataplane) {
+    for case in new_type_cases() {
+        lifecycle(dp, &case);
+    }
+}
+
+/// In every type with a network part, `nomatch` is outside the key: adding
+/// the other spelling overwrites the flag, deleting either removes it.
+pub fn nomatch_flag_of_new_types(dp: &mut dyn Dataplane) {
+    let cases = [
+        (SetType::HashNet, "10.0.0.0/8"),
+        (SetType::HashNetPort, "10.0.0.0/8,tcp:80"),
+        (SetType::HashIpPortNet, "10.0.0.1,udp:53,10.0.0.0/8"),
+    ];
+    for (i, (t, plain_s)) in cases.into_iter().enumerate() {
+        let name = format!("ipm4-nm{i}");
+        let fam = Some(Family::V4);
+        let h = header(t, fam, 100);
+        let plain = members(t, fam, &[plain_s]);
+        let flagged = members(t, fam, &[&format!("{plain_s} nomatch")]);
+        ok(
+            dp,
+            &[
+                Op::Create {
+                    set: &name,
+                    header: &h,
+                },
+                Op::Add {
+                    set: &name,
+                    members: &plain,
+                },
+                Op::Add {
+                    set: &name,
+                    members: &flagged,
+                },
+            ],
+        );
+        holds(dp, &name, &h, &flagged);
+        ok(
+            dp,
+            &[Op::Del {
+                set: &name,
+                members: &plain,
+            }],
+        );
+        holds(dp, &name, &h, &members(t, fam, &[]));
+        // Deleting by the flagged spelling removes the entry as well.
+        ok(
+            dp,
+            &[
+                Op::Add {
+                    set: &name,
+                    members: &flagged,
+                },
+                Op::Del {
+                    set: &name,
+                    members: &flagged,
+                },
+            ],
+        );
+        holds(dp, &name, &h, &members(t, fam, &[]));
+    }
+}
