@@ -27,6 +27,7 @@ fn policy(members: Vec<String>) -> IPSetPolicy {
             node_selector: None,
             max_elem: Some(2_000_000),
             hash_size: None,
+            range: None,
         },
     )
 }

@@ -33,6 +33,7 @@ fn policy(members: Vec<String>, max: u32) -> IPSetPolicy {
             node_selector: None,
             max_elem: Some(max),
             hash_size: None,
+            range: None,
         },
     )
 }

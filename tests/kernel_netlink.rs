@@ -34,6 +34,7 @@ fn header(t: SetType, f: Option<Family>, max_elem: u32) -> SetHeader {
         kind: SetKind::new(t, f),
         max_elem,
         hash_size: if t.is_hash() { Some(1024) } else { None },
+        options: Default::default(),
     }
 }
 
@@ -207,8 +208,15 @@ fn foreign_sets_read_as_unmanaged() {
         let mut d = dp();
         ipset(&["create", "ipm-timeout", "hash:ip", "timeout", "300"]);
         ipset(&["add", "ipm-timeout", "10.0.0.1"]);
-        ipset(&["create", "ipm-bitmap", "bitmap:port", "range", "1-100"]);
-        ipset(&["add", "ipm-bitmap", "7"]);
+        // A type this project does not manage (bitmap:port now is one).
+        ipset(&[
+            "create",
+            "ipm-bitmap",
+            "bitmap:ip,mac",
+            "range",
+            "10.0.0.0/24",
+        ]);
+        ipset(&["add", "ipm-bitmap", "10.0.0.7"]);
         ipset(&["create", "ipm-netmask", "hash:ip", "netmask", "24"]);
         let ks = d.read_set("ipm-timeout").unwrap().unwrap();
         assert_eq!(ks.unparsable_members, 1);
@@ -299,6 +307,7 @@ fn add_1m_members() {
             kind: SetKind::new(SetType::HashIp, Some(Family::V4)),
             max_elem: 2_000_000,
             hash_size: Some(1 << 20),
+            options: Default::default(),
         };
         let all = MemberSet::from_members(h.kind, (0..1_000_000).map(v4));
         let t = Instant::now();

@@ -151,6 +151,7 @@ impl GenPolicy {
                 node_selector: None,
                 max_elem: self.max_elem,
                 hash_size: self.hash_size,
+                range: None,
             },
         )
     }
@@ -197,6 +198,7 @@ impl Case {
                     node_selector: None,
                     max_elem: None,
                     hash_size: None,
+                    range: None,
                 },
             ));
         }

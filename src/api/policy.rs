@@ -56,6 +56,18 @@ impl std::fmt::Display for FamilySpec {
     {
         "rule": "!has(self.hashSize) || self.type.startsWith('hash:')",
         "message": "hashSize applies to hash:* types only"
+    },
+    {
+        "rule": "has(self.range) == self.type.startsWith('bitmap:')",
+        "message": "range is required for bitmap:* types and applies to them only"
+    },
+    {
+        "rule": "!has(self.maxElem) || !self.type.startsWith('bitmap:')",
+        "message": "maxElem does not apply to bitmap:* types: the range sets their size"
+    },
+    {
+        "rule": "self.type != 'bitmap:ip' || !has(self.family) || self.family == 'IPv4'",
+        "message": "bitmap:ip holds IPv4 addresses only"
     }
 ]))]
 pub struct IPSetPolicySpec {
@@ -97,6 +109,13 @@ pub struct IPSetPolicySpec {
     )]
     #[schemars(range(min = 64, max = 67108864u32))]
     pub hash_size: Option<u32>,
+    /// The range of a bitmap set, required for bitmap:ip and bitmap:port and
+    /// refused elsewhere: IPv4 "FROM-TO" or a CIDR for bitmap:ip
+    /// (10.0.0.0/24), "FROM-TO" ports for bitmap:port (0-1023). At most
+    /// 65536 elements; members must lie within it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 3, max = 31), regex(pattern = r"^[0-9./-]+$"))]
+    pub range: Option<String>,
 }
 
 /// An optional u32 written as a number. A quoted `"100"` is refused: YAML

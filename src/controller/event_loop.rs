@@ -213,6 +213,7 @@ impl Controller {
                         ),
                         max_elem: None,
                         hash_size: None,
+                        range: None,
                     };
                     let mut p = IPSetPolicy::new(name, spec);
                     p.metadata.generation = t.generation;

@@ -102,6 +102,7 @@ struct AnySpec {
     max_elem: Option<u32>,
     #[serde(default, deserialize_with = "integer")]
     hash_size: Option<u32>,
+    range: Option<String>,
 }
 
 impl AnySpec {
@@ -114,6 +115,7 @@ impl AnySpec {
             node_selector: self.node_selector,
             max_elem: self.max_elem,
             hash_size: self.hash_size,
+            range: self.range,
         })
     }
 
@@ -124,6 +126,7 @@ impl AnySpec {
             ("nodeSelector", self.node_selector.is_some()),
             ("maxElem", self.max_elem.is_some()),
             ("hashSize", self.hash_size.is_some()),
+            ("range", self.range.is_some()),
         ];
         if let Some((field, _)) = extra.iter().find(|(_, set)| *set) {
             return Err(format!(

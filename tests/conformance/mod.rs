@@ -47,6 +47,7 @@ macro_rules! conformance_tests {
             hash_mac_not_supported,
             new_types_through_the_manager,
             nomatch_flag_of_new_types,
+            bitmap_limits,
             batch_failing_midway_names_op_and_member,
             create_existing_and_missing_sets,
             list_owned_filters_and_leaves_foreign_sets,
@@ -69,6 +70,7 @@ macro_rules! conformance_tests {
             hash_mac_not_supported,
             new_types_through_the_manager,
             nomatch_flag_of_new_types,
+            bitmap_limits,
             batch_failing_midway_names_op_and_member,
             create_existing_and_missing_sets,
             list_owned_filters_and_leaves_foreign_sets,
@@ -134,6 +136,7 @@ pub fn header(t: SetType, family: Option<Family>, max_elem: u32) -> SetHeader {
         kind: SetKind::new(t, family),
         max_elem,
         hash_size: None,
+        options: Default::default(),
     }
 }
 

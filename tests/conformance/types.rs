@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use ipsetmgr::dataplane::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
-use ipsetmgr::ipset::{Family, MemberSet, SetHeader, SetType};
+use ipsetmgr::ipset::{Family, HeaderOptions, Member, MemberSet, SetHeader, SetRange, SetType};
 use ipsetmgr::manager::{DesiredSet, Manager, ManagerConfig, Plan};
 
 use super::{header, kernel_listing, members, ok, read, sorted_display};
@@ -21,6 +21,9 @@ pub struct TypeCase {
     pub after: &'static [&'static str],
     pub drift_extra: &'static str,
     pub drift_gone: &'static str,
+    /// Bitmaps: the range at creation and after the header change (which
+    /// for the other types is a bigger maxelem).
+    pub ranges: Option<(&'static str, &'static str)>,
 }
 
 /// The cases of every new type this kernel has.
@@ -48,6 +51,7 @@ pub fn new_type_cases() -> Vec<TypeCase> {
             ],
             drift_extra: "10.77.0.0/16,udp:1",
             drift_gone: "172.16.0.0/12,tcp:65535",
+            ranges: None,
         },
         TypeCase {
             set_type: HashNetPort,
@@ -62,6 +66,7 @@ pub fn new_type_cases() -> Vec<TypeCase> {
             after: &["2001:db8::/32,tcp:443", "fd00::/8,80"],
             drift_extra: "fe80::/10,udp:67",
             drift_gone: "fd00::/8,80",
+            ranges: None,
         },
         TypeCase {
             set_type: HashIpPortIp,
@@ -76,6 +81,7 @@ pub fn new_type_cases() -> Vec<TypeCase> {
             after: &["10.0.0.1,tcp:80,10.0.0.2", "192.0.2.1,sctp:9,192.0.2.2"],
             drift_extra: "10.9.9.9,udp:9,10.9.9.8",
             drift_gone: "192.0.2.1,sctp:9,192.0.2.2",
+            ranges: None,
         },
         TypeCase {
             set_type: HashIpPortIp,
@@ -88,6 +94,7 @@ pub fn new_type_cases() -> Vec<TypeCase> {
             after: &["2001:db8::1,tcp:443,2001:db8::2", "::1,udp:53,::1"],
             drift_extra: "fe80::1,tcp:1,fe80::2",
             drift_gone: "::1,udp:53,::1",
+            ranges: None,
         },
         TypeCase {
             set_type: HashIpPortNet,
@@ -102,6 +109,7 @@ pub fn new_type_cases() -> Vec<TypeCase> {
             after: &["10.0.0.1,tcp:80,10.0.0.0/8", "10.0.0.1,tcp:80,10.1.1.1"],
             drift_extra: "10.5.5.5,udp:1,10.6.0.0/16",
             drift_gone: "10.0.0.1,tcp:80,10.1.1.1",
+            ranges: None,
         },
         TypeCase {
             set_type: HashIpPortNet,
@@ -114,6 +122,25 @@ pub fn new_type_cases() -> Vec<TypeCase> {
             after: &["2001:db8::1,tcp:22,2001:db8::/48"],
             drift_extra: "::3,udp:3,fd00::/8",
             drift_gone: "2001:db8::1,tcp:22,2001:db8::/48",
+            ranges: None,
+        },
+        TypeCase {
+            set_type: BitmapIp,
+            family: Some(V4),
+            before: &["10.0.0.0", "10.0.0.5", "10.0.0.255", "10.0.0.17/32"],
+            after: &["10.0.0.5", "10.0.0.6"],
+            drift_extra: "10.0.0.99",
+            drift_gone: "10.0.0.6",
+            ranges: Some(("10.0.0.0/24", "10.0.0.0-10.0.3.255")),
+        },
+        TypeCase {
+            set_type: BitmapPort,
+            family: None,
+            before: &["0", "22", "80", "1023"],
+            after: &["22", "443"],
+            drift_extra: "8",
+            drift_gone: "443",
+            ranges: Some(("0-1023", "0-65535")),
         },
     ]
 }
@@ -192,12 +219,34 @@ fn written(out: &ipsetmgr::manager::ApplyOutcome) -> Vec<(String, Plan)> {
     out.written.clone()
 }
 
+/// The header of a case: for bitmaps its first or second range, for the
+/// other types a maxelem of 1000 or 2000.
+fn case_header(case: &TypeCase, changed: bool) -> SetHeader {
+    let Some((first, second)) = case.ranges else {
+        return header(
+            case.set_type,
+            case.family,
+            if changed { 2000 } else { 1000 },
+        );
+    };
+    bitmap_header(case.set_type, if changed { second } else { first })
+}
+
+pub fn bitmap_header(t: SetType, range: &str) -> SetHeader {
+    let range = SetRange::parse(t, range).unwrap_or_else(|e| panic!("{range}: {e}"));
+    SetHeader {
+        max_elem: range.len() as u32,
+        options: HeaderOptions { range: Some(range) },
+        ..header(t, t.only_family(), 0)
+    }
+}
+
 /// Create, apply again (nothing to do), delta, drift repaired by a resync,
 /// and a header change replaced through a swap, for one case.
 fn lifecycle(dp: &mut dyn Dataplane, case: &TypeCase) {
     let name = set_name(case);
     let (t, fam) = (case.set_type, case.family);
-    let h = header(t, fam, 1000);
+    let h = case_header(case, false);
     let before = members(t, fam, case.before);
     let after = members(t, fam, case.after);
     let mut mgr = Manager::new(Lend(dp), ManagerConfig::default());
@@ -242,16 +291,17 @@ fn lifecycle(dp: &mut dyn Dataplane, case: &TypeCase) {
     holds(mgr.dataplane_mut().0, &name, &h, &after);
 
     // A header change of the same type and family: a temp set swapped in.
-    let bigger = header(t, fam, 2000);
+    let bigger = case_header(case, true);
     mgr.set_desired(desired(&name, &bigger, after.clone()), []);
     assert_eq!(
         written(&mgr.apply_updates()),
         [(name.clone(), Plan::TempSwap)]
     );
     holds(mgr.dataplane_mut().0, &name, &bigger, &after);
+    let kh = read(mgr.dataplane_mut().0, &name).header.unwrap();
     assert_eq!(
-        read(mgr.dataplane_mut().0, &name).header.unwrap().max_elem,
-        2000
+        (kh.max_elem, &kh.options),
+        (bigger.max_elem, &bigger.options)
     );
     mgr.queue_resync();
     assert_eq!(written(&mgr.apply_updates()), []);
@@ -319,4 +369,59 @@ pub fn nomatch_flag_of_new_types(dp: &mut dyn Dataplane) {
         );
         holds(dp, &name, &h, &members(t, fam, &[]));
     }
+}
+
+/// The kernel's bitmap limits: members outside the range are refused,
+/// naming the member; a range above 65536 elements is refused at creation.
+pub fn bitmap_limits(dp: &mut dyn Dataplane) {
+    let h = bitmap_header(SetType::BitmapPort, "10-20");
+    let inside = members(SetType::BitmapPort, None, &["10", "20"]);
+    let outside = members(SetType::BitmapPort, None, &["21"]);
+    let e = dp
+        .apply(&[
+            Op::Create {
+                set: "ipmx-bp",
+                header: &h,
+            },
+            Op::Add {
+                set: "ipmx-bp",
+                members: &inside,
+            },
+            Op::Add {
+                set: "ipmx-bp",
+                members: &outside,
+            },
+        ])
+        .unwrap_err();
+    assert_eq!(e.op_index, 2, "{e:?}");
+    assert_eq!(e.member, Some(Member::Port(21)), "{e:?}");
+    assert!(
+        matches!(&e.error, DataplaneError::InvalidElement { element, .. } if element == "21"),
+        "{e:?}"
+    );
+    holds(dp, "ipmx-bp", &h, &inside);
+
+    // 65537 addresses: one more than a bitmap can hold.
+    let too_big = SetHeader {
+        max_elem: 65537,
+        options: HeaderOptions {
+            range: Some(SetRange::Ipv4 {
+                from: "10.0.0.0".parse().unwrap(),
+                to: "10.1.0.0".parse().unwrap(),
+            }),
+        },
+        ..header(SetType::BitmapIp, Some(Family::V4), 0)
+    };
+    let e = dp
+        .apply(&[Op::Create {
+            set: "ipm4-big",
+            header: &too_big,
+        }])
+        .unwrap_err();
+    assert_eq!(e.op_index, 0, "{e:?}");
+    assert!(
+        matches!(&e.error, DataplaneError::Other(m) if m.contains("size limit")),
+        "{e:?}"
+    );
+    assert_eq!(dp.read_set("ipm4-big").unwrap(), None);
 }

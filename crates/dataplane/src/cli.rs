@@ -15,7 +15,8 @@ use std::process::{Child, Command, Stdio};
 
 use crate::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
 use ipsetmgr_ipset::{
-    Family, Member, MemberSetBuilder, SetHeader, SetKind, SetType, is_valid_set_name, mask,
+    Family, HeaderOptions, Member, MemberSetBuilder, SetHeader, SetKind, SetRange, SetType,
+    is_valid_set_name, mask,
 };
 
 /// The `ipset` command-line tool as a [`Dataplane`].
@@ -96,6 +97,10 @@ impl LineMap {
 fn write_create(w: &mut impl Write, set: &str, h: &SetHeader) -> io::Result<()> {
     let t = h.kind.set_type;
     write!(w, "create {set} {}", t.as_str())?;
+    if let Some(range) = h.options.range {
+        // A bitmap: sized by its range; no family, maxelem or hash size.
+        return writeln!(w, " range {range}");
+    }
     if t == SetType::ListSet {
         return writeln!(w, " size {}", h.max_elem);
     }
@@ -253,6 +258,7 @@ pub fn classify(msg: &str, op: Option<&Op<'_>>, member: Option<&Member>) -> Data
         || has("invalid")
         || has("null-valued element")
         || has("out of range")
+        || has("out of the range")
         || has("cannot be stored")
     {
         DataplaneError::InvalidElement {
@@ -488,6 +494,8 @@ struct HeaderWords {
     /// maxelem, or size for list:set.
     max_elem: Option<u32>,
     has_timeout: bool,
+    /// A bitmap's `range FROM-TO`, as printed.
+    range: Option<String>,
     /// See [`KernelSet::unmanaged_options`].
     unmanaged: Vec<String>,
 }
@@ -505,6 +513,7 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
     let mut hashsize = None;
     let mut maxelem = None;
     let mut has_timeout = false;
+    let mut range = None;
     let mut unmanaged = Vec::new();
     let mut it = words.split_ascii_whitespace();
     let num = |v: Option<&str>, key: &str| -> Result<u32, DataplaneError> {
@@ -522,6 +531,7 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
             }
             "hashsize" => hashsize = Some(num(it.next(), "hashsize")?),
             "maxelem" | "size" => maxelem = Some(num(it.next(), w)?),
+            "range" => range = it.next().map(str::to_string),
             // The kernel's own bucket size and hash seed: set for every set.
             "bucketsize" | "initval" => {
                 it.next();
@@ -544,6 +554,7 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
         hash_size: hashsize,
         max_elem: maxelem,
         has_timeout,
+        range,
         unmanaged,
     })
 }
@@ -668,6 +679,21 @@ fn typed_header(
     let Ok(t) = set_type else {
         return Ok(None);
     };
+    if t.is_bitmap() {
+        let text = words
+            .range
+            .as_deref()
+            .ok_or_else(|| protocol(format!("{t} header without range")))?;
+        let range = SetRange::parse(t, text)
+            .map_err(|e| protocol(format!("{t} header range {text:?}: {e}")))?;
+        return Ok(Some(SetHeader {
+            kind: SetKind::new(t, t.only_family()),
+            // Within 65536: parse refuses bigger ranges.
+            max_elem: range.len() as u32,
+            hash_size: None,
+            options: HeaderOptions { range: Some(range) },
+        }));
+    }
     if t.has_family() && words.family.is_none() {
         return Err(protocol(format!("{t} header without a family")));
     }
@@ -683,6 +709,7 @@ fn typed_header(
         kind: SetKind::new(t, words.family.filter(|_| t.has_family())),
         max_elem,
         hash_size: words.hash_size.filter(|_| t.is_hash()),
+        options: Default::default(),
     }))
 }
 
@@ -829,8 +856,40 @@ mod tests {
     }
 
     #[test]
+    fn parses_bitmap_listings() {
+        let l = "Name: b\nType: bitmap:ip\nRevision: 3\nHeader: range 10.0.0.0-10.0.0.255\nSize in memory: 120\nReferences: 0\nNumber of entries: 2\nMembers:\n10.0.0.0\n10.0.0.5\n";
+        let k = parse_listing(l.as_bytes(), Some("b")).unwrap();
+        let h = k.header.unwrap();
+        assert_eq!(h.kind, SetKind::new(SetType::BitmapIp, Some(Family::V4)));
+        assert_eq!(h.max_elem, 256);
+        assert_eq!(h.options.range.unwrap().to_string(), "10.0.0.0-10.0.0.255");
+        assert_eq!(
+            k.members.unwrap().sorted_strings(),
+            ["10.0.0.0", "10.0.0.5"]
+        );
+        let l = "Name: p\nType: bitmap:port\nRevision: 3\nHeader: range 0-1024\nSize in memory: 208\nReferences: 0\nNumber of entries: 1\nMembers:\n80\n";
+        let k = parse_listing(l.as_bytes(), Some("p")).unwrap();
+        let h = k.header.unwrap();
+        assert_eq!((h.kind.family, h.max_elem), (None, 1025));
+        assert_eq!(k.members.unwrap().sorted_strings(), ["80"]);
+        assert!(k.unmanaged_options.is_empty());
+        let mut out = Vec::new();
+        write_create(&mut out, "p", &h).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "create p bitmap:port range 0-1024\n"
+        );
+        // A bitmap without its range is not a listing this parser can trust.
+        let l = "Name: p\nType: bitmap:port\nRevision: 3\nHeader: \nReferences: 0\nMembers:\n";
+        assert!(matches!(
+            parse_listing(l.as_bytes(), Some("p")),
+            Err(DataplaneError::Protocol(_))
+        ));
+    }
+
+    #[test]
     fn unknown_type_has_no_header() {
-        let l = "Name: x\nType: bitmap:port\nRevision: 3\nHeader: range 0-1024\nSize in memory: 128\nReferences: 0\nNumber of entries: 1\nMembers:\n80\n";
+        let l = "Name: x\nType: hash:netnet\nRevision: 3\nHeader: family inet hashsize 1024 maxelem 65536\nSize in memory: 128\nReferences: 0\nNumber of entries: 1\nMembers:\n10.0.0.0/8,10.0.0.0/8\n";
         let k = parse_listing(l.as_bytes(), Some("x")).unwrap();
         assert_eq!(k.header, None);
         assert_eq!(k.members, None);
@@ -953,6 +1012,7 @@ mod tests {
             kind: SetKind::new(SetType::HashMac, None),
             max_elem: 10,
             hash_size: None,
+            options: Default::default(),
         };
         let create = Op::Create {
             set: "m",
@@ -1064,6 +1124,7 @@ mod tests {
             kind: k,
             max_elem: 2,
             hash_size: None,
+            options: Default::default(),
         };
         let a = ms(
             SetType::HashIp,
@@ -1127,6 +1188,7 @@ mod tests {
             kind: SetKind::new(t, f),
             max_elem: m,
             hash_size: hs,
+            options: Default::default(),
         };
         write_create(
             &mut out,

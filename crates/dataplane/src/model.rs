@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
-use ipsetmgr_ipset::{Member, MemberSet, SetHeader, SetType};
+use ipsetmgr_ipset::{MAX_BITMAP_ELEMENTS, Member, MemberSet, SetHeader, SetType};
 
 /// A set as the model kernel holds it.
 #[derive(Clone, Debug)]
@@ -176,6 +176,18 @@ impl State {
                 if self.sets.contains_key(set) {
                     return Err((None, DataplaneError::SetExists(set.to_string())));
                 }
+                if header
+                    .options
+                    .range
+                    .is_some_and(|r| r.len() > MAX_BITMAP_ELEMENTS)
+                {
+                    return Err((
+                        None,
+                        DataplaneError::Other(format!(
+                            "cannot create set {set}: the range exceeds the size limit of the set type"
+                        )),
+                    ));
+                }
                 self.sets.insert(
                     set.to_string(),
                     ModelSet {
@@ -218,6 +230,18 @@ impl State {
                     {
                         target.members.insert(m.clone());
                         continue;
+                    }
+                    if let Some(range) = target.header.options.range
+                        && !range.contains(&m)
+                    {
+                        return Err((
+                            Some(m.clone()),
+                            DataplaneError::InvalidElement {
+                                set: set.to_string(),
+                                element: m.to_string(),
+                                reason: "element is out of the range of the set".into(),
+                            },
+                        ));
                     }
                     if target.members.len() >= target.header.max_elem as usize {
                         return Err((Some(m), DataplaneError::SetFull(set.to_string())));

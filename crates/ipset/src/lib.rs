@@ -9,9 +9,13 @@ pub mod icmp;
 mod member;
 mod member_set;
 mod names;
+mod range;
 mod types;
 
 pub use member::{IpPortIp, IpPortNet, Member, MemberError, OneOrTwo, Parsed, Proto, mask};
 pub use member_set::{MemberSet, MemberSetBuilder};
 pub use names::{BadPrefix, MAX_SET_NAME_LEN, Naming, is_valid_set_name};
-pub use types::{DEFAULT_MAX_ELEM, Family, SetHeader, SetKind, SetType, UnknownSetType};
+pub use range::{MAX_BITMAP_ELEMENTS, RangeError, SetRange};
+pub use types::{
+    DEFAULT_MAX_ELEM, Family, HeaderOptions, SetHeader, SetKind, SetType, UnknownSetType,
+};

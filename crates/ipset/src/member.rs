@@ -110,6 +110,8 @@ pub enum Member {
     IpPortIp(Box<IpPortIp>),
     /// hash:ip,port,net (boxed, like [`Member::IpPortIp`]).
     IpPortNet(Box<IpPortNet>),
+    /// bitmap:port (bitmap:ip members are [`Member::Ip`]).
+    Port(u16),
 }
 
 /// A hash:ip,port,ip entry: both addresses of one family.
@@ -229,7 +231,7 @@ impl Member {
             Member::NetPort { addr, .. } => Some(Family::of(addr)),
             Member::IpPortIp(e) => Some(Family::of(&e.addr)),
             Member::IpPortNet(e) => Some(Family::of(&e.addr)),
-            Member::Mac(_) | Member::Set(_) => None,
+            Member::Mac(_) | Member::Set(_) | Member::Port(_) => None,
         }
     }
 
@@ -301,6 +303,9 @@ impl Member {
             SetType::HashNetPort => parse_net_port(body, nomatch),
             SetType::HashIpPortIp => parse_ip_port_ip(body).map(one),
             SetType::HashIpPortNet => parse_ip_port_net(body, nomatch),
+            // The kernel holds 0.0.0.0 in a bitmap whose range starts there.
+            SetType::BitmapIp => parse_host(body).map(|a| one(Member::Ip(a))),
+            SetType::BitmapPort => parse_bitmap_port(body).map(|p| one(Member::Port(p))),
         }
     }
 
@@ -370,7 +375,7 @@ fn parse_addr(s: &str) -> Result<IpAddr, MemberError> {
 /// most `max_len` of them, and no leading zero. ipset parses numbers with
 /// `strtoul(.., 0)`, so `010` means 8 there; accepting it here as 10 would
 /// silently give the two tools different meanings for the same text.
-fn plain_decimal(s: &str, max_len: usize) -> Option<u32> {
+pub(crate) fn plain_decimal(s: &str, max_len: usize) -> Option<u32> {
     let digits_only = !s.is_empty() && s.len() <= max_len && s.bytes().all(|b| b.is_ascii_digit());
     if !digits_only || (s.len() > 1 && s.starts_with('0')) {
         return None;
@@ -487,6 +492,17 @@ fn parse_net_port(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
         port,
         nomatch,
     }))
+}
+
+/// A bitmap:port member: a port number alone. The set holds ports of every
+/// protocol, so a `tcp:` would suggest a distinction the kernel does not make.
+fn parse_bitmap_port(s: &str) -> Result<u16, MemberError> {
+    if s.contains(':') {
+        return Err(MemberError::BadSyntax(
+            "a port number alone (bitmap:port holds ports of every protocol)",
+        ));
+    }
+    parse_port(s)
 }
 
 /// `A,PROTO:PORT,B`: the three parts, or the syntax error `expected`.
@@ -715,6 +731,7 @@ impl fmt::Display for Member {
                 m[0], m[1], m[2], m[3], m[4], m[5]
             ),
             Member::Set(name) => f.write_str(name),
+            Member::Port(p) => write!(f, "{p}"),
         }
     }
 }
@@ -1045,5 +1062,36 @@ mod tests {
     #[test]
     fn kernel_zero_prefixes_are_not_halved() {
         assert!(Member::parse_kernel(SetType::HashNetPort, "0.0.0.0/0,tcp:80").is_err());
+    }
+
+    #[test]
+    fn bitmap_members() {
+        assert_eq!(
+            canon(SetType::BitmapIp, "10.0.0.5/32").unwrap(),
+            ["10.0.0.5"]
+        );
+        assert_eq!(canon(SetType::BitmapIp, "0.0.0.0").unwrap(), ["0.0.0.0"]);
+        assert_eq!(
+            canon(SetType::BitmapIp, "10.0.0.0/30"),
+            Err(MemberError::WideCidrInHashIp)
+        );
+        assert_eq!(canon(SetType::BitmapPort, "80").unwrap(), ["80"]);
+        assert_eq!(canon(SetType::BitmapPort, "0").unwrap(), ["0"]);
+        assert!(matches!(
+            canon(SetType::BitmapPort, "tcp:80"),
+            Err(MemberError::BadSyntax(_))
+        ));
+        assert_eq!(
+            canon(SetType::BitmapPort, "80-81"),
+            Err(MemberError::PortRange)
+        );
+        assert_eq!(
+            canon(SetType::BitmapPort, "080"),
+            Err(MemberError::LeadingZero)
+        );
+        assert_eq!(
+            canon(SetType::BitmapPort, "65536"),
+            Err(MemberError::BadPort)
+        );
     }
 }

@@ -35,7 +35,7 @@ pub struct MemberSet {
 
 fn packable(kind: SetKind) -> bool {
     match kind.set_type {
-        SetType::HashMac => true,
+        SetType::HashMac | SetType::BitmapIp | SetType::BitmapPort => true,
         SetType::HashIp | SetType::HashNet | SetType::HashIpPort => kind.family == Some(Family::V4),
         // Wider keys (two addresses, interface names) use the full store.
         SetType::ListSet
@@ -66,6 +66,8 @@ fn pack(kind: SetKind, m: &Member) -> Option<u64> {
                 port,
             },
         ) => Some((u32::from(*a) as u64) << 24 | (proto.number() as u64) << 16 | *port as u64),
+        (SetType::BitmapIp, Member::Ip(IpAddr::V4(a))) => Some(u32::from(*a) as u64),
+        (SetType::BitmapPort, Member::Port(p)) => Some(*p as u64),
         (SetType::HashMac, Member::Mac(b)) => {
             let mut v = [0u8; 8];
             v[2..].copy_from_slice(b);
@@ -78,7 +80,8 @@ fn pack(kind: SetKind, m: &Member) -> Option<u64> {
 fn unpack(kind: SetKind, v: u64) -> Member {
     let v4 = |bits: u64| IpAddr::V4(Ipv4Addr::from(bits as u32));
     match kind.set_type {
-        SetType::HashIp => Member::Ip(v4(v)),
+        SetType::HashIp | SetType::BitmapIp => Member::Ip(v4(v)),
+        SetType::BitmapPort => Member::Port(v as u16),
         SetType::HashNet => Member::Net {
             addr: v4(v >> 9),
             prefix: ((v >> 1) & 0xff) as u8,
@@ -494,6 +497,8 @@ mod tests {
                 (v4(SetType::HashNet), Member::Net { addr: crate::member::mask(addr, prefix), prefix, nomatch }),
                 (v4(SetType::HashIpPort), Member::IpPort { addr, proto: Proto::Udp, port }),
                 (SetKind::new(SetType::HashMac, None), Member::Mac(mac)),
+                (v4(SetType::BitmapIp), Member::Ip(addr)),
+                (SetKind::new(SetType::BitmapPort, None), Member::Port(port)),
             ];
             for (kind, m) in cases {
                 let v = pack(kind, &m).expect("packable");

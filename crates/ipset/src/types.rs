@@ -5,6 +5,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::range::SetRange;
+
 /// Default `maxelem` of a kernel set (the kernel's own default).
 pub const DEFAULT_MAX_ELEM: u32 = 65536;
 
@@ -39,10 +41,14 @@ pub enum SetType {
     HashIpPortIp,
     #[serde(rename = "hash:ip,port,net")]
     HashIpPortNet,
+    #[serde(rename = "bitmap:ip")]
+    BitmapIp,
+    #[serde(rename = "bitmap:port")]
+    BitmapPort,
 }
 
 impl SetType {
-    pub const ALL: [SetType; 8] = [
+    pub const ALL: [SetType; 10] = [
         SetType::HashIp,
         SetType::HashNet,
         SetType::HashIpPort,
@@ -51,6 +57,8 @@ impl SetType {
         SetType::HashNetPort,
         SetType::HashIpPortIp,
         SetType::HashIpPortNet,
+        SetType::BitmapIp,
+        SetType::BitmapPort,
     ];
 
     /// Every type's name, comma-separated: for messages.
@@ -70,13 +78,29 @@ impl SetType {
             SetType::HashNetPort => "hash:net,port",
             SetType::HashIpPortIp => "hash:ip,port,ip",
             SetType::HashIpPortNet => "hash:ip,port,net",
+            SetType::BitmapIp => "bitmap:ip",
+            SetType::BitmapPort => "bitmap:port",
         }
     }
 
     /// Whether kernel sets of this type carry an address family in their header.
-    /// hash:mac and list:set are family-less in the kernel.
+    /// hash:mac, bitmap:port and list:set are family-less in the kernel;
+    /// bitmap:ip is always IPv4.
     pub fn has_family(self) -> bool {
-        !matches!(self, SetType::HashMac | SetType::ListSet)
+        !matches!(
+            self,
+            SetType::HashMac | SetType::BitmapPort | SetType::ListSet
+        )
+    }
+
+    /// The only family a type has, for types with just one (bitmap:ip).
+    pub fn only_family(self) -> Option<Family> {
+        (self == SetType::BitmapIp).then_some(Family::V4)
+    }
+
+    /// bitmap:ip and bitmap:port: sized by a `range`, not `maxelem`.
+    pub fn is_bitmap(self) -> bool {
+        matches!(self, SetType::BitmapIp | SetType::BitmapPort)
     }
 
     /// Whether members carry a `nomatch` flag (which the kernel keeps
@@ -89,7 +113,10 @@ impl SetType {
     }
 
     pub fn is_hash(self) -> bool {
-        !matches!(self, SetType::ListSet)
+        !matches!(
+            self,
+            SetType::ListSet | SetType::BitmapIp | SetType::BitmapPort
+        )
     }
 }
 
@@ -196,21 +223,34 @@ impl SetKind {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SetHeader {
     pub kind: SetKind,
+    /// maxelem; a list:set's `size`; a bitmap's number of elements (its
+    /// range decides it: the kernel reports no maxelem for bitmaps).
     pub max_elem: u32,
     /// Only a creation hint: the kernel rounds it and grows tables, so it is
     /// never compared on resync.
     pub hash_size: Option<u32>,
+    /// The options that change what the set holds; compared on resync.
+    pub options: HeaderOptions,
+}
+
+/// Header options beyond type, family and size. Each changes what a set
+/// holds or matches, so a kernel set whose options differ is replaced.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HeaderOptions {
+    /// The range of a bitmap set (always present for bitmaps, never else).
+    pub range: Option<SetRange>,
 }
 
 impl SetHeader {
     /// Whether a kernel set with header `kernel` can stay in place for `self`.
-    /// Only what changes behaviour counts: type, family and maxelem
-    /// (list:set's `size` is likewise compared through `max_elem`).
+    /// Only what changes behaviour counts: type, family, maxelem (list:set's
+    /// `size` is likewise compared through `max_elem`) and the options.
     pub fn compatible_with(&self, kernel: &SetHeader) -> bool {
         let family_matches =
             !self.kind.set_type.has_family() || self.kind.family == kernel.kind.family;
         self.kind.set_type == kernel.kind.set_type
             && family_matches
             && self.max_elem == kernel.max_elem
+            && self.options == kernel.options
     }
 }

@@ -34,7 +34,7 @@ pub(crate) fn check_name(name: &str) -> Result<(), &'static str> {
 
 /// The families of a policy's kernel sets, in order (`None`: family-less).
 pub(crate) fn families(spec_family: FamilySpec, set_type: SetType) -> Vec<Option<Family>> {
-    if set_type == SetType::HashMac {
+    if !set_type.has_family() && set_type != SetType::ListSet {
         return vec![None];
     }
     match spec_family {
@@ -45,6 +45,10 @@ pub(crate) fn families(spec_family: FamilySpec, set_type: SetType) -> Vec<Option
 }
 
 pub(crate) fn max_elem(policy: &IPSetPolicy) -> u32 {
+    if let Some(range) = super::bitmap::range(policy) {
+        // At most 65536: a bigger range does not parse.
+        return range.len() as u32;
+    }
     match policy.spec.set_type {
         SetType::ListSet => policy.spec.max_elem.unwrap_or(DEFAULT_LIST_SIZE),
         _ => policy.spec.max_elem.unwrap_or(DEFAULT_MAX_ELEM),
@@ -114,6 +118,7 @@ pub(crate) fn check_header_fields(name: &str, p: &IPSetPolicy) -> Vec<PolicyErro
     };
     check("maxElem", p.spec.max_elem, 1, u32::MAX);
     check("hashSize", p.spec.hash_size, MIN_HASH_SIZE, MAX_HASH_SIZE);
+    errors.extend(super::bitmap::header_errors(name, p));
     errors
 }
 

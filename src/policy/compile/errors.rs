@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::ipset::{Family, MemberError};
+use crate::ipset::{Family, MemberError, RangeError, SetRange, SetType};
 use crate::policy::selector::SelectorError;
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -50,6 +50,19 @@ pub enum PolicyErrorKind {
     Unreadable(String),
     #[error("and {0} more bad members")]
     More(usize),
+    #[error("{0} needs a range (for example 10.0.0.0/24 for bitmap:ip, 0-1023 for bitmap:port)")]
+    RangeRequired(SetType),
+    #[error("range: {0}")]
+    BadRange(#[from] RangeError),
+    #[error("{field} does not apply to {set_type}")]
+    NotApplicable {
+        field: &'static str,
+        set_type: SetType,
+    },
+    #[error("{0} holds IPv4 addresses only; set family: IPv4")]
+    Ipv4Only(SetType),
+    #[error("is outside the set's range {0}")]
+    OutsideRange(SetRange),
 }
 
 /// A rejection, naming the policy, the slice and member (when there are

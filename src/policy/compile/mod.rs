@@ -9,6 +9,7 @@
 //! - [`checks`]: the rules that look at a policy as a whole;
 //! - [`list_set`]: list:set members, resolved against the other policies.
 
+mod bitmap;
 mod cache;
 mod checks;
 mod errors;
@@ -29,7 +30,9 @@ use self::checks::{
 use self::parse::{ParsedSource, parse_source};
 use super::selector;
 use crate::api::policy::IPSetPolicy;
-use crate::ipset::{MemberSet, MemberSetBuilder, Naming, SetHeader, SetKind, SetType};
+use crate::ipset::{
+    HeaderOptions, MemberSet, MemberSetBuilder, Naming, SetHeader, SetKind, SetType,
+};
 
 pub use self::cache::MemberCache;
 pub use self::checks::{MAX_HASH_SIZE, MIN_HASH_SIZE};
@@ -316,6 +319,11 @@ fn compile_hash(
         let raw: Vec<&str> = input_strings(input);
         errors.extend(nomatch_conflict_errors(name, p.spec.set_type, &sets, &raw));
     }
+    if bad == 0
+        && let Some(range) = bitmap::range(p)
+    {
+        errors.extend(bitmap::outside_range(name, range, &sets));
+    }
     errors.extend(too_many(name, p, &sets));
     if !errors.is_empty() {
         return Err(errors);
@@ -404,6 +412,9 @@ fn desired_sets(
                     max
                 },
                 hash_size: p.spec.hash_size.filter(|_| set_type.is_hash()),
+                options: HeaderOptions {
+                    range: bitmap::range(p),
+                },
             },
             members,
         })

@@ -33,6 +33,7 @@ fn policy(name: &str, t: SetType, fam: FamilySpec, members: &[&str]) -> IPSetPol
             node_selector: None,
             max_elem: None,
             hash_size: None,
+            range: None,
         },
     )
 }
@@ -566,4 +567,127 @@ fn nomatch_conflicts_of_net_port_members_are_rejected() {
         matches!(&e.kind, PolicyErrorKind::NomatchConflict { other, .. } if other == "10.1.2.3/8,tcp:80 nomatch"),
         "{e}"
     );
+}
+
+fn bitmap(
+    name: &str,
+    t: SetType,
+    fam: FamilySpec,
+    range: Option<&str>,
+    members: &[&str],
+) -> IPSetPolicy {
+    let mut p = policy(name, t, fam, members);
+    p.spec.range = range.map(str::to_string);
+    p
+}
+
+fn messages(c: &Compiled) -> Vec<String> {
+    c.errors.iter().map(|e| e.to_string()).collect()
+}
+
+#[test]
+fn bitmaps_are_sized_by_their_range() {
+    let ip = bitmap(
+        "dense",
+        SetType::BitmapIp,
+        FamilySpec::IPv4,
+        Some("10.0.0.7/24"),
+        &["10.0.0.1", "10.0.0.255/32", "10.0.0.0"],
+    );
+    let port = bitmap(
+        "ports",
+        SetType::BitmapPort,
+        FamilySpec::Dual,
+        Some("0-1023"),
+        &["22", "80", "0"],
+    );
+    let c = compile(&[ip, port], &Naming::default(), None);
+    assert!(c.errors.is_empty(), "{:?}", c.errors);
+    let names: Vec<&str> = c.sets.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["ipm4-dense", "ipmx-ports"]);
+    let h = &c.sets[0].header;
+    assert_eq!(h.max_elem, 256);
+    assert_eq!(h.hash_size, None);
+    assert_eq!(h.options.range.unwrap().to_string(), "10.0.0.0-10.0.0.255");
+    assert_eq!(c.sets[1].header.max_elem, 1024);
+    assert_eq!(c.sets[1].header.kind.family, None);
+    assert_eq!(c.sets[1].members.sorted_strings(), ["0", "22", "80"]);
+}
+
+#[test]
+fn bitmap_rules_name_the_policy_and_the_reason() {
+    let cases: Vec<(IPSetPolicy, &str)> = vec![
+        (
+            bitmap("a", SetType::BitmapIp, FamilySpec::IPv4, None, &[]),
+            "policy \"a\": bitmap:ip needs a range",
+        ),
+        (
+            bitmap(
+                "b",
+                SetType::BitmapIp,
+                FamilySpec::IPv4,
+                Some("10.0.0.0/15"),
+                &[],
+            ),
+            "policy \"b\": range: the range holds 131072 elements; a bitmap holds at most 65536",
+        ),
+        (
+            bitmap(
+                "c",
+                SetType::BitmapIp,
+                FamilySpec::Dual,
+                Some("10.0.0.0/24"),
+                &[],
+            ),
+            "policy \"c\": bitmap:ip holds IPv4 addresses only",
+        ),
+        (
+            bitmap(
+                "d",
+                SetType::BitmapPort,
+                FamilySpec::IPv4,
+                Some("10-20"),
+                &["9", "21", "15"],
+            ),
+            "policy \"d\": member \"21\" rejected: is outside the set's range 10-20",
+        ),
+        (
+            bitmap("e", SetType::HashIp, FamilySpec::IPv4, Some("10-20"), &[]),
+            "policy \"e\": range does not apply to hash:ip",
+        ),
+        (
+            bitmap(
+                "f",
+                SetType::BitmapPort,
+                FamilySpec::IPv4,
+                Some("20-10"),
+                &[],
+            ),
+            "policy \"f\": range: the range starts after it ends (20 > 10)",
+        ),
+        (
+            {
+                let mut p = bitmap("g", SetType::BitmapPort, FamilySpec::IPv4, Some("1-2"), &[]);
+                p.spec.max_elem = Some(5);
+                p
+            },
+            "policy \"g\": maxElem does not apply to bitmap:port",
+        ),
+        (
+            bitmap(
+                "h",
+                SetType::BitmapIp,
+                FamilySpec::IPv4,
+                Some("10.0.0.0/30"),
+                &["::1"],
+            ),
+            "policy \"h\": member \"::1\" rejected: is an IPv6 member but the policy family is IPv4",
+        ),
+    ];
+    for (p, want) in cases {
+        let c = compile(&[p], &Naming::default(), None);
+        assert!(c.sets.is_empty());
+        let got = messages(&c);
+        assert!(got.iter().any(|m| m.starts_with(want)), "{want}\n{got:#?}");
+    }
 }

@@ -7,7 +7,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::consts::*;
 pub use super::element::decode_element;
 use super::wire::{self, Attr, DecodeError};
-use ipsetmgr_ipset::{Family, Member, MemberSet, MemberSetBuilder, SetHeader, SetKind, SetType};
+use ipsetmgr_ipset::{
+    Family, HeaderOptions, Member, MemberSet, MemberSetBuilder, SetHeader, SetKind, SetRange,
+    SetType,
+};
 
 /// The largest `nla_len` of the IPSET_ATTR_ADT nest (a u16).
 pub const MAX_ADT_LEN: usize = u16::MAX as usize;
@@ -93,6 +96,7 @@ pub fn encode_element(buf: &mut Vec<u8>, m: &Member, lineno: u32) {
         }
         Member::Mac(mac) => wire::put_attr(buf, IPSET_ATTR_ETHER, mac),
         Member::Set(name) => wire::put_str(buf, IPSET_ATTR_NAME, name),
+        Member::Port(port) => wire::put_be16(buf, IPSET_ATTR_PORT, *port),
         Member::NetPort {
             addr,
             prefix,
@@ -131,7 +135,19 @@ pub fn encode_element(buf: &mut Vec<u8>, m: &Member, lineno: u32) {
 /// The IPSET_ATTR_DATA of a CREATE request.
 pub fn encode_create_data(buf: &mut Vec<u8>, header: &SetHeader) {
     let n = wire::begin_nest(buf, IPSET_ATTR_DATA);
-    if header.kind.set_type == SetType::ListSet {
+    if let Some(range) = header.options.range {
+        // A bitmap: the range is its size; it has no maxelem or hash size.
+        match range {
+            SetRange::Ipv4 { from, to } => {
+                put_ip(buf, IPSET_ATTR_IP, &IpAddr::V4(from));
+                put_ip(buf, IPSET_ATTR_IP_TO, &IpAddr::V4(to));
+            }
+            SetRange::Port { from, to } => {
+                wire::put_be16(buf, IPSET_ATTR_PORT, from);
+                wire::put_be16(buf, IPSET_ATTR_PORT_TO, to);
+            }
+        }
+    } else if header.kind.set_type == SetType::ListSet {
         wire::put_be32(buf, IPSET_ATTR_SIZE, header.max_elem);
     } else {
         if let Some(h) = header.hash_size {
@@ -350,6 +366,9 @@ pub struct RawHeader {
     pub max_elem: Option<u32>,
     pub size: Option<u32>,
     pub netmask: Option<u8>,
+    /// A bitmap's range, as listed (IPSET_ATTR_IP/IP_TO or PORT/PORT_TO).
+    pub range_ip: (Option<IpAddr>, Option<IpAddr>),
+    pub range_port: (Option<u16>, Option<u16>),
     pub references: u32,
     pub elements: Option<u32>,
     /// Other options this project never sets (see [`RawHeader::unmanaged_options`]).
@@ -388,20 +407,37 @@ impl RawHeader {
         } else {
             None
         };
-        let max_elem = if set_type == SetType::ListSet {
-            self.size?
-        } else {
-            self.max_elem?
+        let range = self.range(set_type)?;
+        let max_elem = match range {
+            // At most 65536: the kernel refuses bigger bitmaps.
+            Some(r) => u32::try_from(r.len()).ok()?,
+            None if set_type == SetType::ListSet => self.size?,
+            None => self.max_elem?,
         };
         Some(SetHeader {
             kind: SetKind::new(set_type, family),
             max_elem,
-            hash_size: if set_type == SetType::ListSet {
-                None
-            } else {
+            hash_size: if set_type.is_hash() {
                 self.hash_size
+            } else {
+                None
             },
+            options: HeaderOptions { range },
         })
+    }
+
+    /// A bitmap's range (`Some(None)` for other types; `None` when a
+    /// bitmap's range is missing or not one this project can hold).
+    fn range(&self, set_type: SetType) -> Option<Option<SetRange>> {
+        let range = match (set_type, self.range_ip, self.range_port) {
+            (SetType::BitmapIp, (Some(IpAddr::V4(from)), Some(IpAddr::V4(to))), _) => {
+                SetRange::Ipv4 { from, to }
+            }
+            (SetType::BitmapPort, _, (Some(from), Some(to))) => SetRange::Port { from, to },
+            (t, ..) if t.is_bitmap() => return None,
+            _ => return Some(None),
+        };
+        Some(Some(range))
     }
 }
 
@@ -433,6 +469,10 @@ fn decode_header_data(h: &mut RawHeader, data: &[u8]) -> Result<(), DecodeError>
             IPSET_ATTR_REFERENCES => h.references = a.be32()?,
             IPSET_ATTR_ELEMENTS => h.elements = Some(a.be32()?),
             IPSET_ATTR_NETMASK => h.netmask = Some(a.u8()?),
+            IPSET_ATTR_IP => h.range_ip.0 = Some(decode_ip(&a)?),
+            IPSET_ATTR_IP_TO => h.range_ip.1 = Some(decode_ip(&a)?),
+            IPSET_ATTR_PORT => h.range_port.0 = Some(a.be16()?),
+            IPSET_ATTR_PORT_TO => h.range_port.1 = Some(a.be16()?),
             IPSET_ATTR_CADT_FLAGS => {
                 let flags = a.be32()?;
                 let mut rest = flags;

@@ -62,8 +62,10 @@ pub const IPSET_ATTR_REVISION_MIN: u16 = 10;
 
 // CADT attributes (inside IPSET_ATTR_DATA)
 pub const IPSET_ATTR_IP: u16 = 1;
+pub const IPSET_ATTR_IP_TO: u16 = 2;
 pub const IPSET_ATTR_CIDR: u16 = 3;
 pub const IPSET_ATTR_PORT: u16 = 4;
+pub const IPSET_ATTR_PORT_TO: u16 = 5;
 pub const IPSET_ATTR_TIMEOUT: u16 = 6;
 pub const IPSET_ATTR_PROTO: u16 = 7;
 pub const IPSET_ATTR_CADT_FLAGS: u16 = 8;
@@ -126,6 +128,9 @@ pub const IPSET_ERR_INVALID_PROTO: i32 = 4354;
 pub const IPSET_ERR_MISSING_PROTO: i32 = 4355;
 pub const IPSET_ERR_HASH_RANGE_UNSUPPORTED: i32 = 4356;
 pub const IPSET_ERR_HASH_RANGE: i32 = 4357;
+// bitmap types
+pub const IPSET_ERR_BITMAP_RANGE: i32 = 4352;
+pub const IPSET_ERR_BITMAP_RANGE_SIZE: i32 = 4353;
 // list:set
 pub const IPSET_ERR_NAME: i32 = 4352;
 pub const IPSET_ERR_LOOP: i32 = 4353;

@@ -112,7 +112,11 @@ pub fn decode_element(kind: SetKind, data: &[u8]) -> Result<Member, DecodeError>
         return Err(DecodeError("element has unmanaged flags"));
     }
     match kind.set_type {
-        SetType::HashIp => Ok(Member::Ip(host(e.ip(kind)?, e.cidr)?)),
+        SetType::HashIp | SetType::BitmapIp => Ok(Member::Ip(host(e.ip(kind)?, e.cidr)?)),
+        SetType::BitmapPort => Ok(Member::Port(
+            e.port
+                .ok_or(DecodeError("bitmap:port element without port"))?,
+        )),
         SetType::HashNet => {
             let addr = e.ip(kind)?;
             Ok(Member::Net {

@@ -11,7 +11,8 @@ use super::consts::*;
 use super::wire;
 use ipsetmgr_ipset::mask;
 use ipsetmgr_ipset::{
-    Family, IpPortIp, IpPortNet, Member, MemberSet, Proto, SetHeader, SetKind, SetType,
+    Family, HeaderOptions, IpPortIp, IpPortNet, Member, MemberSet, Proto, SetHeader, SetKind,
+    SetRange, SetType,
 };
 
 fn addr(family: Family) -> impl Strategy<Value = IpAddr> {
@@ -106,6 +107,11 @@ fn kind_and_member() -> impl Strategy<Value = (SetKind, Member)> {
                     nomatch: nm
                 }))
             ))),
+        any::<u32>().prop_map(|a| (
+            SetKind::new(SetType::BitmapIp, Some(Family::V4)),
+            Member::Ip(IpAddr::V4(Ipv4Addr::from(a)))
+        )),
+        any::<u16>().prop_map(|p| (SetKind::new(SetType::BitmapPort, None), Member::Port(p))),
         any::<[u8; 6]>().prop_map(|m| (SetKind::new(SetType::HashMac, None), Member::Mac(m))),
         "[A-Za-z0-9_.:][A-Za-z0-9_.:-]{0,30}"
             .prop_map(|n| (SetKind::new(SetType::ListSet, None), Member::Set(n.into()))),
@@ -118,11 +124,35 @@ fn header() -> impl Strategy<Value = SetHeader> {
         prop::sample::select(vec![Family::V4, Family::V6]),
         any::<u32>(),
         prop::option::of(any::<u32>()),
+        any::<u32>(),
+        any::<u16>(),
     )
-        .prop_map(|(t, f, max_elem, hs)| SetHeader {
-            kind: SetKind::new(t, if t.has_family() { Some(f) } else { None }),
-            max_elem,
-            hash_size: if t == SetType::ListSet { None } else { hs },
+        .prop_map(|(t, f, max_elem, hs, start, width)| {
+            // A bitmap's range: at most 65536 elements, within the space.
+            let range = match t {
+                SetType::BitmapIp => {
+                    let from = start.min(u32::MAX - width as u32);
+                    Some(SetRange::Ipv4 {
+                        from: Ipv4Addr::from(from),
+                        to: Ipv4Addr::from(from + width as u32),
+                    })
+                }
+                SetType::BitmapPort => {
+                    let from = (start as u16).min(u16::MAX - width);
+                    Some(SetRange::Port {
+                        from,
+                        to: from + width,
+                    })
+                }
+                _ => None,
+            };
+            let family = t.only_family().or(Some(f)).filter(|_| t.has_family());
+            SetHeader {
+                kind: SetKind::new(t, family),
+                max_elem: range.map_or(max_elem, |r| r.len() as u32),
+                hash_size: if t.is_hash() { hs } else { None },
+                options: HeaderOptions { range },
+            }
         })
 }
 
@@ -156,7 +186,26 @@ fn kernel_list_msg(
         wire::put_u8(&mut b, IPSET_ATTR_FAMILY, codec::kernel_family(h.kind));
         wire::put_u8(&mut b, IPSET_ATTR_REVISION, 6);
         let n = wire::begin_nest(&mut b, IPSET_ATTR_DATA);
-        if h.kind.set_type == SetType::ListSet {
+        if let Some(range) = h.options.range {
+            // As the kernel lists a bitmap: its range, no maxelem.
+            match range {
+                SetRange::Ipv4 { from, to } => {
+                    for (ty, a) in [(IPSET_ATTR_IP, from), (IPSET_ATTR_IP_TO, to)] {
+                        let ip = wire::begin_nest(&mut b, ty);
+                        wire::put_attr(
+                            &mut b,
+                            IPSET_ATTR_IPADDR_IPV4 | NLA_F_NET_BYTEORDER,
+                            &a.octets(),
+                        );
+                        wire::end_nest(&mut b, ip).unwrap();
+                    }
+                }
+                SetRange::Port { from, to } => {
+                    wire::put_be16(&mut b, IPSET_ATTR_PORT, from);
+                    wire::put_be16(&mut b, IPSET_ATTR_PORT_TO, to);
+                }
+            }
+        } else if h.kind.set_type == SetType::ListSet {
             wire::put_be32(&mut b, IPSET_ATTR_SIZE, h.max_elem);
         } else {
             wire::put_be32(&mut b, IPSET_ATTR_HASHSIZE, h.hash_size.unwrap_or(1024));
@@ -213,10 +262,20 @@ proptest! {
             let a = u32::from(*a);
             members.extend((1..5u32).map(|i| Member::Ip(IpAddr::V4(a.wrapping_add(i).into()))));
         }
+        // The codec does not check a bitmap's members against its range.
+        let range = match kind.set_type {
+            SetType::BitmapIp => Some(SetRange::Ipv4 {
+                from: Ipv4Addr::new(10, 0, 0, 0),
+                to: Ipv4Addr::new(10, 0, 255, 255),
+            }),
+            SetType::BitmapPort => Some(SetRange::Port { from: 0, to: 65535 }),
+            _ => None,
+        };
         let h = SetHeader {
             kind,
-            max_elem,
-            hash_size: if kind.set_type == SetType::ListSet { None } else { Some(64) },
+            max_elem: range.map_or(max_elem, |r| r.len() as u32),
+            hash_size: if kind.set_type.is_hash() { Some(64) } else { None },
+            options: HeaderOptions { range },
         };
         let split = split.min(members.len());
         let mut acc = ListAccumulator::default();
@@ -248,7 +307,7 @@ proptest! {
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
         cut in any::<prop::sample::Index>(),
     ) {
-        let h = SetHeader { kind, max_elem: 10, hash_size: Some(64) };
+        let h = SetHeader { kind, max_elem: 10, hash_size: Some(64), options: Default::default(), };
         let mut buf = kernel_list_msg("s", Some(&h), &[m.clone(), m], 9);
         for (i, v) in flips {
             let i = i.index(buf.len());
@@ -411,6 +470,7 @@ fn requests_always_carry_protocol_and_set_name() {
         kind: SetKind::new(SetType::ListSet, None),
         max_elem: 8,
         hash_size: None,
+        options: Default::default(),
     };
     let mut b = Vec::new();
     codec::create_request(&mut b, 5, 7, "ipm-l", &h, 3);
