@@ -125,6 +125,39 @@ pub fn new_type_cases() -> Vec<TypeCase> {
             ranges: None,
         },
         TypeCase {
+            set_type: HashNetIface,
+            family: Some(V4),
+            before: &[
+                "10.1.2.3/8,eth0",
+                "10.0.0.0/8,physdev:eth0",
+                "10.0.0.0/16,eth0 nomatch",
+                "0.0.0.0/0,lo",
+                "192.168.0.1,abcdefghijklmno",
+                "172.16.0.0/12,br-0.100",
+            ],
+            after: &[
+                "10.0.0.0/8,eth0",
+                "10.0.0.0/16,eth0",
+                "10.0.0.0/8,physdev:eth1",
+            ],
+            drift_extra: "192.0.2.0/24,wg0",
+            drift_gone: "10.0.0.0/8,physdev:eth1",
+            ranges: None,
+        },
+        TypeCase {
+            set_type: HashNetIface,
+            family: Some(V6),
+            before: &[
+                "2001:db8::/32,eth0",
+                "::/0,lo nomatch",
+                "fe80::1,physdev:veth_1",
+            ],
+            after: &["2001:db8::/32,eth0", "::/0,lo"],
+            drift_extra: "fd00::/8,eth9",
+            drift_gone: "::/0,lo",
+            ranges: None,
+        },
+        TypeCase {
             set_type: BitmapIp,
             family: Some(V4),
             before: &["10.0.0.0", "10.0.0.5", "10.0.0.255", "10.0.0.17/32"],
@@ -320,6 +353,7 @@ pub fn nomatch_flag_of_new_types(dp: &mut dyn Dataplane) {
         (SetType::HashNet, "10.0.0.0/8"),
         (SetType::HashNetPort, "10.0.0.0/8,tcp:80"),
         (SetType::HashIpPortNet, "10.0.0.1,udp:53,10.0.0.0/8"),
+        (SetType::HashNetIface, "10.0.0.0/8,physdev:eth0"),
     ];
     for (i, (t, plain_s)) in cases.into_iter().enumerate() {
         let name = format!("ipm4-nm{i}");

@@ -6,13 +6,17 @@
 #![forbid(unsafe_code)]
 
 pub mod icmp;
+mod iface;
 mod member;
 mod member_set;
 mod names;
 mod range;
 mod types;
 
-pub use member::{IpPortIp, IpPortNet, Member, MemberError, OneOrTwo, Parsed, Proto, mask};
+pub use iface::{IfaceName, MAX_IFACE_LEN};
+pub use member::{
+    IpPortIp, IpPortNet, Member, MemberError, NetIface, OneOrTwo, Parsed, Proto, mask,
+};
 pub use member_set::{MemberSet, MemberSetBuilder};
 pub use names::{BadPrefix, MAX_SET_NAME_LEN, Naming, is_valid_set_name};
 pub use range::{MAX_BITMAP_ELEMENTS, RangeError, SetRange};

@@ -8,6 +8,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::icmp;
+use crate::iface::IfaceName;
 use crate::types::{Family, SetType};
 
 /// Transport protocols accepted in hash:ip,port members.
@@ -112,6 +113,20 @@ pub enum Member {
     IpPortNet(Box<IpPortNet>),
     /// bitmap:port (bitmap:ip members are [`Member::Ip`]).
     Port(u16),
+    /// hash:net,iface (boxed, like [`Member::IpPortIp`]).
+    NetIface(Box<NetIface>),
+}
+
+/// A hash:net,iface entry: host bits cleared; `physdev` (the bridge port
+/// the packet came in or goes out on, not the bridge) is part of the key,
+/// `nomatch` is not.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NetIface {
+    pub addr: IpAddr,
+    pub prefix: u8,
+    pub physdev: bool,
+    pub iface: IfaceName,
+    pub nomatch: bool,
 }
 
 /// A hash:ip,port,ip entry: both addresses of one family.
@@ -180,6 +195,8 @@ pub enum MemberError {
     BadSyntax(&'static str),
     #[error("both addresses must be of one family")]
     MixedFamilies,
+    #[error("not a valid interface: {0}")]
+    BadIface(&'static str),
     #[error("list:set members must be names of other IPSetPolicies")]
     BadSetName,
 }
@@ -231,6 +248,7 @@ impl Member {
             Member::NetPort { addr, .. } => Some(Family::of(addr)),
             Member::IpPortIp(e) => Some(Family::of(&e.addr)),
             Member::IpPortNet(e) => Some(Family::of(&e.addr)),
+            Member::NetIface(e) => Some(Family::of(&e.addr)),
             Member::Mac(_) | Member::Set(_) | Member::Port(_) => None,
         }
     }
@@ -243,6 +261,7 @@ impl Member {
         match &mut twin {
             Member::Net { nomatch, .. } | Member::NetPort { nomatch, .. } => *nomatch = !*nomatch,
             Member::IpPortNet(e) => e.nomatch = !e.nomatch,
+            Member::NetIface(e) => e.nomatch = !e.nomatch,
             _ => return None,
         }
         Some(twin)
@@ -263,6 +282,7 @@ impl Member {
         match self {
             Member::Net { nomatch, .. } | Member::NetPort { nomatch, .. } => *nomatch,
             Member::IpPortNet(e) => e.nomatch,
+            Member::NetIface(e) => e.nomatch,
             _ => false,
         }
     }
@@ -303,6 +323,7 @@ impl Member {
             SetType::HashNetPort => parse_net_port(body, nomatch),
             SetType::HashIpPortIp => parse_ip_port_ip(body).map(one),
             SetType::HashIpPortNet => parse_ip_port_net(body, nomatch),
+            SetType::HashNetIface => parse_net_iface(body, nomatch).map(one),
             // The kernel holds 0.0.0.0 in a bitmap whose range starts there.
             SetType::BitmapIp => parse_host(body).map(|a| one(Member::Ip(a))),
             SetType::BitmapPort => parse_bitmap_port(body).map(|p| one(Member::Port(p))),
@@ -492,6 +513,29 @@ fn parse_net_port(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
         port,
         nomatch,
     }))
+}
+
+const NET_IFACE_SYNTAX: &str =
+    "NETWORK,IFACE or NETWORK,physdev:IFACE (for example 10.0.0.0/8,eth0)";
+
+/// `CIDR,[physdev:]IFACE`. The kernel holds `/0` in this type (unlike the
+/// other types with a network part), so it is kept as it is.
+fn parse_net_iface(s: &str, nomatch: bool) -> Result<Member, MemberError> {
+    let (net_s, rest) = s
+        .split_once(',')
+        .ok_or(MemberError::BadSyntax(NET_IFACE_SYNTAX))?;
+    let (addr, prefix) = parse_net_part(net_s)?;
+    let (physdev, name) = match rest.strip_prefix("physdev:") {
+        Some(n) => (true, n),
+        None => (false, rest),
+    };
+    Ok(Member::NetIface(Box::new(NetIface {
+        addr,
+        prefix,
+        physdev,
+        iface: IfaceName::parse(name)?,
+        nomatch,
+    })))
 }
 
 /// A bitmap:port member: a port number alone. The set holds ports of every
@@ -732,6 +776,12 @@ impl fmt::Display for Member {
             ),
             Member::Set(name) => f.write_str(name),
             Member::Port(p) => write!(f, "{p}"),
+            Member::NetIface(e) => {
+                fmt_net(f, &e.addr, e.prefix)?;
+                f.write_str(if e.physdev { ",physdev:" } else { "," })?;
+                write!(f, "{}", e.iface)?;
+                fmt_nomatch(f, e.nomatch)
+            }
         }
     }
 }
@@ -1092,6 +1142,46 @@ mod tests {
         assert_eq!(
             canon(SetType::BitmapPort, "65536"),
             Err(MemberError::BadPort)
+        );
+    }
+
+    #[test]
+    fn net_iface_forms() {
+        let t = SetType::HashNetIface;
+        assert_eq!(canon(t, "10.1.2.3/8,eth0").unwrap(), ["10.0.0.0/8,eth0"]);
+        assert_eq!(
+            canon(t, "10.0.0.0/16,physdev:eth1 nomatch").unwrap(),
+            ["10.0.0.0/16,physdev:eth1 nomatch"]
+        );
+        // Kept whole: the kernel holds /0 in this type.
+        assert_eq!(canon(t, "0.0.0.0/0,lo").unwrap(), ["0.0.0.0/0,lo"]);
+        assert_eq!(
+            Member::parse_kernel(t, "0.0.0.0/0,lo").unwrap().to_string(),
+            "0.0.0.0/0,lo"
+        );
+        assert_eq!(canon(t, "2001:db8::1,wg0").unwrap(), ["2001:db8::1,wg0"]);
+        assert!(matches!(
+            canon(t, "10.0.0.0/8"),
+            Err(MemberError::BadSyntax(_))
+        ));
+        assert!(matches!(
+            canon(t, "10.0.0.0/8,abcdefghijklmnop"),
+            Err(MemberError::BadIface(_))
+        ));
+        assert!(matches!(
+            canon(t, "10.0.0.0/8,physdev:"),
+            Err(MemberError::BadIface(_))
+        ));
+        assert!(matches!(
+            canon(t, "10.0.0.0/8,eth/0"),
+            Err(MemberError::BadIface(_))
+        ));
+        let plain = Member::parse_kernel(t, "10.0.0.0/8,eth0").unwrap();
+        let phys = Member::parse_kernel(t, "10.0.0.0/8,physdev:eth0").unwrap();
+        assert_ne!(plain, phys, "physdev is part of the key");
+        assert_eq!(
+            plain.nomatch_twin().unwrap().to_string(),
+            "10.0.0.0/8,eth0 nomatch"
         );
     }
 }

@@ -41,7 +41,8 @@ fn packable(kind: SetKind) -> bool {
         SetType::ListSet
         | SetType::HashNetPort
         | SetType::HashIpPortIp
-        | SetType::HashIpPortNet => false,
+        | SetType::HashIpPortNet
+        | SetType::HashNetIface => false,
     }
 }
 
@@ -101,7 +102,8 @@ fn unpack(kind: SetKind, v: u64) -> Member {
         SetType::ListSet
         | SetType::HashNetPort
         | SetType::HashIpPortIp
-        | SetType::HashIpPortNet => Member::Set("".into()),
+        | SetType::HashIpPortNet
+        | SetType::HashNetIface => Member::Set("".into()),
     }
 }
 

@@ -41,6 +41,8 @@ pub enum SetType {
     HashIpPortIp,
     #[serde(rename = "hash:ip,port,net")]
     HashIpPortNet,
+    #[serde(rename = "hash:net,iface")]
+    HashNetIface,
     #[serde(rename = "bitmap:ip")]
     BitmapIp,
     #[serde(rename = "bitmap:port")]
@@ -48,7 +50,7 @@ pub enum SetType {
 }
 
 impl SetType {
-    pub const ALL: [SetType; 10] = [
+    pub const ALL: [SetType; 11] = [
         SetType::HashIp,
         SetType::HashNet,
         SetType::HashIpPort,
@@ -57,6 +59,7 @@ impl SetType {
         SetType::HashNetPort,
         SetType::HashIpPortIp,
         SetType::HashIpPortNet,
+        SetType::HashNetIface,
         SetType::BitmapIp,
         SetType::BitmapPort,
     ];
@@ -78,6 +81,7 @@ impl SetType {
             SetType::HashNetPort => "hash:net,port",
             SetType::HashIpPortIp => "hash:ip,port,ip",
             SetType::HashIpPortNet => "hash:ip,port,net",
+            SetType::HashNetIface => "hash:net,iface",
             SetType::BitmapIp => "bitmap:ip",
             SetType::BitmapPort => "bitmap:port",
         }
@@ -108,7 +112,10 @@ impl SetType {
     pub fn has_nomatch(self) -> bool {
         matches!(
             self,
-            SetType::HashNet | SetType::HashNetPort | SetType::HashIpPortNet
+            SetType::HashNet
+                | SetType::HashNetPort
+                | SetType::HashIpPortNet
+                | SetType::HashNetIface
         )
     }
 

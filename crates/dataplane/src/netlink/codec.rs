@@ -97,6 +97,16 @@ pub fn encode_element(buf: &mut Vec<u8>, m: &Member, lineno: u32) {
         Member::Mac(mac) => wire::put_attr(buf, IPSET_ATTR_ETHER, mac),
         Member::Set(name) => wire::put_str(buf, IPSET_ATTR_NAME, name),
         Member::Port(port) => wire::put_be16(buf, IPSET_ATTR_PORT, *port),
+        Member::NetIface(e) => {
+            put_ip(buf, IPSET_ATTR_IP, &e.addr);
+            wire::put_u8(buf, IPSET_ATTR_CIDR, e.prefix);
+            wire::put_str(buf, IPSET_ATTR_IFACE, e.iface.as_str());
+            let flags = if e.physdev { IPSET_FLAG_PHYSDEV } else { 0 }
+                | if e.nomatch { IPSET_FLAG_NOMATCH } else { 0 };
+            if flags != 0 {
+                wire::put_be32(buf, IPSET_ATTR_CADT_FLAGS, flags);
+            }
+        }
         Member::NetPort {
             addr,
             prefix,

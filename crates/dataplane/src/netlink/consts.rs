@@ -87,6 +87,7 @@ pub const IPSET_ATTR_ETHER: u16 = 17;
 pub const IPSET_ATTR_NAME: u16 = 18;
 pub const IPSET_ATTR_IP2: u16 = 20;
 pub const IPSET_ATTR_CIDR2: u16 = 21;
+pub const IPSET_ATTR_IFACE: u16 = 23;
 // inside IPSET_ATTR_IP
 pub const IPSET_ATTR_IPADDR_IPV4: u16 = 1;
 pub const IPSET_ATTR_IPADDR_IPV6: u16 = 2;
@@ -94,6 +95,7 @@ pub const IPSET_ATTR_IPADDR_IPV6: u16 = 2;
 // command flags (IPSET_ATTR_FLAGS)
 pub const IPSET_FLAG_LIST_SETNAME: u32 = 1 << 1;
 // CADT flags
+pub const IPSET_FLAG_PHYSDEV: u32 = 1 << 1;
 pub const IPSET_FLAG_NOMATCH: u32 = 1 << 2;
 // CADT flags of a set header: the extensions a set was created with.
 pub const IPSET_FLAG_WITH_COUNTERS: u32 = 1 << 3;

@@ -9,7 +9,8 @@ use super::codec::decode_ip;
 use super::consts::*;
 use super::wire::{self, DecodeError};
 use ipsetmgr_ipset::{
-    Family, IpPortIp, IpPortNet, Member, Proto, SetKind, SetType, is_valid_set_name, mask,
+    Family, IfaceName, IpPortIp, IpPortNet, Member, NetIface, Proto, SetKind, SetType,
+    is_valid_set_name, mask,
 };
 
 /// The attributes of one element, as listed.
@@ -23,6 +24,7 @@ struct Attrs<'a> {
     proto: Option<u8>,
     ether: Option<[u8; 6]>,
     name: Option<&'a str>,
+    iface: Option<&'a str>,
     cadt_flags: u32,
 }
 
@@ -49,6 +51,7 @@ impl<'a> Attrs<'a> {
                     e.ether = Some(b);
                 }
                 IPSET_ATTR_NAME => e.name = Some(a.str()?),
+                IPSET_ATTR_IFACE => e.iface = Some(a.str()?),
                 _ => return Err(DecodeError("element has an unmanaged extension")),
             }
         }
@@ -108,7 +111,11 @@ fn host(a: IpAddr, cidr: Option<u8>) -> Result<IpAddr, DecodeError> {
 /// Decode one element of a set of `kind`.
 pub fn decode_element(kind: SetKind, data: &[u8]) -> Result<Member, DecodeError> {
     let e = Attrs::read(data)?;
-    if e.cadt_flags & !IPSET_FLAG_NOMATCH != 0 || (e.nomatch() && !kind.set_type.has_nomatch()) {
+    let physdev = e.cadt_flags & IPSET_FLAG_PHYSDEV != 0;
+    if e.cadt_flags & !(IPSET_FLAG_NOMATCH | IPSET_FLAG_PHYSDEV) != 0
+        || (e.nomatch() && !kind.set_type.has_nomatch())
+        || (physdev && kind.set_type != SetType::HashNetIface)
+    {
         return Err(DecodeError("element has unmanaged flags"));
     }
     match kind.set_type {
@@ -162,6 +169,20 @@ pub fn decode_element(kind: SetKind, data: &[u8]) -> Result<Member, DecodeError>
                 port,
                 net,
                 prefix: prefix_of(net, e.cidr2)?,
+                nomatch: e.nomatch(),
+            })))
+        }
+        SetType::HashNetIface => {
+            let addr = e.ip(kind)?;
+            let name = e
+                .iface
+                .ok_or(DecodeError("hash:net,iface element without iface"))?;
+            Ok(Member::NetIface(Box::new(NetIface {
+                addr,
+                prefix: prefix_of(addr, e.cidr)?,
+                physdev,
+                iface: IfaceName::parse(name)
+                    .map_err(|_| DecodeError("element with an unmanaged interface name"))?,
                 nomatch: e.nomatch(),
             })))
         }

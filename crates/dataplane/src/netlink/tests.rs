@@ -11,8 +11,8 @@ use super::consts::*;
 use super::wire;
 use ipsetmgr_ipset::mask;
 use ipsetmgr_ipset::{
-    Family, HeaderOptions, IpPortIp, IpPortNet, Member, MemberSet, Proto, SetHeader, SetKind,
-    SetRange, SetType,
+    Family, HeaderOptions, IfaceName, IpPortIp, IpPortNet, Member, MemberSet, NetIface, Proto,
+    SetHeader, SetKind, SetRange, SetType,
 };
 
 fn addr(family: Family) -> impl Strategy<Value = IpAddr> {
@@ -112,6 +112,24 @@ fn kind_and_member() -> impl Strategy<Value = (SetKind, Member)> {
             Member::Ip(IpAddr::V4(Ipv4Addr::from(a)))
         )),
         any::<u16>().prop_map(|p| (SetKind::new(SetType::BitmapPort, None), Member::Port(p))),
+        fam.clone().prop_flat_map(|f| (
+            addr(f),
+            0..=f.max_prefix(),
+            any::<bool>(),
+            "[a-z0-9._@+=-]{1,15}",
+            any::<bool>()
+        )
+            .prop_filter("not . or ..", |(.., name, _)| name != "." && name != "..")
+            .prop_map(move |(a, p, physdev, name, nm)| (
+                SetKind::new(SetType::HashNetIface, Some(f)),
+                Member::NetIface(Box::new(NetIface {
+                    addr: mask(a, p),
+                    prefix: p,
+                    physdev,
+                    iface: IfaceName::parse(&name).unwrap(),
+                    nomatch: nm
+                }))
+            ))),
         any::<[u8; 6]>().prop_map(|m| (SetKind::new(SetType::HashMac, None), Member::Mac(m))),
         "[A-Za-z0-9_.:][A-Za-z0-9_.:-]{0,30}"
             .prop_map(|n| (SetKind::new(SetType::ListSet, None), Member::Set(n.into()))),
