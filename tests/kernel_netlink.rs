@@ -90,6 +90,19 @@ fn protocol_and_type_probe() {
         assert_eq!(d.supports(SetType::HashIpPort), Some(true));
         assert_eq!(d.supports(SetType::ListSet), Some(true));
         assert_eq!(d.supports(SetType::HashMac), Some(false));
+        // The CI kernel's set of types (probed with ipset create in a
+        // throwaway namespace): it has every new type but hash:ip,mark.
+        for t in [
+            SetType::HashNetPort,
+            SetType::HashIpPortIp,
+            SetType::HashIpPortNet,
+            SetType::HashNetIface,
+            SetType::BitmapIp,
+            SetType::BitmapPort,
+        ] {
+            assert_eq!(d.supports(t), Some(true), "{t}");
+        }
+        assert_eq!(d.supports(SetType::HashIpMark), Some(false));
         let info = d.probe_type(SetType::HashIp, Some(Family::V6)).unwrap();
         assert!(info.is_some_and(|i| i.max_revision >= i.min_revision));
     });

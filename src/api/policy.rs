@@ -72,8 +72,8 @@ impl std::fmt::Display for FamilySpec {
 ]))]
 pub struct IPSetPolicySpec {
     /// The kernel set type: hash:ip, hash:net, hash:ip,port, hash:net,port,
-    /// hash:ip,port,ip, hash:ip,port,net, hash:net,iface, bitmap:ip,
-    /// bitmap:port, hash:mac or list:set.
+    /// hash:ip,port,ip, hash:ip,port,net, hash:net,iface, hash:ip,mark,
+    /// bitmap:ip, bitmap:port, hash:mac or list:set.
     #[serde(rename = "type")]
     pub set_type: SetType,
     /// Address family of the sets: IPv4 (default), IPv6, or Dual (one set per
@@ -84,7 +84,8 @@ pub struct IPSetPolicySpec {
     /// optional " nomatch"), "ADDRESS,PROTO:PORT" (hash:ip,port),
     /// "CIDR,PROTO:PORT" (hash:net,port), "ADDRESS,PROTO:PORT,ADDRESS"
     /// (hash:ip,port,ip), "ADDRESS,PROTO:PORT,CIDR" (hash:ip,port,net),
-    /// "CIDR,IFACE" or "CIDR,physdev:IFACE" (hash:net,iface), IPv4 addresses
+    /// "CIDR,IFACE" or "CIDR,physdev:IFACE" (hash:net,iface), "ADDRESS,MARK"
+    /// (hash:ip,mark), IPv4 addresses
     /// (bitmap:ip) or port numbers (bitmap:port) within the range, MAC
     /// addresses (hash:mac) or names of other IPSetPolicies (list:set). Host
     /// names are rejected. More members can come in IPSetMemberSlices.
@@ -157,7 +158,7 @@ pub(crate) fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u
 /// still parsed. No maxItems: `maxElem` governs the count.
 pub(crate) fn members_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
-        "description": "Set members in ipset syntax: addresses (hash:ip), CIDRs (hash:net, with an optional \" nomatch\"), \"ADDRESS,PROTO:PORT\" (hash:ip,port), \"CIDR,PROTO:PORT\" (hash:net,port), \"ADDRESS,PROTO:PORT,ADDRESS\" (hash:ip,port,ip), \"ADDRESS,PROTO:PORT,CIDR\" (hash:ip,port,net), \"CIDR,IFACE\" or \"CIDR,physdev:IFACE\" (hash:net,iface), IPv4 addresses (bitmap:ip) or port numbers (bitmap:port) within the range, MAC addresses (hash:mac) or names of other IPSetPolicies (list:set). Host names are rejected.",
+        "description": "Set members in ipset syntax: addresses (hash:ip), CIDRs (hash:net, with an optional \" nomatch\"), \"ADDRESS,PROTO:PORT\" (hash:ip,port), \"CIDR,PROTO:PORT\" (hash:net,port), \"ADDRESS,PROTO:PORT,ADDRESS\" (hash:ip,port,ip), \"ADDRESS,PROTO:PORT,CIDR\" (hash:ip,port,net), \"CIDR,IFACE\" or \"CIDR,physdev:IFACE\" (hash:net,iface), \"ADDRESS,MARK\" (hash:ip,mark), IPv4 addresses (bitmap:ip) or port numbers (bitmap:port) within the range, MAC addresses (hash:mac) or names of other IPSetPolicies (list:set). Host names are rejected.",
         "type": "array",
         "items": {
             "type": "string",

@@ -538,10 +538,12 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
             }
             _ if VALUED_OPTIONS.contains(&w) => {
                 let value = it.next().unwrap_or("");
-                // A host-length netmask is the default: nothing changes.
+                // A host-length netmask and hash:ip,mark's all-bits markmask
+                // are the defaults: nothing changes.
                 let host_mask = w == "netmask"
                     && (value == "32" && family != Some(Family::V6) || value == "128");
-                if !host_mask {
+                let full_markmask = w == "markmask" && value == "0xffffffff";
+                if !host_mask && !full_markmask {
                     unmanaged.push(format!("{w} {value}"));
                 }
                 has_timeout |= w == "timeout";

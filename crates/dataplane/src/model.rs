@@ -57,10 +57,12 @@ pub struct ModelDataplane {
 }
 
 impl ModelDataplane {
-    /// A model kernel that, like this project's CI kernel, lacks hash:mac.
+    /// A model kernel that, like this project's CI kernel, lacks hash:mac
+    /// and hash:ip,mark.
     pub fn new() -> ModelDataplane {
         let m = ModelDataplane::default();
         m.lock().unsupported.insert(SetType::HashMac);
+        m.lock().unsupported.insert(SetType::HashIpMark);
         m
     }
 

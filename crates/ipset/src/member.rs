@@ -115,6 +115,8 @@ pub enum Member {
     Port(u16),
     /// hash:net,iface (boxed, like [`Member::IpPortIp`]).
     NetIface(Box<NetIface>),
+    /// hash:ip,mark: an address and a packet mark.
+    IpMark { addr: IpAddr, mark: u32 },
 }
 
 /// A hash:net,iface entry: host bits cleared; `physdev` (the bridge port
@@ -249,6 +251,7 @@ impl Member {
             Member::IpPortIp(e) => Some(Family::of(&e.addr)),
             Member::IpPortNet(e) => Some(Family::of(&e.addr)),
             Member::NetIface(e) => Some(Family::of(&e.addr)),
+            Member::IpMark { addr, .. } => Some(Family::of(addr)),
             Member::Mac(_) | Member::Set(_) | Member::Port(_) => None,
         }
     }
@@ -324,6 +327,7 @@ impl Member {
             SetType::HashIpPortIp => parse_ip_port_ip(body).map(one),
             SetType::HashIpPortNet => parse_ip_port_net(body, nomatch),
             SetType::HashNetIface => parse_net_iface(body, nomatch).map(one),
+            SetType::HashIpMark => parse_ip_mark(body).map(one),
             // The kernel holds 0.0.0.0 in a bitmap whose range starts there.
             SetType::BitmapIp => parse_host(body).map(|a| one(Member::Ip(a))),
             SetType::BitmapPort => parse_bitmap_port(body).map(|p| one(Member::Port(p))),
@@ -536,6 +540,31 @@ fn parse_net_iface(s: &str, nomatch: bool) -> Result<Member, MemberError> {
         iface: IfaceName::parse(name)?,
         nomatch,
     })))
+}
+
+const IP_MARK_SYNTAX: &str =
+    "ADDRESS,MARK with the mark in hex (0x1f) or decimal (31), for example 10.0.0.1,0x1f";
+
+/// `ADDRESS,MARK`: a 32-bit mark as `0x` and 1 to 8 hex digits, or as a
+/// plain decimal (no leading zero: ipset would read it as octal).
+fn parse_ip_mark(s: &str) -> Result<Member, MemberError> {
+    let (a, m) = s
+        .split_once(',')
+        .ok_or(MemberError::BadSyntax(IP_MARK_SYNTAX))?;
+    // As in hash:ip: the all-zero address is refused.
+    let addr = non_null(parse_host(a)?)?;
+    let mark = match m.strip_prefix("0x").or_else(|| m.strip_prefix("0X")) {
+        Some(hex) if (1..=8).contains(&hex.len()) && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            u32::from_str_radix(hex, 16).ok()
+        }
+        Some(_) => None,
+        None if m.len() > 1 && m.starts_with('0') && m.bytes().all(|b| b.is_ascii_digit()) => {
+            return Err(MemberError::LeadingZero);
+        }
+        None => plain_decimal(m, 10),
+    }
+    .ok_or(MemberError::BadSyntax(IP_MARK_SYNTAX))?;
+    Ok(Member::IpMark { addr, mark })
 }
 
 /// A bitmap:port member: a port number alone. The set holds ports of every
@@ -776,6 +805,8 @@ impl fmt::Display for Member {
             ),
             Member::Set(name) => f.write_str(name),
             Member::Port(p) => write!(f, "{p}"),
+            // As ipset prints it (its print_mark: 0x%08x).
+            Member::IpMark { addr, mark } => write!(f, "{},0x{mark:08x}", KernelAddr(addr)),
             Member::NetIface(e) => {
                 fmt_net(f, &e.addr, e.prefix)?;
                 f.write_str(if e.physdev { ",physdev:" } else { "," })?;
@@ -1183,5 +1214,30 @@ mod tests {
             plain.nomatch_twin().unwrap().to_string(),
             "10.0.0.0/8,eth0 nomatch"
         );
+    }
+
+    #[test]
+    fn ip_mark_forms() {
+        let t = SetType::HashIpMark;
+        assert_eq!(canon(t, "10.0.0.1,0x1F").unwrap(), ["10.0.0.1,0x0000001f"]);
+        assert_eq!(canon(t, "10.0.0.1,31").unwrap(), ["10.0.0.1,0x0000001f"]);
+        assert_eq!(canon(t, "::1,0").unwrap(), ["::1,0x00000000"]);
+        assert_eq!(
+            canon(t, "10.0.0.1,4294967295").unwrap(),
+            ["10.0.0.1,0xffffffff"]
+        );
+        assert_eq!(canon(t, "10.0.0.1,037"), Err(MemberError::LeadingZero));
+        for bad in [
+            "10.0.0.1,4294967296",
+            "10.0.0.1,0x123456789",
+            "10.0.0.1,0x",
+            "10.0.0.1",
+        ] {
+            assert!(
+                matches!(canon(t, bad), Err(MemberError::BadSyntax(_))),
+                "{bad}"
+            );
+        }
+        assert_eq!(canon(t, "0.0.0.0,1"), Err(MemberError::NullAddress));
     }
 }

@@ -36,7 +36,9 @@ pub struct MemberSet {
 fn packable(kind: SetKind) -> bool {
     match kind.set_type {
         SetType::HashMac | SetType::BitmapIp | SetType::BitmapPort => true,
-        SetType::HashIp | SetType::HashNet | SetType::HashIpPort => kind.family == Some(Family::V4),
+        SetType::HashIp | SetType::HashNet | SetType::HashIpPort | SetType::HashIpMark => {
+            kind.family == Some(Family::V4)
+        }
         // Wider keys (two addresses, interface names) use the full store.
         SetType::ListSet
         | SetType::HashNetPort
@@ -67,6 +69,13 @@ fn pack(kind: SetKind, m: &Member) -> Option<u64> {
                 port,
             },
         ) => Some((u32::from(*a) as u64) << 24 | (proto.number() as u64) << 16 | *port as u64),
+        (
+            SetType::HashIpMark,
+            Member::IpMark {
+                addr: IpAddr::V4(a),
+                mark,
+            },
+        ) => Some((u32::from(*a) as u64) << 32 | *mark as u64),
         (SetType::BitmapIp, Member::Ip(IpAddr::V4(a))) => Some(u32::from(*a) as u64),
         (SetType::BitmapPort, Member::Port(p)) => Some(*p as u64),
         (SetType::HashMac, Member::Mac(b)) => {
@@ -83,6 +92,10 @@ fn unpack(kind: SetKind, v: u64) -> Member {
     match kind.set_type {
         SetType::HashIp | SetType::BitmapIp => Member::Ip(v4(v)),
         SetType::BitmapPort => Member::Port(v as u16),
+        SetType::HashIpMark => Member::IpMark {
+            addr: v4(v >> 32),
+            mark: v as u32,
+        },
         SetType::HashNet => Member::Net {
             addr: v4(v >> 9),
             prefix: ((v >> 1) & 0xff) as u8,
@@ -501,6 +514,7 @@ mod tests {
                 (SetKind::new(SetType::HashMac, None), Member::Mac(mac)),
                 (v4(SetType::BitmapIp), Member::Ip(addr)),
                 (SetKind::new(SetType::BitmapPort, None), Member::Port(port)),
+                (v4(SetType::HashIpMark), Member::IpMark { addr, mark: a.rotate_left(7) }),
             ];
             for (kind, m) in cases {
                 let v = pack(kind, &m).expect("packable");

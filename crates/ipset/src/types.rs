@@ -43,6 +43,8 @@ pub enum SetType {
     HashIpPortNet,
     #[serde(rename = "hash:net,iface")]
     HashNetIface,
+    #[serde(rename = "hash:ip,mark")]
+    HashIpMark,
     #[serde(rename = "bitmap:ip")]
     BitmapIp,
     #[serde(rename = "bitmap:port")]
@@ -50,7 +52,7 @@ pub enum SetType {
 }
 
 impl SetType {
-    pub const ALL: [SetType; 11] = [
+    pub const ALL: [SetType; 12] = [
         SetType::HashIp,
         SetType::HashNet,
         SetType::HashIpPort,
@@ -60,6 +62,7 @@ impl SetType {
         SetType::HashIpPortIp,
         SetType::HashIpPortNet,
         SetType::HashNetIface,
+        SetType::HashIpMark,
         SetType::BitmapIp,
         SetType::BitmapPort,
     ];
@@ -82,6 +85,7 @@ impl SetType {
             SetType::HashIpPortIp => "hash:ip,port,ip",
             SetType::HashIpPortNet => "hash:ip,port,net",
             SetType::HashNetIface => "hash:net,iface",
+            SetType::HashIpMark => "hash:ip,mark",
             SetType::BitmapIp => "bitmap:ip",
             SetType::BitmapPort => "bitmap:port",
         }

@@ -97,6 +97,10 @@ pub fn encode_element(buf: &mut Vec<u8>, m: &Member, lineno: u32) {
         Member::Mac(mac) => wire::put_attr(buf, IPSET_ATTR_ETHER, mac),
         Member::Set(name) => wire::put_str(buf, IPSET_ATTR_NAME, name),
         Member::Port(port) => wire::put_be16(buf, IPSET_ATTR_PORT, *port),
+        Member::IpMark { addr, mark } => {
+            put_ip(buf, IPSET_ATTR_IP, addr);
+            wire::put_be32(buf, IPSET_ATTR_MARK, *mark);
+        }
         Member::NetIface(e) => {
             put_ip(buf, IPSET_ATTR_IP, &e.addr);
             wire::put_u8(buf, IPSET_ATTR_CIDR, e.prefix);
@@ -498,7 +502,13 @@ fn decode_header_data(h: &mut RawHeader, data: &[u8]) -> Result<(), DecodeError>
             }
             IPSET_ATTR_TIMEOUT => h.unmanaged.push(format!("timeout {}", a.be32()?)),
             IPSET_ATTR_BITMASK => h.unmanaged.push("bitmask".into()),
-            IPSET_ATTR_MARKMASK => h.unmanaged.push("markmask".into()),
+            IPSET_ATTR_MARKMASK => {
+                // All bits, hash:ip,mark's default, change nothing.
+                let mask = a.be32()?;
+                if mask != u32::MAX {
+                    h.unmanaged.push(format!("markmask {mask:#010x}"));
+                }
+            }
             t if HARMLESS_HEADER_ATTRS.contains(&t) => {}
             // Whatever a newer kernel adds may change matching: never
             // assume it does not.

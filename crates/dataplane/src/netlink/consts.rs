@@ -70,6 +70,7 @@ pub const IPSET_ATTR_TIMEOUT: u16 = 6;
 pub const IPSET_ATTR_PROTO: u16 = 7;
 pub const IPSET_ATTR_CADT_FLAGS: u16 = 8;
 pub const IPSET_ATTR_CADT_LINENO: u16 = 9;
+pub const IPSET_ATTR_MARK: u16 = 10;
 pub const IPSET_ATTR_MARKMASK: u16 = 11;
 pub const IPSET_ATTR_BITMASK: u16 = 12;
 // create-only / header attributes

@@ -25,6 +25,7 @@ struct Attrs<'a> {
     ether: Option<[u8; 6]>,
     name: Option<&'a str>,
     iface: Option<&'a str>,
+    mark: Option<u32>,
     cadt_flags: u32,
 }
 
@@ -52,6 +53,7 @@ impl<'a> Attrs<'a> {
                 }
                 IPSET_ATTR_NAME => e.name = Some(a.str()?),
                 IPSET_ATTR_IFACE => e.iface = Some(a.str()?),
+                IPSET_ATTR_MARK => e.mark = Some(a.be32()?),
                 _ => return Err(DecodeError("element has an unmanaged extension")),
             }
         }
@@ -186,6 +188,12 @@ pub fn decode_element(kind: SetKind, data: &[u8]) -> Result<Member, DecodeError>
                 nomatch: e.nomatch(),
             })))
         }
+        SetType::HashIpMark => Ok(Member::IpMark {
+            addr: host(e.ip(kind)?, e.cidr)?,
+            mark: e
+                .mark
+                .ok_or(DecodeError("hash:ip,mark element without mark"))?,
+        }),
         SetType::HashMac => Ok(Member::Mac(
             e.ether.ok_or(DecodeError("hash:mac element without MAC"))?,
         )),

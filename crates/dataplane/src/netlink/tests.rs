@@ -130,6 +130,11 @@ fn kind_and_member() -> impl Strategy<Value = (SetKind, Member)> {
                     nomatch: nm
                 }))
             ))),
+        fam.clone()
+            .prop_flat_map(|f| (addr(f), any::<u32>()).prop_map(move |(a, mark)| (
+                SetKind::new(SetType::HashIpMark, Some(f)),
+                Member::IpMark { addr: a, mark }
+            ))),
         any::<[u8; 6]>().prop_map(|m| (SetKind::new(SetType::HashMac, None), Member::Mac(m))),
         "[A-Za-z0-9_.:][A-Za-z0-9_.:-]{0,30}"
             .prop_map(|n| (SetKind::new(SetType::ListSet, None), Member::Set(n.into()))),
