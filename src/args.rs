@@ -148,8 +148,8 @@ pub enum Command {
         /// Parse every member as this set type (hash:ip, hash:net,
         /// hash:ip,port, hash:mac) and write it in canonical form. Without
         /// it, members are checked only against the CRD's per-member schema
-        /// (printable ASCII without spaces, an optional trailing " nomatch",
-        /// at most 253 characters) and written as given.
+        /// (printable ASCII without spaces, an optional " nomatch" and
+        /// " comment:TEXT", at most 400 characters) and written as given.
         #[arg(long = "type", value_name = "TYPE", value_parser = parse_slice_type)]
         set_type: Option<SetType>,
         /// The policy's family, with --type: IPv4 (default), IPv6 or Dual.

@@ -275,10 +275,40 @@ fn bitmap_case(t: SetType, range: SetRange, members: Vec<Spelled>) -> Case {
             kind,
             max_elem: range.len() as u32,
             hash_size: None,
-            options: HeaderOptions { range: Some(range) },
+            options: HeaderOptions {
+                range: Some(range),
+                comment: false,
+            },
         },
         members,
     }
+}
+
+/// A comment as a user writes it: printable ASCII without `"` or `\`, no
+/// space at either end.
+fn comment_text() -> impl Strategy<Value = String> {
+    "[!#-\\[\\]-~]([ !#-\\[\\]-~]{0,60}[!#-\\[\\]-~])?"
+}
+
+/// Now and then a comment on some members; the set then has the extension.
+fn with_comments(case: impl Strategy<Value = Case>) -> impl Strategy<Value = Case> {
+    (case, prop::bool::weighted(0.3)).prop_flat_map(|(case, on)| {
+        let n = case.members.len();
+        let comments = prop::collection::vec(prop::option::weighted(0.5, comment_text()), n);
+        (Just(case), Just(on), comments).prop_map(|(mut case, on, comments)| {
+            if on {
+                for (s, c) in case.members.iter_mut().zip(comments) {
+                    if let Some(c) = c {
+                        s.text = format!("{} comment:{c}", s.text);
+                        let comment = ipsetmgr::ipset::Comment::parse(&c).expect("generated");
+                        s.member = s.member.clone().with_comment(comment);
+                    }
+                }
+                case.header.options.comment = true;
+            }
+            case
+        })
+    })
 }
 
 fn hash_case<S>(t: SetType, member: fn(Family) -> S) -> impl Strategy<Value = Case>
@@ -315,7 +345,7 @@ fn any_case(with_mark: bool) -> BoxedStrategy<Case> {
     if with_mark {
         cases.push(hash_case(SetType::HashIpMark, ip_mark).boxed());
     }
-    prop::strategy::Union::new(cases).boxed()
+    with_comments(prop::strategy::Union::new(cases)).boxed()
 }
 
 // ---- checks ----------------------------------------------------------------
@@ -341,17 +371,15 @@ fn check_parsing(case: &Case) -> Result<(), String> {
     Ok(())
 }
 
-/// The members the kernel will hold: one per key (a nomatch twin of an
-/// earlier member replaces it, as `add -exist` does).
+/// The members the kernel will hold: one per key (a later member with
+/// the same key, another nomatch flag or comment, replaces an earlier
+/// one, as `add -exist` does).
 fn expected(case: &Case) -> MemberSet {
-    let mut set = MemberSet::new(case.kind);
+    let mut by_key = std::collections::HashMap::new();
     for s in &case.members {
-        if let Some(twin) = s.member.nomatch_twin() {
-            set.remove(&twin);
-        }
-        set.insert(s.member.clone());
+        by_key.insert(s.member.key(), s.member.clone());
     }
-    set
+    MemberSet::from_members(case.kind, by_key.into_values())
 }
 
 /// `ipset list NAME`'s member lines, sorted.

@@ -88,7 +88,10 @@ pub struct IPSetPolicySpec {
     /// (hash:ip,mark), IPv4 addresses
     /// (bitmap:ip) or port numbers (bitmap:port) within the range, MAC
     /// addresses (hash:mac) or names of other IPSetPolicies (list:set). Host
-    /// names are rejected. More members can come in IPSetMemberSlices.
+    /// names are rejected. Any member but a list:set's may end in
+    /// " comment:TEXT" (1-255 printable ASCII characters without `"` or `\`),
+    /// kept as the entry's comment. More members can come in
+    /// IPSetMemberSlices.
     #[serde(default)]
     #[schemars(schema_with = "members_schema")]
     pub members: Vec<String>,
@@ -152,18 +155,26 @@ pub(crate) fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u
     d.deserialize_any(Visitor)
 }
 
+/// The longest member the schema accepts.
+pub(crate) const MAX_MEMBER_LEN: usize = 400;
+/// What the schema accepts of a member (see [`members_schema`]).
+pub(crate) const MEMBER_PATTERN: &str =
+    r#"^[!-~]+( nomatch)?( comment:[!#-\[\]-~]([ !#-\[\]-~]*[!#-\[\]-~])?)?$"#;
+
 /// Schema of `spec.members` (of policies and slices): printable ASCII
-/// without spaces (an optional trailing " nomatch" aside), at most 253
-/// characters each. This is a cheap first line of defence; every member is
+/// without spaces, then an optional " nomatch" and an optional
+/// " comment:TEXT" (TEXT: printable ASCII without `"` or `\\`, not starting
+/// or ending with a space), at most 400 characters each (a 255-character
+/// comment fits). This is a cheap first line of defence; every member is
 /// still parsed. No maxItems: `maxElem` governs the count.
 pub(crate) fn members_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
-        "description": "Set members in ipset syntax: addresses (hash:ip), CIDRs (hash:net, with an optional \" nomatch\"), \"ADDRESS,PROTO:PORT\" (hash:ip,port), \"CIDR,PROTO:PORT\" (hash:net,port), \"ADDRESS,PROTO:PORT,ADDRESS\" (hash:ip,port,ip), \"ADDRESS,PROTO:PORT,CIDR\" (hash:ip,port,net), \"CIDR,IFACE\" or \"CIDR,physdev:IFACE\" (hash:net,iface), \"ADDRESS,MARK\" (hash:ip,mark), IPv4 addresses (bitmap:ip) or port numbers (bitmap:port) within the range, MAC addresses (hash:mac) or names of other IPSetPolicies (list:set). Host names are rejected.",
+        "description": "Set members in ipset syntax: addresses (hash:ip), CIDRs (hash:net, with an optional \" nomatch\"), \"ADDRESS,PROTO:PORT\" (hash:ip,port), \"CIDR,PROTO:PORT\" (hash:net,port), \"ADDRESS,PROTO:PORT,ADDRESS\" (hash:ip,port,ip), \"ADDRESS,PROTO:PORT,CIDR\" (hash:ip,port,net), \"CIDR,IFACE\" or \"CIDR,physdev:IFACE\" (hash:net,iface), \"ADDRESS,MARK\" (hash:ip,mark), IPv4 addresses (bitmap:ip) or port numbers (bitmap:port) within the range, MAC addresses (hash:mac) or names of other IPSetPolicies (list:set). Host names are rejected. Any member may end in \" comment:TEXT\".",
         "type": "array",
         "items": {
             "type": "string",
-            "maxLength": 253,
-            "pattern": "^[!-~]+( nomatch)?$"
+            "maxLength": MAX_MEMBER_LEN,
+            "pattern": MEMBER_PATTERN
         }
     })
 }

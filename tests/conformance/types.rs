@@ -164,7 +164,8 @@ pub fn new_type_cases() -> Vec<TypeCase> {
             after: &["10.0.0.5", "10.0.0.6"],
             drift_extra: "10.0.0.99",
             drift_gone: "10.0.0.6",
-            ranges: Some(("10.0.0.0/24", "10.0.0.0-10.0.3.255")),
+            // The same size, shifted: only the range differs.
+            ranges: Some(("10.0.0.0/24", "10.0.0.1-10.0.1.0")),
         },
         TypeCase {
             set_type: BitmapPort,
@@ -269,7 +270,10 @@ pub fn bitmap_header(t: SetType, range: &str) -> SetHeader {
     let range = SetRange::parse(t, range).unwrap_or_else(|e| panic!("{range}: {e}"));
     SetHeader {
         max_elem: range.len() as u32,
-        options: HeaderOptions { range: Some(range) },
+        options: HeaderOptions {
+            range: Some(range),
+            comment: false,
+        },
         ..header(t, t.only_family(), 0)
     }
 }
@@ -443,6 +447,7 @@ pub fn bitmap_limits(dp: &mut dyn Dataplane) {
                 from: "10.0.0.0".parse().unwrap(),
                 to: "10.1.0.0".parse().unwrap(),
             }),
+            comment: false,
         },
         ..header(SetType::BitmapIp, Some(Family::V4), 0)
     };
@@ -513,5 +518,144 @@ pub fn hash_ip_mark_not_supported(dp: &mut dyn Dataplane) {
                 },
             );
         }
+    }
+}
+
+/// One type's members with comments: at creation, after a change of
+/// comments, and one entry as someone rewrote it out of band.
+struct CommentCase {
+    set_type: SetType,
+    family: Option<Family>,
+    range: Option<&'static str>,
+    before: &'static [&'static str],
+    after: &'static [&'static str],
+    drift: &'static str,
+}
+
+fn with_comments(h: SetHeader, comment: bool) -> SetHeader {
+    SetHeader {
+        options: HeaderOptions {
+            comment,
+            ..h.options
+        },
+        ..h
+    }
+}
+
+/// Comments are attributes of an entry, not of its key: the kernel lists
+/// them as rendered; changing one is a delta; one rewritten out of band is
+/// drift a resync repairs; dropping every comment swaps in a set without
+/// the extension, and adding one to such a set fails naming the member.
+pub fn comments_through_the_manager(dp: &mut dyn Dataplane) {
+    use Family::*;
+    use SetType::*;
+    let cases = [
+        CommentCase {
+            set_type: HashIp,
+            family: Some(V4),
+            range: None,
+            before: &["10.0.0.1 comment:source: spamhaus 2026-11-30", "10.0.0.2"],
+            after: &[
+                "10.0.0.1 comment:source: spamhaus 2026-12-01",
+                "10.0.0.2 comment:a,b:c; d",
+                "10.0.0.3",
+            ],
+            drift: "10.0.0.3 comment:by hand",
+        },
+        CommentCase {
+            set_type: HashNet,
+            family: Some(V6),
+            range: None,
+            before: &["2001:db8::/32 nomatch comment:lab", "::/0 comment:all"],
+            after: &["2001:db8::/32 comment:lab", "::/0 comment:everything"],
+            drift: "2001:db8::/32 nomatch comment:lab",
+        },
+        CommentCase {
+            set_type: HashNetPort,
+            family: Some(V4),
+            range: None,
+            before: &["10.0.0.0/8,tcp:80 comment:web"],
+            after: &["10.0.0.0/8,tcp:80 comment:web, again", "10.0.0.0/8,udp:53"],
+            drift: "10.0.0.0/8,udp:53 comment:dns",
+        },
+        CommentCase {
+            set_type: BitmapPort,
+            family: None,
+            range: Some("0-1023"),
+            before: &["22 comment:ssh"],
+            after: &["22 comment:ssh (bastion)", "443"],
+            drift: "22",
+        },
+    ];
+    for (i, case) in cases.iter().enumerate() {
+        let (t, fam) = (case.set_type, case.family);
+        let name = format!("ipm-c{i}");
+        let plain = match case.range {
+            Some(r) => bitmap_header(t, r),
+            None => header(t, fam, 1000),
+        };
+        let h = with_comments(plain.clone(), true);
+        let before = members(t, fam, case.before);
+        let after = members(t, fam, case.after);
+        let mut mgr = Manager::new(Lend(&mut *dp), ManagerConfig::default());
+
+        mgr.set_desired(desired(&name, &h, before.clone()), []);
+        assert_eq!(
+            written(&mgr.apply_updates()),
+            [(name.clone(), Plan::Create)]
+        );
+        holds(mgr.dataplane_mut().0, &name, &h, &before);
+        mgr.queue_resync();
+        assert_eq!(written(&mgr.apply_updates()), [], "{name}: second apply");
+
+        mgr.set_desired(desired(&name, &h, after.clone()), []);
+        assert_eq!(written(&mgr.apply_updates()), [(name.clone(), Plan::Delta)]);
+        holds(mgr.dataplane_mut().0, &name, &h, &after);
+
+        // Someone rewrites one entry (its comment or flag) by hand.
+        let drift = members(t, fam, &[case.drift]);
+        ok(
+            mgr.dataplane_mut().0,
+            &[Op::Add {
+                set: &name,
+                members: &drift,
+            }],
+        );
+        mgr.queue_resync();
+        assert_eq!(written(&mgr.apply_updates()), [(name.clone(), Plan::Delta)]);
+        let report = mgr.report();
+        assert!(report[0].problems > 0, "{name}: drift not seen: {report:?}");
+        holds(mgr.dataplane_mut().0, &name, &h, &after);
+
+        // Without comments: a set without the extension is swapped in.
+        let bare = MemberSet::from_members(
+            after.kind(),
+            after.iter().map(|m| m.without_comment().clone()),
+        );
+        mgr.set_desired(desired(&name, &plain, bare.clone()), []);
+        assert_eq!(
+            written(&mgr.apply_updates()),
+            [(name.clone(), Plan::TempSwap)]
+        );
+        holds(mgr.dataplane_mut().0, &name, &plain, &bare);
+        drop(mgr);
+
+        // A comment in a set without the extension is refused, by member.
+        let commented = members(t, fam, &[case.before[0]]);
+        let e = dp
+            .apply(&[Op::Add {
+                set: &name,
+                members: &commented,
+            }])
+            .unwrap_err();
+        assert!(
+            matches!(&e.error, DataplaneError::InvalidElement { .. }),
+            "{name}: {e:?}"
+        );
+        assert!(
+            e.member.as_ref().is_some_and(|m| m.comment().is_some()),
+            "{e:?}"
+        );
+        ok(dp, &[Op::Destroy { set: &name }]);
     }
 }

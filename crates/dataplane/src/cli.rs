@@ -97,9 +97,10 @@ impl LineMap {
 fn write_create(w: &mut impl Write, set: &str, h: &SetHeader) -> io::Result<()> {
     let t = h.kind.set_type;
     write!(w, "create {set} {}", t.as_str())?;
+    let comment = if h.options.comment { " comment" } else { "" };
     if let Some(range) = h.options.range {
         // A bitmap: sized by its range; no family, maxelem or hash size.
-        return writeln!(w, " range {range}");
+        return writeln!(w, " range {range}{comment}");
     }
     if t == SetType::ListSet {
         return writeln!(w, " size {}", h.max_elem);
@@ -112,7 +113,7 @@ fn write_create(w: &mut impl Write, set: &str, h: &SetHeader) -> io::Result<()> 
     if let Some(hs) = h.hash_size {
         write!(w, " hashsize {hs}")?;
     }
-    writeln!(w)
+    writeln!(w, "{comment}")
 }
 
 /// Stream the restore script for `ops` into `w`, recording the line map.
@@ -259,6 +260,7 @@ pub fn classify(msg: &str, op: Option<&Op<'_>>, member: Option<&Member>) -> Data
         || has("null-valued element")
         || has("out of range")
         || has("out of the range")
+        || has("cannot be used")
         || has("cannot be stored")
     {
         DataplaneError::InvalidElement {
@@ -496,6 +498,8 @@ struct HeaderWords {
     has_timeout: bool,
     /// A bitmap's `range FROM-TO`, as printed.
     range: Option<String>,
+    /// The `comment` extension (an option this project sets).
+    comment: bool,
     /// See [`KernelSet::unmanaged_options`].
     unmanaged: Vec<String>,
 }
@@ -514,6 +518,7 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
     let mut maxelem = None;
     let mut has_timeout = false;
     let mut range = None;
+    let mut comment = false;
     let mut unmanaged = Vec::new();
     let mut it = words.split_ascii_whitespace();
     let num = |v: Option<&str>, key: &str| -> Result<u32, DataplaneError> {
@@ -532,6 +537,7 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
             "hashsize" => hashsize = Some(num(it.next(), "hashsize")?),
             "maxelem" | "size" => maxelem = Some(num(it.next(), w)?),
             "range" => range = it.next().map(str::to_string),
+            "comment" => comment = true,
             // The kernel's own bucket size and hash seed: set for every set.
             "bucketsize" | "initval" => {
                 it.next();
@@ -557,6 +563,7 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
         max_elem: maxelem,
         has_timeout,
         range,
+        comment,
         unmanaged,
     })
 }
@@ -693,7 +700,10 @@ fn typed_header(
             // Within 65536: parse refuses bigger ranges.
             max_elem: range.len() as u32,
             hash_size: None,
-            options: HeaderOptions { range: Some(range) },
+            options: HeaderOptions {
+                range: Some(range),
+                comment: words.comment,
+            },
         }));
     }
     if t.has_family() && words.family.is_none() {
@@ -711,7 +721,10 @@ fn typed_header(
         kind: SetKind::new(t, words.family.filter(|_| t.has_family())),
         max_elem,
         hash_size: words.hash_size.filter(|_| t.is_hash()),
-        options: Default::default(),
+        options: HeaderOptions {
+            range: None,
+            comment: words.comment,
+        },
     }))
 }
 

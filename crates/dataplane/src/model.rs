@@ -138,9 +138,23 @@ impl ModelDataplane {
     }
 }
 
-/// The same entry with the other nomatch flag (types with a network part).
-fn flag_twin(m: &Member) -> Option<Member> {
-    m.nomatch_twin()
+/// The member held for `m`'s kernel key, if any: the key itself, its
+/// nomatch twin, or (in a set with comments) any of those with a comment.
+fn same_entry(members: &MemberSet, m: &Member, comments: bool) -> Option<Member> {
+    let key = m.key();
+    let twin = key.nomatch_twin();
+    if members.contains(&key) {
+        return Some(key);
+    }
+    if let Some(t) = twin.filter(|t| members.contains(t)) {
+        return Some(t);
+    }
+    // Only sets with the comment extension hold commented members; their
+    // entries are looked through (the model's sets with comments are small).
+    if !comments {
+        return None;
+    }
+    members.iter().find(|held| held.key() == key)
 }
 
 impl State {
@@ -225,11 +239,24 @@ impl State {
                     if target.members.contains(&m) {
                         continue;
                     }
-                    // Like the kernel: the nomatch flag is not part of the
-                    // key, and `add -exist` overwrites it.
-                    if let Some(twin) = flag_twin(&m)
-                        && target.members.remove(&twin)
-                    {
+                    if m.comment().is_some() && !target.header.options.comment {
+                        return Err((
+                            Some(m.clone()),
+                            DataplaneError::InvalidElement {
+                                set: set.to_string(),
+                                element: m.to_string(),
+                                reason: "comment cannot be used: the set has no comment extension"
+                                    .into(),
+                            },
+                        ));
+                    }
+                    // Like the kernel: neither the nomatch flag nor the
+                    // comment is part of the key, and `add -exist`
+                    // overwrites both.
+                    let comments = target.header.options.comment;
+                    let held = same_entry(&target.members, &m, comments);
+                    if let Some(held) = held {
+                        target.members.remove(&held);
                         target.members.insert(m.clone());
                         continue;
                     }
@@ -263,13 +290,15 @@ impl State {
             Op::Del { set, members } => {
                 self.exists(set).map_err(|e| (None, e))?;
                 let target = self.sets.get_mut(set).expect("checked above");
+                let comments = target.header.options.comment;
                 for m in members.iter() {
                     self.stats.member_ops += 1;
-                    // The kernel deletes by key, whatever the entry's flag.
+                    // The kernel deletes by key, whatever the entry's flag
+                    // and comment.
                     if !target.members.remove(&m)
-                        && let Some(twin) = flag_twin(&m)
+                        && let Some(held) = same_entry(&target.members, &m, comments)
                     {
-                        target.members.remove(&twin);
+                        target.members.remove(&held);
                     }
                 }
             }

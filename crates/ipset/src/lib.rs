@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+mod comment;
 pub mod icmp;
 mod iface;
 mod member;
@@ -13,9 +14,10 @@ mod names;
 mod range;
 mod types;
 
+pub use comment::{Comment, MAX_COMMENT_LEN};
 pub use iface::{IfaceName, MAX_IFACE_LEN};
 pub use member::{
-    IpPortIp, IpPortNet, Member, MemberError, NetIface, OneOrTwo, Parsed, Proto, mask,
+    Commented, IpPortIp, IpPortNet, Member, MemberError, NetIface, OneOrTwo, Parsed, Proto, mask,
 };
 pub use member_set::{MemberSet, MemberSetBuilder};
 pub use names::{BadPrefix, MAX_SET_NAME_LEN, Naming, is_valid_set_name};

@@ -7,6 +7,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::comment::Comment;
 use crate::icmp;
 use crate::iface::IfaceName;
 use crate::types::{Family, SetType};
@@ -117,6 +118,17 @@ pub enum Member {
     NetIface(Box<NetIface>),
     /// hash:ip,mark: an address and a packet mark.
     IpMark { addr: IpAddr, mark: u32 },
+    /// Any other member with an entry comment (boxed: rare, and wide).
+    Commented(Box<Commented>),
+}
+
+/// A member and its comment. The comment is not part of the kernel's key:
+/// one entry holds one comment, and `add -exist` replaces it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Commented {
+    /// Never itself [`Member::Commented`].
+    pub member: Member,
+    pub comment: Comment,
 }
 
 /// A hash:net,iface entry: host bits cleared; `physdev` (the bridge port
@@ -199,6 +211,8 @@ pub enum MemberError {
     MixedFamilies,
     #[error("not a valid interface: {0}")]
     BadIface(&'static str),
+    #[error("not a valid comment: {0}")]
+    BadComment(&'static str),
     #[error("list:set members must be names of other IPSetPolicies")]
     BadSetName,
 }
@@ -252,6 +266,7 @@ impl Member {
             Member::IpPortNet(e) => Some(Family::of(&e.addr)),
             Member::NetIface(e) => Some(Family::of(&e.addr)),
             Member::IpMark { addr, .. } => Some(Family::of(addr)),
+            Member::Commented(c) => c.member.family(),
             Member::Mac(_) | Member::Set(_) | Member::Port(_) => None,
         }
     }
@@ -265,19 +280,27 @@ impl Member {
             Member::Net { nomatch, .. } | Member::NetPort { nomatch, .. } => *nomatch = !*nomatch,
             Member::IpPortNet(e) => e.nomatch = !e.nomatch,
             Member::NetIface(e) => e.nomatch = !e.nomatch,
+            Member::Commented(c) => c.member = c.member.nomatch_twin()?,
             _ => return None,
         }
         Some(twin)
     }
 
     /// The member as the kernel keys it, when that differs from the member
-    /// itself: without its `nomatch` flag. `ipset del` refuses the flag.
+    /// itself: without its `nomatch` flag and its comment. `ipset del`
+    /// refuses both.
     pub fn key_only(&self) -> Option<Member> {
-        if self.is_nomatch() {
-            self.nomatch_twin()
-        } else {
-            None
+        let bare = self.without_comment();
+        match bare.nomatch_twin() {
+            Some(plain) if bare.is_nomatch() => Some(plain),
+            _ if self.comment().is_some() => Some(bare.clone()),
+            _ => None,
         }
+    }
+
+    /// The kernel's key of this member (see [`Member::key_only`]).
+    pub fn key(&self) -> Member {
+        self.key_only().unwrap_or_else(|| self.clone())
     }
 
     /// Whether this member carries `nomatch`.
@@ -286,8 +309,34 @@ impl Member {
             Member::Net { nomatch, .. } | Member::NetPort { nomatch, .. } => *nomatch,
             Member::IpPortNet(e) => e.nomatch,
             Member::NetIface(e) => e.nomatch,
+            Member::Commented(c) => c.member.is_nomatch(),
             _ => false,
         }
+    }
+
+    /// The entry comment, if any.
+    pub fn comment(&self) -> Option<&Comment> {
+        match self {
+            Member::Commented(c) => Some(&c.comment),
+            _ => None,
+        }
+    }
+
+    /// The member without its comment.
+    pub fn without_comment(&self) -> &Member {
+        match self {
+            Member::Commented(c) => &c.member,
+            m => m,
+        }
+    }
+
+    /// This member with `comment` (replacing any it had).
+    pub fn with_comment(self, comment: Comment) -> Member {
+        let member = match self {
+            Member::Commented(c) => c.member,
+            m => m,
+        };
+        Member::Commented(Box::new(Commented { member, comment }))
     }
 
     /// Parse a user-supplied member of a hash type. The family is inferred from
@@ -296,6 +345,23 @@ impl Member {
     pub fn parse_user(set_type: SetType, input: &str) -> Result<Parsed, MemberError> {
         if input.is_empty() {
             return Err(MemberError::Empty);
+        }
+        // ` comment:TEXT` comes last; a member itself has no spaces, so the
+        // first such word starts the comment, which runs to the end.
+        if let Some((member, text)) = input.split_once(" comment:") {
+            let comment = Comment::parse(text)?;
+            let parsed = Member::parse_user(set_type, member)?;
+            if parsed.members.iter().any(|m| m.comment().is_some()) {
+                return Err(MemberError::BadComment("a member has one comment"));
+            }
+            let OneOrTwo { first, second } = parsed.members;
+            return Ok(Parsed {
+                family: parsed.family,
+                members: OneOrTwo {
+                    first: first.with_comment(comment.clone()),
+                    second: second.map(|m| m.with_comment(comment)),
+                },
+            });
         }
         // Whitespace is only legal as the single space before `nomatch`.
         let (body, nomatch) = match input.strip_suffix(" nomatch") {
@@ -343,6 +409,18 @@ impl Member {
                 return Err(MemberError::BadSetName);
             }
             return Ok(Member::Set(line.into()));
+        }
+        // `ipset list` prints a comment as ` comment "TEXT"`.
+        if let Some((member, quoted)) = line.split_once(" comment \"") {
+            let text = quoted
+                .strip_suffix('"')
+                .ok_or(MemberError::BadComment("an unterminated comment"))?;
+            let comment = Comment::parse(text)?;
+            let bare = Member::parse_kernel(set_type, member)?;
+            if bare.comment().is_some() {
+                return Err(MemberError::BadComment("a member has one comment"));
+            }
+            return Ok(bare.with_comment(comment));
         }
         let parsed = Member::parse_user(set_type, line)?;
         // The types that split /0 in two never hold a /0: a listed one is
@@ -805,6 +883,7 @@ impl fmt::Display for Member {
             ),
             Member::Set(name) => f.write_str(name),
             Member::Port(p) => write!(f, "{p}"),
+            Member::Commented(c) => write!(f, "{} comment \"{}\"", c.member, c.comment),
             // As ipset prints it (its print_mark: 0x%08x).
             Member::IpMark { addr, mark } => write!(f, "{},0x{mark:08x}", KernelAddr(addr)),
             Member::NetIface(e) => {
@@ -1239,5 +1318,46 @@ mod tests {
             );
         }
         assert_eq!(canon(t, "0.0.0.0,1"), Err(MemberError::NullAddress));
+    }
+
+    #[test]
+    fn comments_follow_the_member() {
+        assert_eq!(
+            canon(
+                SetType::HashNet,
+                "10.1.0.0/8 nomatch comment:source: spamhaus 2026-11-30"
+            )
+            .unwrap(),
+            ["10.0.0.0/8 nomatch comment \"source: spamhaus 2026-11-30\""]
+        );
+        assert_eq!(
+            canon(SetType::HashNet, "0.0.0.0/0 comment:all").unwrap(),
+            ["0.0.0.0/1 comment \"all\"", "128.0.0.0/1 comment \"all\""]
+        );
+        let m = Member::parse_kernel(SetType::HashIp, "10.0.0.1 comment \"a b, c\"").unwrap();
+        assert_eq!(m.comment().unwrap().as_str(), "a b, c");
+        assert_eq!(m.key().to_string(), "10.0.0.1");
+        assert_eq!(
+            Member::parse_kernel(SetType::HashIp, &m.to_string()).unwrap(),
+            m
+        );
+        let n = Member::parse_kernel(SetType::HashNet, "10.0.0.0/8 nomatch comment \"x\"").unwrap();
+        assert_eq!(n.key().to_string(), "10.0.0.0/8");
+        assert!(n.is_nomatch());
+        assert_eq!(
+            n.nomatch_twin().unwrap().to_string(),
+            "10.0.0.0/8 comment \"x\""
+        );
+        for bad in [
+            "10.0.0.1 comment:",
+            "10.0.0.1 comment:say \"hi\"",
+            "10.0.0.1 comment: x",
+        ] {
+            assert!(
+                matches!(canon(SetType::HashIp, bad), Err(MemberError::BadComment(_))),
+                "{bad}"
+            );
+        }
+        assert!(Member::parse_kernel(SetType::HashIp, "10.0.0.1 comment \"x").is_err());
     }
 }

@@ -82,9 +82,9 @@ impl SetRange {
         false
     }
 
-    /// Whether the member lies within the range.
+    /// Whether the member (whatever its comment) lies within the range.
     pub fn contains(&self, m: &Member) -> bool {
-        match (*self, m) {
+        match (*self, m.without_comment()) {
             (SetRange::Ipv4 { from, to }, Member::Ip(IpAddr::V4(a))) => (from..=to).contains(a),
             (SetRange::Port { from, to }, Member::Port(p)) => (from..=to).contains(p),
             _ => false,
@@ -174,6 +174,8 @@ mod tests {
         let r = SetRange::parse(SetType::BitmapPort, "0-65535").unwrap();
         assert_eq!((r.to_string(), r.len()), ("0-65535".into(), 65536));
         assert!(r.contains(&Member::Port(0)));
+        let commented = Member::Port(7).with_comment(crate::Comment::parse("x").unwrap());
+        assert!(r.contains(&commented));
         assert!(!r.contains(&Member::Ip("10.0.0.1".parse().unwrap())));
         assert!(matches!(
             SetRange::parse(SetType::BitmapPort, "5-3"),

@@ -250,6 +250,9 @@ pub struct SetHeader {
 pub struct HeaderOptions {
     /// The range of a bitmap set (always present for bitmaps, never else).
     pub range: Option<SetRange>,
+    /// Created with the `comment` extension: only sets of policies whose
+    /// members have comments (the extension costs memory per entry).
+    pub comment: bool,
 }
 
 impl SetHeader {

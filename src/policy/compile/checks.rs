@@ -123,8 +123,9 @@ pub(crate) fn check_header_fields(name: &str, p: &IPSetPolicy) -> Vec<PolicyErro
 }
 
 /// Errors for members that the kernel would merge into one entry (the same
-/// network with and without `nomatch`), naming both as the user wrote them
-/// when the spelling is still at hand (`raw`).
+/// network with and without `nomatch`, the same entry with two comments or
+/// with and without one), naming both as the user wrote them when the
+/// spelling is still at hand (`raw`).
 pub(crate) fn nomatch_conflict_errors(
     name: &str,
     set_type: SetType,
@@ -144,14 +145,20 @@ pub(crate) fn nomatch_conflict_errors(
                     })
                     .map_or_else(|| want.to_string(), |r| r.to_string())
             };
+            let other = spelling(&flagged);
+            let kind = if plain.is_nomatch() != flagged.is_nomatch() {
+                PolicyErrorKind::NomatchConflict { other, network }
+            } else {
+                PolicyErrorKind::CommentConflict {
+                    other,
+                    entry: plain.key().to_string(),
+                }
+            };
             errors.push(PolicyError {
                 policy: name.to_string(),
                 slice: None,
                 member: Some(spelling(&plain)),
-                kind: PolicyErrorKind::NomatchConflict {
-                    other: spelling(&flagged),
-                    network,
-                },
+                kind,
             });
         }
     }

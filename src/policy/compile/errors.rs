@@ -36,6 +36,10 @@ pub enum PolicyErrorKind {
         "conflicts with member {other:?}: both are the network {network}, which the kernel holds as one entry, either matching or excluded (nomatch); keep only one of them"
     )]
     NomatchConflict { other: String, network: String },
+    #[error(
+        "conflicts with member {other:?}: both are the entry {entry}, which the kernel holds once, with one comment; keep only one of them"
+    )]
+    CommentConflict { other: String, entry: String },
     #[error("{field} must be {range} (got {value})")]
     OutOfRange {
         field: &'static str,

@@ -315,7 +315,8 @@ fn compile_hash(
     let sets: Vec<Arc<MemberSet>> = (0..fams.len())
         .map(|i| merge(SetKind::new(p.spec.set_type, fams[i]), &sources, i))
         .collect();
-    if bad == 0 && p.spec.set_type.has_nomatch() {
+    let comments = sets.iter().any(|s| s.has_comments());
+    if bad == 0 && (p.spec.set_type.has_nomatch() || comments) {
         let raw: Vec<&str> = input_strings(input);
         errors.extend(nomatch_conflict_errors(name, p.spec.set_type, &sets, &raw));
     }
@@ -328,7 +329,7 @@ fn compile_hash(
     if !errors.is_empty() {
         return Err(errors);
     }
-    Ok(desired_sets(name, p, naming, sets))
+    Ok(desired_sets(name, p, naming, sets, comments))
 }
 
 /// The members of family slot `i` over all sources: the source's own set
@@ -395,6 +396,7 @@ fn desired_sets(
     p: &IPSetPolicy,
     naming: &Naming,
     sets: Vec<Arc<MemberSet>>,
+    comments: bool,
 ) -> Vec<DesiredSet> {
     let set_type = p.spec.set_type;
     let max = max_elem(p);
@@ -412,8 +414,10 @@ fn desired_sets(
                     max
                 },
                 hash_size: p.spec.hash_size.filter(|_| set_type.is_hash()),
+                // The comment extension only for policies that use it.
                 options: HeaderOptions {
                     range: bitmap::range(p),
+                    comment: comments,
                 },
             },
             members,
@@ -480,7 +484,8 @@ fn compile_list_set(
     if !errors.is_empty() {
         return Err(errors);
     }
-    Ok(desired_sets(name, p, naming, sets))
+    // list:set members (policy names) have no comments.
+    Ok(desired_sets(name, p, naming, sets, false))
 }
 
 fn input_strings_inline(p: &IPSetPolicy) -> Vec<&str> {

@@ -691,3 +691,55 @@ fn bitmap_rules_name_the_policy_and_the_reason() {
         assert!(got.iter().any(|m| m.starts_with(want)), "{want}\n{got:#?}");
     }
 }
+
+#[test]
+fn comments_ask_for_the_extension_only_when_used() {
+    let with = policy(
+        "noted",
+        SetType::HashNet,
+        FamilySpec::Dual,
+        &["10.0.0.0/8 comment:office", "2001:db8::/32"],
+    );
+    let without = policy("plain", SetType::HashNet, FamilySpec::IPv4, &["10.0.0.0/8"]);
+    let c = compile(&[with, without], &Naming::default(), None);
+    assert!(c.errors.is_empty(), "{:?}", c.errors);
+    let by_name = |n: &str| c.sets.iter().find(|s| s.name == n).unwrap();
+    // Policy-wide: both families of a policy that uses comments.
+    assert!(by_name("ipm4-noted").header.options.comment);
+    assert!(by_name("ipm6-noted").header.options.comment);
+    assert!(!by_name("ipm4-plain").header.options.comment);
+    assert_eq!(
+        by_name("ipm4-noted").members.sorted_strings(),
+        ["10.0.0.0/8 comment \"office\""]
+    );
+}
+
+#[test]
+fn one_entry_with_two_comments_is_rejected_naming_both() {
+    let p = policy(
+        "twice",
+        SetType::HashIp,
+        FamilySpec::IPv4,
+        &["10.0.0.1 comment:a", "10.0.0.1 comment:b", "10.0.0.2"],
+    );
+    let c = compile(&[p], &Naming::default(), None);
+    assert!(c.sets.is_empty());
+    assert_eq!(
+        messages(&c),
+        [
+            "policy \"twice\": member \"10.0.0.1 comment:a\" rejected: conflicts with member \"10.0.0.1 comment:b\": both are the entry 10.0.0.1, which the kernel holds once, with one comment; keep only one of them"
+        ]
+    );
+    let bad = policy(
+        "q",
+        SetType::HashIp,
+        FamilySpec::IPv4,
+        &["10.0.0.1 comment:say \"hi\""],
+    );
+    let c = compile(&[bad], &Naming::default(), None);
+    assert!(
+        messages(&c)[0].contains("not a valid comment"),
+        "{:?}",
+        messages(&c)
+    );
+}

@@ -78,7 +78,21 @@ fn put_nomatch(buf: &mut Vec<u8>, nomatch: bool) {
 /// what the kernel reports back when this element fails.
 pub fn encode_element(buf: &mut Vec<u8>, m: &Member, lineno: u32) {
     let n = wire::begin_nest(buf, IPSET_ATTR_DATA);
+    put_member(buf, m);
+    if lineno != 0 {
+        wire::put_u32_host(buf, IPSET_ATTR_CADT_LINENO, lineno);
+    }
+    // One element is well under 512 bytes (a comment is at most 255).
+    let _ = wire::end_nest(buf, n);
+}
+
+/// The attributes of one element.
+fn put_member(buf: &mut Vec<u8>, m: &Member) {
     match m {
+        Member::Commented(c) => {
+            put_member(buf, &c.member);
+            wire::put_str(buf, IPSET_ATTR_COMMENT, c.comment.as_str());
+        }
         Member::Ip(a) => put_ip(buf, IPSET_ATTR_IP, a),
         Member::Net {
             addr,
@@ -139,16 +153,14 @@ pub fn encode_element(buf: &mut Vec<u8>, m: &Member, lineno: u32) {
             put_nomatch(buf, e.nomatch);
         }
     }
-    if lineno != 0 {
-        wire::put_u32_host(buf, IPSET_ATTR_CADT_LINENO, lineno);
-    }
-    // One element is well under 100 bytes.
-    let _ = wire::end_nest(buf, n);
 }
 
 /// The IPSET_ATTR_DATA of a CREATE request.
 pub fn encode_create_data(buf: &mut Vec<u8>, header: &SetHeader) {
     let n = wire::begin_nest(buf, IPSET_ATTR_DATA);
+    if header.options.comment {
+        wire::put_be32(buf, IPSET_ATTR_CADT_FLAGS, IPSET_FLAG_WITH_COMMENT);
+    }
     if let Some(range) = header.options.range {
         // A bitmap: the range is its size; it has no maxelem or hash size.
         match range {
@@ -234,11 +246,22 @@ impl<'a, I: Iterator<Item = Member>> AdtEncoder<'a, I> {
         }
     }
 
+    /// Encode `m` into `pending`: for DEL only its key (the kernel deletes
+    /// by key; a comment there would be refused).
+    fn encode(&mut self, m: &Member) {
+        let key = (self.cmd == IPSET_CMD_DEL).then(|| m.key_only()).flatten();
+        encode_element(
+            &mut self.pending,
+            key.as_ref().unwrap_or(m),
+            self.next_lineno,
+        );
+    }
+
     /// Append the next message to `buf`; `None` when every member was sent.
     pub fn next_message(&mut self, buf: &mut Vec<u8>, seq: u32) -> Option<AdtChunk> {
         if self.pending.is_empty() {
             let m = self.members.next()?;
-            encode_element(&mut self.pending, &m, self.next_lineno);
+            self.encode(&m);
         }
         let first_lineno = self.next_lineno;
         let mut count = 0u32;
@@ -262,8 +285,8 @@ impl<'a, I: Iterator<Item = Member>> AdtEncoder<'a, I> {
                 match self.members.next() {
                     Some(m) => {
                         self.scratch.clear();
-                        encode_element(&mut self.scratch, &m, self.next_lineno);
                         std::mem::swap(&mut self.scratch, &mut self.pending);
+                        self.encode(&m);
                     }
                     None => break,
                 }
@@ -383,6 +406,8 @@ pub struct RawHeader {
     /// A bitmap's range, as listed (IPSET_ATTR_IP/IP_TO or PORT/PORT_TO).
     pub range_ip: (Option<IpAddr>, Option<IpAddr>),
     pub range_port: (Option<u16>, Option<u16>),
+    /// Created with the comment extension (an option this project sets).
+    pub comment: bool,
     pub references: u32,
     pub elements: Option<u32>,
     /// Other options this project never sets (see [`RawHeader::unmanaged_options`]).
@@ -436,7 +461,10 @@ impl RawHeader {
             } else {
                 None
             },
-            options: HeaderOptions { range },
+            options: HeaderOptions {
+                range,
+                comment: self.comment,
+            },
         })
     }
 
@@ -466,9 +494,9 @@ const HARMLESS_HEADER_ATTRS: [u16; 4] = [
 ];
 
 /// The extension flags of a header's IPSET_ATTR_CADT_FLAGS, by name.
-const EXTENSION_FLAGS: [(u32, &str); 4] = [
+/// `comment` is managed: see [`RawHeader::comment`].
+const EXTENSION_FLAGS: [(u32, &str); 3] = [
     (IPSET_FLAG_WITH_COUNTERS, "counters"),
-    (IPSET_FLAG_WITH_COMMENT, "comment"),
     (IPSET_FLAG_WITH_FORCEADD, "forceadd"),
     (IPSET_FLAG_WITH_SKBINFO, "skbinfo"),
 ];
@@ -490,8 +518,10 @@ fn decode_header_data(h: &mut RawHeader, data: &[u8]) -> Result<(), DecodeError>
             IPSET_ATTR_CADT_FLAGS => {
                 let flags = a.be32()?;
                 let mut rest = flags;
+                h.comment = flags & IPSET_FLAG_WITH_COMMENT != 0;
+                rest &= !IPSET_FLAG_WITH_COMMENT;
                 for (bit, name) in EXTENSION_FLAGS {
-                    if flags & bit != 0 {
+                    if rest & bit != 0 {
                         h.unmanaged.push(name.to_string());
                         rest &= !bit;
                     }

@@ -89,6 +89,7 @@ pub const IPSET_ATTR_NAME: u16 = 18;
 pub const IPSET_ATTR_IP2: u16 = 20;
 pub const IPSET_ATTR_CIDR2: u16 = 21;
 pub const IPSET_ATTR_IFACE: u16 = 23;
+pub const IPSET_ATTR_COMMENT: u16 = 26;
 // inside IPSET_ATTR_IP
 pub const IPSET_ATTR_IPADDR_IPV4: u16 = 1;
 pub const IPSET_ATTR_IPADDR_IPV6: u16 = 2;

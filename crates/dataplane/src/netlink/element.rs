@@ -9,7 +9,7 @@ use super::codec::decode_ip;
 use super::consts::*;
 use super::wire::{self, DecodeError};
 use ipsetmgr_ipset::{
-    Family, IfaceName, IpPortIp, IpPortNet, Member, NetIface, Proto, SetKind, SetType,
+    Comment, Family, IfaceName, IpPortIp, IpPortNet, Member, NetIface, Proto, SetKind, SetType,
     is_valid_set_name, mask,
 };
 
@@ -26,6 +26,7 @@ struct Attrs<'a> {
     name: Option<&'a str>,
     iface: Option<&'a str>,
     mark: Option<u32>,
+    comment: Option<&'a str>,
     cadt_flags: u32,
 }
 
@@ -54,6 +55,7 @@ impl<'a> Attrs<'a> {
                 IPSET_ATTR_NAME => e.name = Some(a.str()?),
                 IPSET_ATTR_IFACE => e.iface = Some(a.str()?),
                 IPSET_ATTR_MARK => e.mark = Some(a.be32()?),
+                IPSET_ATTR_COMMENT => e.comment = Some(a.str()?),
                 _ => return Err(DecodeError("element has an unmanaged extension")),
             }
         }
@@ -113,6 +115,19 @@ fn host(a: IpAddr, cidr: Option<u8>) -> Result<IpAddr, DecodeError> {
 /// Decode one element of a set of `kind`.
 pub fn decode_element(kind: SetKind, data: &[u8]) -> Result<Member, DecodeError> {
     let e = Attrs::read(data)?;
+    let member = decode_key(kind, &e)?;
+    match e.comment {
+        None => Ok(member),
+        Some(text) => {
+            let comment = Comment::parse(text)
+                .map_err(|_| DecodeError("element with a comment this project would not write"))?;
+            Ok(member.with_comment(comment))
+        }
+    }
+}
+
+/// The element without its comment.
+fn decode_key(kind: SetKind, e: &Attrs<'_>) -> Result<Member, DecodeError> {
     let physdev = e.cadt_flags & IPSET_FLAG_PHYSDEV != 0;
     if e.cadt_flags & !(IPSET_FLAG_NOMATCH | IPSET_FLAG_PHYSDEV) != 0
         || (e.nomatch() && !kind.set_type.has_nomatch())

@@ -30,8 +30,22 @@ fn proto() -> impl Strategy<Value = Proto> {
     prop::sample::select(Proto::ALL.to_vec())
 }
 
-/// A kind and a member of that kind.
+/// A kind and a member of that kind, now and then with a comment.
 fn kind_and_member() -> impl Strategy<Value = (SetKind, Member)> {
+    (
+        bare_kind_and_member(),
+        prop::option::weighted(0.2, "[!#-\\[\\]-~]([ !#-\\[\\]-~]{0,253}[!#-\\[\\]-~])?"),
+    )
+        .prop_map(|((kind, m), comment)| match comment {
+            Some(c) if kind.set_type != SetType::ListSet => (
+                kind,
+                m.with_comment(ipsetmgr_ipset::Comment::parse(&c).unwrap()),
+            ),
+            _ => (kind, m),
+        })
+}
+
+fn bare_kind_and_member() -> impl Strategy<Value = (SetKind, Member)> {
     let fam = prop::sample::select(vec![Family::V4, Family::V6]);
     prop_oneof![
         fam.clone()
@@ -149,8 +163,9 @@ fn header() -> impl Strategy<Value = SetHeader> {
         prop::option::of(any::<u32>()),
         any::<u32>(),
         any::<u16>(),
+        any::<bool>(),
     )
-        .prop_map(|(t, f, max_elem, hs, start, width)| {
+        .prop_map(|(t, f, max_elem, hs, start, width, comment)| {
             // A bitmap's range: at most 65536 elements, within the space.
             let range = match t {
                 SetType::BitmapIp => {
@@ -174,7 +189,10 @@ fn header() -> impl Strategy<Value = SetHeader> {
                 kind: SetKind::new(t, family),
                 max_elem: range.map_or(max_elem, |r| r.len() as u32),
                 hash_size: if t.is_hash() { hs } else { None },
-                options: HeaderOptions { range },
+                options: HeaderOptions {
+                    range,
+                    comment: comment && t != SetType::ListSet,
+                },
             }
         })
 }
@@ -298,7 +316,10 @@ proptest! {
             kind,
             max_elem: range.map_or(max_elem, |r| r.len() as u32),
             hash_size: if kind.set_type.is_hash() { Some(64) } else { None },
-            options: HeaderOptions { range },
+            options: HeaderOptions {
+                range,
+                comment: false,
+            },
         };
         let split = split.min(members.len());
         let mut acc = ListAccumulator::default();
