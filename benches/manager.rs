@@ -28,6 +28,8 @@ fn policy(members: Vec<String>) -> IPSetPolicy {
             max_elem: Some(2_000_000),
             hash_size: None,
             range: None,
+            netmask: None,
+            bitmask: None,
         },
     )
 }

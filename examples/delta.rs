@@ -34,6 +34,8 @@ fn policy(members: Vec<String>, max: u32) -> IPSetPolicy {
             max_elem: Some(max),
             hash_size: None,
             range: None,
+            netmask: None,
+            bitmask: None,
         },
     )
 }

@@ -152,6 +152,8 @@ impl GenPolicy {
                 max_elem: self.max_elem,
                 hash_size: self.hash_size,
                 range: None,
+                netmask: None,
+                bitmask: None,
             },
         )
     }
@@ -199,6 +201,8 @@ impl Case {
                     max_elem: None,
                     hash_size: None,
                     range: None,
+                    netmask: None,
+                    bitmask: None,
                 },
             ));
         }

@@ -278,6 +278,7 @@ fn bitmap_case(t: SetType, range: SetRange, members: Vec<Spelled>) -> Case {
             options: HeaderOptions {
                 range: Some(range),
                 comment: false,
+                mask: None,
             },
         },
         members,

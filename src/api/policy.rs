@@ -68,6 +68,14 @@ impl std::fmt::Display for FamilySpec {
     {
         "rule": "self.type != 'bitmap:ip' || !has(self.family) || self.family == 'IPv4'",
         "message": "bitmap:ip holds IPv4 addresses only"
+    },
+    {
+        "rule": "(!has(self.netmask) && !has(self.bitmask)) || self.type == 'hash:ip'",
+        "message": "netmask and bitmask apply to hash:ip only"
+    },
+    {
+        "rule": "!has(self.netmask) || !has(self.bitmask)",
+        "message": "netmask and bitmask exclude each other"
     }
 ]))]
 pub struct IPSetPolicySpec {
@@ -123,6 +131,18 @@ pub struct IPSetPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 3, max = 31), regex(pattern = r"^[0-9./-]+$"))]
     pub range: Option<String>,
+    /// hash:ip only: store each address as its network of this prefix
+    /// length (24: 10.0.0.5 is the entry 10.0.0.0), as the kernel does.
+    /// Not with bitmask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 128))]
+    pub netmask: Option<u8>,
+    /// hash:ip only: store each address with only these bits (an address
+    /// of the policy's family, 255.255.0.255 or ffff::ff; not with Dual), as
+    /// the kernel does. Not with netmask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 39), regex(pattern = r"^[0-9a-fA-F.:]+$"))]
+    pub bitmask: Option<String>,
 }
 
 /// An optional u32 written as a number. A quoted `"100"` is refused: YAML

@@ -214,6 +214,8 @@ impl Controller {
                         max_elem: None,
                         hash_size: None,
                         range: None,
+                        netmask: None,
+                        bitmask: None,
                     };
                     let mut p = IPSetPolicy::new(name, spec);
                     p.metadata.generation = t.generation;

@@ -103,6 +103,8 @@ struct AnySpec {
     #[serde(default, deserialize_with = "integer")]
     hash_size: Option<u32>,
     range: Option<String>,
+    netmask: Option<u8>,
+    bitmask: Option<String>,
 }
 
 impl AnySpec {
@@ -116,6 +118,8 @@ impl AnySpec {
             max_elem: self.max_elem,
             hash_size: self.hash_size,
             range: self.range,
+            netmask: self.netmask,
+            bitmask: self.bitmask,
         })
     }
 
@@ -127,6 +131,8 @@ impl AnySpec {
             ("maxElem", self.max_elem.is_some()),
             ("hashSize", self.hash_size.is_some()),
             ("range", self.range.is_some()),
+            ("netmask", self.netmask.is_some()),
+            ("bitmask", self.bitmask.is_some()),
         ];
         if let Some((field, _)) = extra.iter().find(|(_, set)| *set) {
             return Err(format!(

@@ -50,6 +50,7 @@ macro_rules! conformance_tests {
             nomatch_flag_of_new_types,
             bitmap_limits,
             comments_through_the_manager,
+            masks_through_the_manager,
             batch_failing_midway_names_op_and_member,
             create_existing_and_missing_sets,
             list_owned_filters_and_leaves_foreign_sets,
@@ -75,6 +76,7 @@ macro_rules! conformance_tests {
             nomatch_flag_of_new_types,
             bitmap_limits,
             comments_through_the_manager,
+            masks_through_the_manager,
             batch_failing_midway_names_op_and_member,
             create_existing_and_missing_sets,
             list_owned_filters_and_leaves_foreign_sets,
@@ -834,12 +836,14 @@ pub fn list_owned_filters_and_leaves_foreign_sets(dp: &mut dyn Dataplane) {
 /// with those options named (the manager then replaces them); the kernel's
 /// defaults (a host-length netmask) are not options.
 pub fn header_options_never_set_are_reported(dp: &mut dyn Dataplane) {
-    let cases: [(&str, &[&str]); 10] = [
+    let cases: [(&str, &[&str]); 11] = [
         ("hash:ip", &[]),
         ("hash:ip netmask 32", &[]),
         ("hash:ip family inet6 netmask 128", &[]),
-        ("hash:ip netmask 24", &["netmask 24"]),
-        ("hash:ip bitmask 255.255.255.0", &["bitmask"]),
+        // hash:ip's masks are managed: in the header's options.
+        ("hash:ip netmask 24", &[]),
+        ("hash:ip bitmask 255.255.255.0", &[]),
+        ("bitmap:ip range 10.0.0.0/16 netmask 24", &["netmask 24"]),
         ("hash:ip timeout 0", &["timeout"]),
         ("hash:net counters", &["counters"]),
         // The comment extension is managed: in the header's options.
@@ -865,6 +869,11 @@ pub fn header_options_never_set_are_reported(dp: &mut dyn Dataplane) {
         assert_eq!(
             k.header.as_ref().unwrap().options.comment,
             create.contains("comment"),
+            "{create}"
+        );
+        assert_eq!(
+            k.header.as_ref().unwrap().options.mask.is_some(),
+            create.starts_with("hash:ip ") && create.contains("mask 2"),
             "{create}"
         );
         for w in *want {

@@ -7,7 +7,9 @@
 use std::sync::Arc;
 
 use ipsetmgr::dataplane::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
-use ipsetmgr::ipset::{Family, HeaderOptions, Member, MemberSet, SetHeader, SetRange, SetType};
+use ipsetmgr::ipset::{
+    AddrMask, Family, HeaderOptions, Member, MemberSet, SetHeader, SetRange, SetType,
+};
 use ipsetmgr::manager::{DesiredSet, Manager, ManagerConfig, Plan};
 
 use super::{header, kernel_listing, members, ok, read, sorted_display};
@@ -273,6 +275,7 @@ pub fn bitmap_header(t: SetType, range: &str) -> SetHeader {
         options: HeaderOptions {
             range: Some(range),
             comment: false,
+            mask: None,
         },
         ..header(t, t.only_family(), 0)
     }
@@ -281,9 +284,13 @@ pub fn bitmap_header(t: SetType, range: &str) -> SetHeader {
 /// Create, apply again (nothing to do), delta, drift repaired by a resync,
 /// and a header change replaced through a swap, for one case.
 fn lifecycle(dp: &mut dyn Dataplane, case: &TypeCase) {
+    lifecycle_with(dp, case, case_header(case, false), case_header(case, true));
+}
+
+/// [`lifecycle`] with the headers before and after the header change.
+fn lifecycle_with(dp: &mut dyn Dataplane, case: &TypeCase, h: SetHeader, bigger: SetHeader) {
     let name = set_name(case);
     let (t, fam) = (case.set_type, case.family);
-    let h = case_header(case, false);
     let before = members(t, fam, case.before);
     let after = members(t, fam, case.after);
     let mut mgr = Manager::new(Lend(dp), ManagerConfig::default());
@@ -328,7 +335,6 @@ fn lifecycle(dp: &mut dyn Dataplane, case: &TypeCase) {
     holds(mgr.dataplane_mut().0, &name, &h, &after);
 
     // A header change of the same type and family: a temp set swapped in.
-    let bigger = case_header(case, true);
     mgr.set_desired(desired(&name, &bigger, after.clone()), []);
     assert_eq!(
         written(&mgr.apply_updates()),
@@ -448,6 +454,7 @@ pub fn bitmap_limits(dp: &mut dyn Dataplane) {
                 to: "10.1.0.0".parse().unwrap(),
             }),
             comment: false,
+            mask: None,
         },
         ..header(SetType::BitmapIp, Some(Family::V4), 0)
     };
@@ -658,4 +665,69 @@ pub fn comments_through_the_manager(dp: &mut dyn Dataplane) {
         );
         ok(dp, &[Op::Destroy { set: &name }]);
     }
+}
+
+fn masked_header(fam: Family, mask: AddrMask) -> SetHeader {
+    let mut h = header(SetType::HashIp, Some(fam), 1000);
+    h.options.mask = Some(mask);
+    h
+}
+
+/// hash:ip with a netmask or bitmask: the kernel stores masked addresses,
+/// which is what the compiler hands the manager; an unmasked address added
+/// by hand lands as its masked entry, drift a resync removes; a change of
+/// mask is swapped in.
+pub fn masks_through_the_manager(dp: &mut dyn Dataplane) {
+    let nm = |n| AddrMask::prefix(n, Family::V4).unwrap().unwrap();
+    let bm = |b| AddrMask::bits(b, Family::V6).unwrap().unwrap();
+    lifecycle_with(
+        dp,
+        &TypeCase {
+            set_type: SetType::HashIp,
+            family: Some(Family::V4),
+            before: &["10.0.0.0", "10.0.7.0", "192.168.1.0"],
+            after: &["10.0.0.0", "10.1.0.0"],
+            drift_extra: "10.77.0.0",
+            drift_gone: "10.1.0.0",
+            ranges: None,
+        },
+        masked_header(Family::V4, nm(24)),
+        masked_header(Family::V4, nm(16)),
+    );
+    lifecycle_with(
+        dp,
+        &TypeCase {
+            set_type: SetType::HashIp,
+            family: Some(Family::V6),
+            before: &["1234::cd", "2001::1"],
+            after: &["1234::cd", "ffff::ff"],
+            drift_extra: "1::",
+            drift_gone: "ffff::ff",
+            ranges: None,
+        },
+        masked_header(Family::V6, bm("ffff::ff")),
+        masked_header(Family::V6, bm("ffff:ffff::ffff")),
+    );
+    // An unmasked address is stored as its masked entry.
+    let h = masked_header(Family::V4, nm(24));
+    let raw = members(SetType::HashIp, Some(Family::V4), &["10.9.9.77"]);
+    ok(
+        dp,
+        &[
+            Op::Create {
+                set: "ipm4-nm",
+                header: &h,
+            },
+            Op::Add {
+                set: "ipm4-nm",
+                members: &raw,
+            },
+        ],
+    );
+    holds(
+        dp,
+        "ipm4-nm",
+        &h,
+        &members(SetType::HashIp, Some(Family::V4), &["10.9.9.0"]),
+    );
 }

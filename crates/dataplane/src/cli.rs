@@ -15,8 +15,8 @@ use std::process::{Child, Command, Stdio};
 
 use crate::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
 use ipsetmgr_ipset::{
-    Family, HeaderOptions, Member, MemberSetBuilder, SetHeader, SetKind, SetRange, SetType,
-    is_valid_set_name, mask,
+    AddrMask, Family, HeaderOptions, Member, MemberSetBuilder, SetHeader, SetKind, SetRange,
+    SetType, is_valid_set_name, mask,
 };
 
 /// The `ipset` command-line tool as a [`Dataplane`].
@@ -112,6 +112,9 @@ fn write_create(w: &mut impl Write, set: &str, h: &SetHeader) -> io::Result<()> 
     write!(w, " maxelem {}", h.max_elem)?;
     if let Some(hs) = h.hash_size {
         write!(w, " hashsize {hs}")?;
+    }
+    if let Some(mask) = h.options.mask {
+        write!(w, " {mask}")?;
     }
     writeln!(w, "{comment}")
 }
@@ -500,6 +503,9 @@ struct HeaderWords {
     range: Option<String>,
     /// The `comment` extension (an option this project sets).
     comment: bool,
+    /// `netmask N` or `bitmask ADDR` (not the host-length default): an
+    /// option this project sets for hash:ip, unmanaged for other types.
+    mask: Option<(String, String)>,
     /// See [`KernelSet::unmanaged_options`].
     unmanaged: Vec<String>,
 }
@@ -519,6 +525,7 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
     let mut has_timeout = false;
     let mut range = None;
     let mut comment = false;
+    let mut mask = None;
     let mut unmanaged = Vec::new();
     let mut it = words.split_ascii_whitespace();
     let num = |v: Option<&str>, key: &str| -> Result<u32, DataplaneError> {
@@ -549,7 +556,10 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
                 let host_mask = w == "netmask"
                     && (value == "32" && family != Some(Family::V6) || value == "128");
                 let full_markmask = w == "markmask" && value == "0xffffffff";
-                if !host_mask && !full_markmask {
+                if (w == "netmask" || w == "bitmask") && !host_mask {
+                    // Managed for hash:ip; see `typed_header`.
+                    mask = Some((w.to_string(), value.to_string()));
+                } else if !host_mask && !full_markmask {
                     unmanaged.push(format!("{w} {value}"));
                 }
                 has_timeout |= w == "timeout";
@@ -564,6 +574,7 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
         has_timeout,
         range,
         comment,
+        mask,
         unmanaged,
     })
 }
@@ -703,6 +714,7 @@ fn typed_header(
             options: HeaderOptions {
                 range: Some(range),
                 comment: words.comment,
+                mask: None,
             },
         }));
     }
@@ -724,8 +736,23 @@ fn typed_header(
         options: HeaderOptions {
             range: None,
             comment: words.comment,
+            mask: if t == SetType::HashIp {
+                hash_ip_mask(words)
+            } else {
+                None
+            },
         },
     }))
+}
+
+/// A hash:ip header's mask, when it is one this project can hold.
+fn hash_ip_mask(words: &HeaderWords) -> Option<AddrMask> {
+    let (w, value) = words.mask.as_ref()?;
+    let family = words.family?;
+    match w.as_str() {
+        "netmask" => AddrMask::prefix(value.parse().ok()?, family).ok()?,
+        _ => AddrMask::bits(value, family).ok()?,
+    }
 }
 
 /// Read member lines up to a blank line or the end. Returns the lines
@@ -803,11 +830,17 @@ pub fn parse_listing(
         unparsable += refused;
         set
     });
+    // A mask the typed header does not hold is unmanaged.
+    let held = header.as_ref().is_some_and(|h| h.options.mask.is_some());
+    let mut unmanaged_options = words.unmanaged;
+    if let Some((w, value)) = words.mask.filter(|_| !held) {
+        unmanaged_options.push(format!("{w} {value}"));
+    }
     Ok(KernelSet {
         header,
         members,
         unparsable_members: unparsable,
-        unmanaged_options: words.unmanaged,
+        unmanaged_options,
         references,
     })
 }

@@ -138,6 +138,22 @@ impl ModelDataplane {
     }
 }
 
+/// The entry the kernel stores for `m`: a hash:ip address with the bits
+/// outside the set's netmask or bitmask cleared.
+fn stored(header: &SetHeader, m: Member) -> Member {
+    let Some(mask) = header.options.mask else {
+        return m;
+    };
+    match m {
+        Member::Ip(a) => Member::Ip(mask.apply(a)),
+        Member::Commented(c) => match &c.member {
+            Member::Ip(a) => Member::Ip(mask.apply(*a)).with_comment(c.comment.clone()),
+            _ => Member::Commented(c),
+        },
+        m => m,
+    }
+}
+
 /// The member held for `m`'s kernel key, if any: the key itself, its
 /// nomatch twin, or (in a set with comments) any of those with a comment.
 fn same_entry(members: &MemberSet, m: &Member, comments: bool) -> Option<Member> {
@@ -236,6 +252,19 @@ impl State {
                         }
                     }
                     let target = self.sets.get_mut(set).expect("checked above");
+                    let m = stored(&target.header, m);
+                    if matches!(m.without_comment(), Member::Ip(a) if a.is_unspecified())
+                        && target.header.kind.set_type == SetType::HashIp
+                    {
+                        return Err((
+                            Some(m.clone()),
+                            DataplaneError::InvalidElement {
+                                set: set.to_string(),
+                                element: m.to_string(),
+                                reason: "null-valued element, cannot be stored".into(),
+                            },
+                        ));
+                    }
                     if target.members.contains(&m) {
                         continue;
                     }
@@ -293,6 +322,7 @@ impl State {
                 let comments = target.header.options.comment;
                 for m in members.iter() {
                     self.stats.member_ops += 1;
+                    let m = stored(&target.header, m);
                     // The kernel deletes by key, whatever the entry's flag
                     // and comment.
                     if !target.members.remove(&m)

@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+mod addr_mask;
 mod comment;
 pub mod icmp;
 mod iface;
@@ -14,6 +15,7 @@ mod names;
 mod range;
 mod types;
 
+pub use addr_mask::{AddrMask, MaskError};
 pub use comment::{Comment, MAX_COMMENT_LEN};
 pub use iface::{IfaceName, MAX_IFACE_LEN};
 pub use member::{

@@ -5,6 +5,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::addr_mask::AddrMask;
 use crate::range::SetRange;
 
 /// Default `maxelem` of a kernel set (the kernel's own default).
@@ -253,6 +254,8 @@ pub struct HeaderOptions {
     /// Created with the `comment` extension: only sets of policies whose
     /// members have comments (the extension costs memory per entry).
     pub comment: bool,
+    /// hash:ip's `netmask` or `bitmask` (never the default).
+    pub mask: Option<AddrMask>,
 }
 
 impl SetHeader {

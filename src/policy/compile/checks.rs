@@ -119,6 +119,7 @@ pub(crate) fn check_header_fields(name: &str, p: &IPSetPolicy) -> Vec<PolicyErro
     check("maxElem", p.spec.max_elem, 1, u32::MAX);
     check("hashSize", p.spec.hash_size, MIN_HASH_SIZE, MAX_HASH_SIZE);
     errors.extend(super::bitmap::header_errors(name, p));
+    errors.extend(super::mask::header_errors(name, p));
     errors
 }
 

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::ipset::{Family, MemberError, RangeError, SetRange, SetType};
+use crate::ipset::{AddrMask, Family, MaskError, MemberError, RangeError, SetRange, SetType};
 use crate::policy::selector::SelectorError;
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -67,6 +67,14 @@ pub enum PolicyErrorKind {
     Ipv4Only(SetType),
     #[error("is outside the set's range {0}")]
     OutsideRange(SetRange),
+    #[error("netmask and bitmask exclude each other; keep one")]
+    MasksExclusive,
+    #[error("bitmask is an address of one family; use family IPv4 or IPv6, not Dual")]
+    BitmaskDual,
+    #[error("{0}")]
+    BadMask(#[from] MaskError),
+    #[error("is the all-zero address under {0}, which the kernel cannot store")]
+    MaskedToNull(AddrMask),
 }
 
 /// A rejection, naming the policy, the slice and member (when there are

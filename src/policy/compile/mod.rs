@@ -14,6 +14,7 @@ mod cache;
 mod checks;
 mod errors;
 mod list_set;
+mod mask;
 mod parse;
 
 #[cfg(test)]
@@ -315,6 +316,18 @@ fn compile_hash(
     let sets: Vec<Arc<MemberSet>> = (0..fams.len())
         .map(|i| merge(SetKind::new(p.spec.set_type, fams[i]), &sources, i))
         .collect();
+    // Under a netmask or bitmask, members are the entries the kernel stores.
+    let sets: Vec<Arc<MemberSet>> = if bad == 0 && errors.is_empty() {
+        sets.into_iter()
+            .zip(&fams)
+            .map(|(s, f)| match mask::mask(p, *f) {
+                Some(m) => mask::masked(name, m, &s, &mut errors),
+                None => s,
+            })
+            .collect()
+    } else {
+        sets
+    };
     let comments = sets.iter().any(|s| s.has_comments());
     if bad == 0 && (p.spec.set_type.has_nomatch() || comments) {
         let raw: Vec<&str> = input_strings(input);
@@ -418,6 +431,7 @@ fn desired_sets(
                 options: HeaderOptions {
                     range: bitmap::range(p),
                     comment: comments,
+                    mask: mask::mask(p, f),
                 },
             },
             members,

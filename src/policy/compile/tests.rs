@@ -34,6 +34,8 @@ fn policy(name: &str, t: SetType, fam: FamilySpec, members: &[&str]) -> IPSetPol
             max_elem: None,
             hash_size: None,
             range: None,
+            netmask: None,
+            bitmask: None,
         },
     )
 }
@@ -742,4 +744,103 @@ fn one_entry_with_two_comments_is_rejected_naming_both() {
         "{:?}",
         messages(&c)
     );
+}
+
+#[test]
+fn netmask_and_bitmask_store_members_as_the_kernel_does() {
+    let mut nm = policy(
+        "nets",
+        SetType::HashIp,
+        FamilySpec::Dual,
+        &[
+            "10.0.0.5",
+            "10.0.0.6 comment:same entry? no: conflict",
+            "2001:db8::1",
+        ],
+    );
+    nm.spec.netmask = Some(24);
+    let c = compile(&[nm.clone()], &Naming::default(), None);
+    assert!(
+        messages(&c)[0].contains("both are the entry 10.0.0.0"),
+        "{:?}",
+        messages(&c)
+    );
+    nm.spec.members = strings(&["10.0.0.5", "10.0.0.6", "2001:db8::1"]);
+    let c = compile(&[nm], &Naming::default(), None);
+    assert!(c.errors.is_empty(), "{:?}", c.errors);
+    assert_eq!(c.sets[0].members.sorted_strings(), ["10.0.0.0"]);
+    assert_eq!(
+        c.sets[0].header.options.mask.unwrap().to_string(),
+        "netmask 24"
+    );
+    assert_eq!(c.sets[1].members.sorted_strings(), ["2001:d00::"]);
+
+    let mut bm = policy(
+        "bits",
+        SetType::HashIp,
+        FamilySpec::IPv6,
+        &["1234:5678::abcd"],
+    );
+    bm.spec.bitmask = Some("ffff::ff".into());
+    let c = compile(&[bm], &Naming::default(), None);
+    assert_eq!(c.sets[0].members.sorted_strings(), ["1234::cd"]);
+
+    let with = |t, fam, netmask: Option<u8>, bitmask: Option<&str>, members: &[&str]| {
+        let mut p = policy("m", t, fam, members);
+        p.spec.netmask = netmask;
+        p.spec.bitmask = bitmask.map(str::to_string);
+        messages(&compile(&[p], &Naming::default(), None))
+    };
+    for (got, want) in [
+        (
+            with(SetType::HashNet, FamilySpec::IPv4, Some(24), None, &[]),
+            "netmask does not apply to hash:net",
+        ),
+        (
+            with(
+                SetType::HashIp,
+                FamilySpec::IPv4,
+                Some(24),
+                Some("255.0.0.0"),
+                &[],
+            ),
+            "netmask and bitmask exclude each other",
+        ),
+        (
+            with(SetType::HashIp, FamilySpec::IPv4, Some(33), None, &[]),
+            "netmask must be between 1 and 32",
+        ),
+        (
+            with(
+                SetType::HashIp,
+                FamilySpec::Dual,
+                None,
+                Some("255.0.0.0"),
+                &[],
+            ),
+            "not Dual",
+        ),
+        (
+            with(
+                SetType::HashIp,
+                FamilySpec::IPv6,
+                None,
+                Some("255.0.0.0"),
+                &[],
+            ),
+            "bitmask must be an IPv6 address",
+        ),
+        (
+            with(
+                SetType::HashIp,
+                FamilySpec::IPv4,
+                Some(8),
+                None,
+                &["0.1.2.3"],
+            ),
+            "member \"0.1.2.3\" rejected: is the all-zero address under netmask 8",
+        ),
+    ] {
+        assert!(got.iter().any(|m| m.contains(want)), "{want}: {got:?}");
+    }
 }

@@ -8,8 +8,8 @@ use super::consts::*;
 pub use super::element::decode_element;
 use super::wire::{self, Attr, DecodeError};
 use ipsetmgr_ipset::{
-    Family, HeaderOptions, Member, MemberSet, MemberSetBuilder, SetHeader, SetKind, SetRange,
-    SetType,
+    AddrMask, Family, HeaderOptions, Member, MemberSet, MemberSetBuilder, SetHeader, SetKind,
+    SetRange, SetType,
 };
 
 /// The largest `nla_len` of the IPSET_ATTR_ADT nest (a u16).
@@ -160,6 +160,11 @@ pub fn encode_create_data(buf: &mut Vec<u8>, header: &SetHeader) {
     let n = wire::begin_nest(buf, IPSET_ATTR_DATA);
     if header.options.comment {
         wire::put_be32(buf, IPSET_ATTR_CADT_FLAGS, IPSET_FLAG_WITH_COMMENT);
+    }
+    match header.options.mask {
+        Some(AddrMask::Prefix(n)) => wire::put_u8(buf, IPSET_ATTR_NETMASK, n),
+        Some(AddrMask::Bits(a)) => put_ip(buf, IPSET_ATTR_BITMASK, &a),
+        None => {}
     }
     if let Some(range) = header.options.range {
         // A bitmap: the range is its size; it has no maxelem or hash size.
@@ -403,6 +408,7 @@ pub struct RawHeader {
     pub max_elem: Option<u32>,
     pub size: Option<u32>,
     pub netmask: Option<u8>,
+    pub bitmask: Option<IpAddr>,
     /// A bitmap's range, as listed (IPSET_ATTR_IP/IP_TO or PORT/PORT_TO).
     pub range_ip: (Option<IpAddr>, Option<IpAddr>),
     pub range_port: (Option<u16>, Option<u16>),
@@ -422,14 +428,34 @@ impl RawHeader {
     /// [`KernelSet::unmanaged_options`]: crate::KernelSet::unmanaged_options
     pub fn unmanaged_options(&self) -> Vec<String> {
         let host = if self.family == NFPROTO_IPV6 { 128 } else { 32 };
+        // hash:ip's masks are managed (see `RawHeader::mask`).
+        let managed = self.type_name == SetType::HashIp.as_str();
         let netmask = self
             .netmask
-            .filter(|nm| *nm != host)
+            .filter(|nm| *nm != host && !managed)
             .map(|nm| format!("netmask {nm}"));
+        let bitmask = self
+            .bitmask
+            .filter(|_| !managed)
+            .map(|b| format!("bitmask {b}"));
         netmask
             .into_iter()
+            .chain(bitmask)
             .chain(self.unmanaged.iter().cloned())
             .collect()
+    }
+
+    /// A hash:ip set's netmask or bitmask (`None`: the default, or a mask
+    /// this project cannot hold, which then shows as unmanaged).
+    fn mask(&self, family: Option<Family>) -> Option<AddrMask> {
+        let family = family?;
+        let netmask = self
+            .netmask
+            .and_then(|n| AddrMask::prefix(n, family).ok().flatten());
+        let bitmask = self
+            .bitmask
+            .and_then(|b| AddrMask::bits(&b.to_string(), family).ok().flatten());
+        netmask.or(bitmask)
     }
 
     /// The typed header, or `None` for a set of a type or family this
@@ -464,6 +490,11 @@ impl RawHeader {
             options: HeaderOptions {
                 range,
                 comment: self.comment,
+                mask: if set_type == SetType::HashIp {
+                    self.mask(family)
+                } else {
+                    None
+                },
             },
         })
     }
@@ -531,7 +562,7 @@ fn decode_header_data(h: &mut RawHeader, data: &[u8]) -> Result<(), DecodeError>
                 }
             }
             IPSET_ATTR_TIMEOUT => h.unmanaged.push(format!("timeout {}", a.be32()?)),
-            IPSET_ATTR_BITMASK => h.unmanaged.push("bitmask".into()),
+            IPSET_ATTR_BITMASK => h.bitmask = Some(decode_ip(&a)?),
             IPSET_ATTR_MARKMASK => {
                 // All bits, hash:ip,mark's default, change nothing.
                 let mask = a.be32()?;

@@ -11,8 +11,8 @@ use super::consts::*;
 use super::wire;
 use ipsetmgr_ipset::mask;
 use ipsetmgr_ipset::{
-    Family, HeaderOptions, IfaceName, IpPortIp, IpPortNet, Member, MemberSet, NetIface, Proto,
-    SetHeader, SetKind, SetRange, SetType,
+    AddrMask, Family, HeaderOptions, IfaceName, IpPortIp, IpPortNet, Member, MemberSet, NetIface,
+    Proto, SetHeader, SetKind, SetRange, SetType,
 };
 
 fn addr(family: Family) -> impl Strategy<Value = IpAddr> {
@@ -164,8 +164,9 @@ fn header() -> impl Strategy<Value = SetHeader> {
         any::<u32>(),
         any::<u16>(),
         any::<bool>(),
+        prop::option::weighted(0.3, any::<u8>()),
     )
-        .prop_map(|(t, f, max_elem, hs, start, width, comment)| {
+        .prop_map(|(t, f, max_elem, hs, start, width, comment, mask)| {
             // A bitmap's range: at most 65536 elements, within the space.
             let range = match t {
                 SetType::BitmapIp => {
@@ -185,6 +186,20 @@ fn header() -> impl Strategy<Value = SetHeader> {
                 _ => None,
             };
             let family = t.only_family().or(Some(f)).filter(|_| t.has_family());
+            // hash:ip's netmask (a shorter prefix than the host's) or
+            // bitmask (any bits but none or all).
+            let mask = mask.filter(|_| t == SetType::HashIp).map(|n| {
+                let max = f.max_prefix();
+                if n % 2 == 0 {
+                    AddrMask::Prefix(n % (max - 1) + 1)
+                } else {
+                    let bits = match f {
+                        Family::V4 => IpAddr::V4(Ipv4Addr::from(0xffff_0000u32 | n as u32)),
+                        Family::V6 => IpAddr::V6(Ipv6Addr::from(u128::MAX << 64 | n as u128)),
+                    };
+                    AddrMask::Bits(bits)
+                }
+            });
             SetHeader {
                 kind: SetKind::new(t, family),
                 max_elem: range.map_or(max_elem, |r| r.len() as u32),
@@ -192,6 +207,7 @@ fn header() -> impl Strategy<Value = SetHeader> {
                 options: HeaderOptions {
                     range,
                     comment: comment && t != SetType::ListSet,
+                    mask,
                 },
             }
         })
@@ -319,6 +335,7 @@ proptest! {
             options: HeaderOptions {
                 range,
                 comment: false,
+                mask: None,
             },
         };
         let split = split.min(members.len());
