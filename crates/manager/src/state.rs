@@ -73,7 +73,12 @@ impl SetState {
     /// rewrite when the header changed. Returns whether anything changed.
     pub fn update(&mut self, policy: String, header: SetHeader, members: Arc<MemberSet>) -> bool {
         self.policy = policy;
-        if header.kind != self.header.kind || header.max_elem != self.header.max_elem {
+        // Any difference that matters on resync (type, family, size, the
+        // options: a bitmap's range, the comment extension) is a rewrite.
+        if header.kind != self.header.kind
+            || header.max_elem != self.header.max_elem
+            || header.options != self.header.options
+        {
             self.header = header;
             self.pending_adds = MemberSet::new(self.header.kind);
             self.pending_dels = MemberSet::new(self.header.kind);
