@@ -28,6 +28,9 @@ fn policy(members: Vec<String>) -> IPSetPolicy {
             max_elem: Some(2_000_000),
             hash_size: None,
             members_from: Vec::new(),
+            range: None,
+            netmask: None,
+            bitmask: None,
         },
     )
 }

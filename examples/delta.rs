@@ -34,6 +34,9 @@ fn policy(members: Vec<String>, max: u32) -> IPSetPolicy {
             max_elem: Some(max),
             hash_size: None,
             members_from: Vec::new(),
+            range: None,
+            netmask: None,
+            bitmask: None,
         },
     )
 }

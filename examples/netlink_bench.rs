@@ -56,6 +56,7 @@ fn main() {
                 kind,
                 max_elem: n.max(65536) * 2,
                 hash_size,
+                options: Default::default(),
             };
             let hs = hash_size.unwrap_or(1024);
             let mut script = format!(

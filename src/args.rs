@@ -146,11 +146,12 @@ pub enum Command {
         /// under 200000 bytes of JSON).
         #[arg(long, value_name = "N", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=50000))]
         max_members: u32,
-        /// Parse every member as this set type (hash:ip, hash:net,
-        /// hash:ip,port, hash:mac) and write it in canonical form. Without
+        /// Parse every member as this set type (any hash:* or bitmap:* type)
+        /// and write it in canonical form (a bitmap's range is checked when
+        /// the policy is compiled). Without
         /// it, members are checked only against the CRD's per-member schema
-        /// (printable ASCII without spaces, an optional trailing " nomatch",
-        /// at most 253 characters) and written as given.
+        /// (printable ASCII without spaces, an optional " nomatch" and
+        /// " comment:TEXT", at most 400 characters) and written as given.
         #[arg(long = "type", value_name = "TYPE", value_parser = parse_slice_type)]
         set_type: Option<SetType>,
         /// The policy's family, with --type: IPv4 (default), IPv6 or Dual.
@@ -176,7 +177,7 @@ pub enum Command {
 fn parse_slice_type(s: &str) -> Result<SetType, String> {
     match s.parse::<SetType>() {
         Ok(SetType::ListSet) => Err(
-            "list:set is not sliced (its members are names of other policies); use hash:ip, hash:net, hash:ip,port or hash:mac".into(),
+            "list:set is not sliced (its members are names of other policies); use a hash:* or bitmap:* type".into(),
         ),
         Ok(t) => Ok(t),
         Err(e) => Err(e.to_string()),

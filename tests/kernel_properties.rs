@@ -152,6 +152,9 @@ impl GenPolicy {
                 max_elem: self.max_elem,
                 hash_size: self.hash_size,
                 members_from: Vec::new(),
+                range: None,
+                netmask: None,
+                bitmask: None,
             },
         )
     }
@@ -199,6 +202,9 @@ impl Case {
                     max_elem: None,
                     hash_size: None,
                     members_from: Vec::new(),
+                    range: None,
+                    netmask: None,
+                    bitmask: None,
                 },
             ));
         }

@@ -2730,13 +2730,7 @@ fn samples_are_valid_policies_one_per_type() {
         .iter()
         .map(|p| format!("{:?}", p.spec.set_type))
         .collect();
-    for t in [
-        SetType::HashIp,
-        SetType::HashNet,
-        SetType::HashIpPort,
-        SetType::HashMac,
-        SetType::ListSet,
-    ] {
+    for t in SetType::ALL {
         assert!(types.contains(&format!("{t:?}")), "no sample of type {t:?}");
     }
     assert!(

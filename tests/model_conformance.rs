@@ -10,3 +10,19 @@ mod conformance;
 use ipsetmgr::dataplane::model::ModelDataplane;
 
 conformance_tests!(model: || Box::new(ModelDataplane::new()));
+
+/// The model kernel with hash:ip,mark, so the branch of that body for
+/// kernels that have the type runs somewhere too.
+#[test]
+fn hash_ip_mark_on_a_kernel_that_has_it() {
+    conformance::run(
+        "hash_ip_mark_on_a_kernel_that_has_it",
+        conformance::Mode::Model,
+        || {
+            let m = ModelDataplane::new();
+            m.set_supported(ipsetmgr::ipset::SetType::HashIpMark, true);
+            Box::new(m)
+        },
+        conformance::hash_ip_mark_not_supported,
+    );
+}

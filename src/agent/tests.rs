@@ -440,6 +440,7 @@ async fn an_unreadable_object_is_held_alone_and_reported() {
             kind: SetKind::new(SetType::HashIp, Some(Family::V4)),
             max_elem: 65536,
             hash_size: None,
+            options: Default::default(),
         },
     );
     let h = Harness::start_with(model);
@@ -610,6 +611,7 @@ async fn nothing_is_applied_before_the_node_is_seen() {
             kind: SetKind::new(SetType::HashIp, Some(Family::V4)),
             max_elem: 65536,
             hash_size: None,
+            options: Default::default(),
         },
     );
     let h = Harness::start_with(model);

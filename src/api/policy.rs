@@ -57,10 +57,32 @@ impl std::fmt::Display for FamilySpec {
     {
         "rule": "!has(self.hashSize) || self.type.startsWith('hash:')",
         "message": "hashSize applies to hash:* types only"
+    },
+    {
+        "rule": "has(self.range) == self.type.startsWith('bitmap:')",
+        "message": "range is required for bitmap:* types and applies to them only"
+    },
+    {
+        "rule": "!has(self.maxElem) || !self.type.startsWith('bitmap:')",
+        "message": "maxElem does not apply to bitmap:* types: the range sets their size"
+    },
+    {
+        "rule": "self.type != 'bitmap:ip' || !has(self.family) || self.family == 'IPv4'",
+        "message": "bitmap:ip holds IPv4 addresses only"
+    },
+    {
+        "rule": "(!has(self.netmask) && !has(self.bitmask)) || self.type == 'hash:ip'",
+        "message": "netmask and bitmask apply to hash:ip only"
+    },
+    {
+        "rule": "!has(self.netmask) || !has(self.bitmask)",
+        "message": "netmask and bitmask exclude each other"
     }
 ]))]
 pub struct IPSetPolicySpec {
-    /// The kernel set type: hash:ip, hash:net, hash:ip,port, hash:mac or list:set.
+    /// The kernel set type: hash:ip, hash:net, hash:ip,port, hash:net,port,
+    /// hash:ip,port,ip, hash:ip,port,net, hash:net,iface, hash:ip,mark,
+    /// bitmap:ip, bitmap:port, hash:mac or list:set.
     #[serde(rename = "type")]
     pub set_type: SetType,
     /// Address family of the sets: IPv4 (default), IPv6, or Dual (one set per
@@ -68,9 +90,17 @@ pub struct IPSetPolicySpec {
     #[serde(default)]
     pub family: FamilySpec,
     /// Set members in ipset syntax: addresses (hash:ip), CIDRs (hash:net, with an
-    /// optional " nomatch"), "ADDRESS,PROTO:PORT" (hash:ip,port), MAC addresses
-    /// (hash:mac) or names of other IPSetPolicies (list:set). Host names are
-    /// rejected. More members can come in IPSetMemberSlices.
+    /// optional " nomatch"), "ADDRESS,PROTO:PORT" (hash:ip,port),
+    /// "CIDR,PROTO:PORT" (hash:net,port), "ADDRESS,PROTO:PORT,ADDRESS"
+    /// (hash:ip,port,ip), "ADDRESS,PROTO:PORT,CIDR" (hash:ip,port,net),
+    /// "CIDR,IFACE" or "CIDR,physdev:IFACE" (hash:net,iface), "ADDRESS,MARK"
+    /// (hash:ip,mark), IPv4 addresses
+    /// (bitmap:ip) or port numbers (bitmap:port) within the range, MAC
+    /// addresses (hash:mac) or names of other IPSetPolicies (list:set). Host
+    /// names are rejected. Any member but a list:set's may end in
+    /// " comment:TEXT" (1-255 printable ASCII characters without `"` or `\`),
+    /// kept as the entry's comment. More members can come in
+    /// IPSetMemberSlices.
     #[serde(default)]
     #[schemars(schema_with = "members_schema")]
     pub members: Vec<String>,
@@ -103,6 +133,25 @@ pub struct IPSetPolicySpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub members_from: Vec<MemberSource>,
+    /// The range of a bitmap set, required for bitmap:ip and bitmap:port and
+    /// refused elsewhere: IPv4 "FROM-TO" or a CIDR for bitmap:ip
+    /// (10.0.0.0/24), "FROM-TO" ports for bitmap:port (0-1023). At most
+    /// 65536 elements; members must lie within it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 3, max = 31), regex(pattern = r"^[0-9./-]+$"))]
+    pub range: Option<String>,
+    /// hash:ip only: store each address as its network of this prefix
+    /// length (24: 10.0.0.5 is the entry 10.0.0.0), as the kernel does.
+    /// Not with bitmask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 128))]
+    pub netmask: Option<u8>,
+    /// hash:ip only: store each address with only these bits (an address
+    /// of the policy's family, 255.255.0.255 or ffff::ff; not with Dual), as
+    /// the kernel does. Not with netmask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 39), regex(pattern = r"^[0-9a-fA-F.:]+$"))]
+    pub bitmask: Option<String>,
 }
 
 /// An optional u32 written as a number. A quoted `"100"` is refused: YAML
@@ -135,18 +184,26 @@ pub(crate) fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u
     d.deserialize_any(Visitor)
 }
 
+/// The longest member the schema accepts.
+pub(crate) const MAX_MEMBER_LEN: usize = 400;
+/// What the schema accepts of a member (see [`members_schema`]).
+pub(crate) const MEMBER_PATTERN: &str =
+    r#"^[!-~]+( nomatch)?( comment:[!#-\[\]-~]([ !#-\[\]-~]*[!#-\[\]-~])?)?$"#;
+
 /// Schema of `spec.members` (of policies and slices): printable ASCII
-/// without spaces (an optional trailing " nomatch" aside), at most 253
-/// characters each. This is a cheap first line of defence; every member is
+/// without spaces, then an optional " nomatch" and an optional
+/// " comment:TEXT" (TEXT: printable ASCII without `"` or `\\`, not starting
+/// or ending with a space), at most 400 characters each (a 255-character
+/// comment fits). This is a cheap first line of defence; every member is
 /// still parsed. No maxItems: `maxElem` governs the count.
 pub(crate) fn members_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
-        "description": "Set members in ipset syntax: addresses (hash:ip), CIDRs (hash:net, with an optional \" nomatch\"), \"ADDRESS,PROTO:PORT\" (hash:ip,port), MAC addresses (hash:mac) or names of other IPSetPolicies (list:set). Host names are rejected.",
+        "description": "Set members in ipset syntax: addresses (hash:ip), CIDRs (hash:net, with an optional \" nomatch\"), \"ADDRESS,PROTO:PORT\" (hash:ip,port), \"CIDR,PROTO:PORT\" (hash:net,port), \"ADDRESS,PROTO:PORT,ADDRESS\" (hash:ip,port,ip), \"ADDRESS,PROTO:PORT,CIDR\" (hash:ip,port,net), \"CIDR,IFACE\" or \"CIDR,physdev:IFACE\" (hash:net,iface), \"ADDRESS,MARK\" (hash:ip,mark), IPv4 addresses (bitmap:ip) or port numbers (bitmap:port) within the range, MAC addresses (hash:mac) or names of other IPSetPolicies (list:set). Host names are rejected. Any member may end in \" comment:TEXT\".",
         "type": "array",
         "items": {
             "type": "string",
-            "maxLength": 253,
-            "pattern": "^[!-~]+( nomatch)?$"
+            "maxLength": MAX_MEMBER_LEN,
+            "pattern": MEMBER_PATTERN
         }
     })
 }

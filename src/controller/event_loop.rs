@@ -325,6 +325,9 @@ impl Controller {
                         max_elem: None,
                         hash_size: None,
                         members_from: Vec::new(),
+                        range: None,
+                        netmask: None,
+                        bitmask: None,
                     };
                     let mut p = IPSetPolicy::new(name, spec);
                     p.metadata.generation = t.generation;

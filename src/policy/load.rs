@@ -108,6 +108,9 @@ struct AnySpec {
     /// `sources::spec::parse_sources`, which names the file's policy.
     #[serde(default)]
     members_from: Vec<MemberSource>,
+    range: Option<String>,
+    netmask: Option<u8>,
+    bitmask: Option<String>,
 }
 
 impl AnySpec {
@@ -121,6 +124,9 @@ impl AnySpec {
             max_elem: self.max_elem,
             hash_size: self.hash_size,
             members_from: self.members_from,
+            range: self.range,
+            netmask: self.netmask,
+            bitmask: self.bitmask,
         })
     }
 
@@ -132,6 +138,9 @@ impl AnySpec {
             ("maxElem", self.max_elem.is_some()),
             ("hashSize", self.hash_size.is_some()),
             ("membersFrom", !self.members_from.is_empty()),
+            ("range", self.range.is_some()),
+            ("netmask", self.netmask.is_some()),
+            ("bitmask", self.bitmask.is_some()),
         ];
         if let Some((field, _)) = extra.iter().find(|(_, set)| *set) {
             return Err(format!(

@@ -45,6 +45,12 @@ macro_rules! conformance_tests {
             destroy_in_use_by_list_set,
             nested_list_set_is_refused,
             hash_mac_not_supported,
+            hash_ip_mark_not_supported,
+            new_types_through_the_manager,
+            nomatch_flag_of_new_types,
+            bitmap_limits,
+            comments_through_the_manager,
+            masks_through_the_manager,
             batch_failing_midway_names_op_and_member,
             create_existing_and_missing_sets,
             list_owned_filters_and_leaves_foreign_sets,
@@ -65,6 +71,12 @@ macro_rules! conformance_tests {
             destroy_in_use_by_list_set,
             nested_list_set_is_refused,
             hash_mac_not_supported,
+            hash_ip_mark_not_supported,
+            new_types_through_the_manager,
+            nomatch_flag_of_new_types,
+            bitmap_limits,
+            comments_through_the_manager,
+            masks_through_the_manager,
             batch_failing_midway_names_op_and_member,
             create_existing_and_missing_sets,
             list_owned_filters_and_leaves_foreign_sets,
@@ -91,6 +103,9 @@ macro_rules! conformance_tests {
 
 #[path = "../common/kernel_gate.rs"]
 mod kernel_gate;
+
+mod types;
+pub use types::*;
 
 /// Where a suite runs: the real kernel (root, a fresh network namespace per
 /// test) or the in-memory model (anywhere).
@@ -127,6 +142,7 @@ pub fn header(t: SetType, family: Option<Family>, max_elem: u32) -> SetHeader {
         kind: SetKind::new(t, family),
         max_elem,
         hash_size: None,
+        options: Default::default(),
     }
 }
 
@@ -820,17 +836,20 @@ pub fn list_owned_filters_and_leaves_foreign_sets(dp: &mut dyn Dataplane) {
 /// with those options named (the manager then replaces them); the kernel's
 /// defaults (a host-length netmask) are not options.
 pub fn header_options_never_set_are_reported(dp: &mut dyn Dataplane) {
-    let cases: [(&str, &[&str]); 10] = [
+    let cases: [(&str, &[&str]); 11] = [
         ("hash:ip", &[]),
         ("hash:ip netmask 32", &[]),
         ("hash:ip family inet6 netmask 128", &[]),
-        ("hash:ip netmask 24", &["netmask 24"]),
-        ("hash:ip bitmask 255.255.255.0", &["bitmask"]),
+        // hash:ip's masks are managed: in the header's options.
+        ("hash:ip netmask 24", &[]),
+        ("hash:ip bitmask 255.255.255.0", &[]),
+        ("bitmap:ip range 10.0.0.0/16 netmask 24", &["netmask 24"]),
         ("hash:ip timeout 0", &["timeout"]),
         ("hash:net counters", &["counters"]),
-        ("hash:net comment", &["comment"]),
+        // The comment extension is managed: in the header's options.
+        ("hash:net comment", &[]),
         ("hash:ip,port skbinfo", &["skbinfo"]),
-        ("hash:net counters comment", &["counters", "comment"]),
+        ("hash:net counters comment", &["counters"]),
     ];
     for (i, (create, want)) in cases.iter().enumerate() {
         let name = format!("ipm4-opt{i}");
@@ -847,6 +866,16 @@ pub fn header_options_never_set_are_reported(dp: &mut dyn Dataplane) {
         );
         let k = read(dp, &name);
         assert!(k.header.is_some(), "{create}: the type is still known");
+        assert_eq!(
+            k.header.as_ref().unwrap().options.comment,
+            create.contains("comment"),
+            "{create}"
+        );
+        assert_eq!(
+            k.header.as_ref().unwrap().options.mask.is_some(),
+            create.starts_with("hash:ip ") && create.contains("mask 2"),
+            "{create}"
+        );
         for w in *want {
             assert!(
                 k.unmanaged_options.iter().any(|o| o.starts_with(w)),

@@ -15,7 +15,8 @@ use std::process::{Child, Command, Stdio};
 
 use crate::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
 use ipsetmgr_ipset::{
-    Family, Member, MemberSetBuilder, SetHeader, SetKind, SetType, is_valid_set_name, mask,
+    AddrMask, Family, HeaderOptions, Member, MemberSetBuilder, SetHeader, SetKind, SetRange,
+    SetType, is_valid_set_name, mask,
 };
 
 /// The `ipset` command-line tool as a [`Dataplane`].
@@ -96,6 +97,11 @@ impl LineMap {
 fn write_create(w: &mut impl Write, set: &str, h: &SetHeader) -> io::Result<()> {
     let t = h.kind.set_type;
     write!(w, "create {set} {}", t.as_str())?;
+    let comment = if h.options.comment { " comment" } else { "" };
+    if let Some(range) = h.options.range {
+        // A bitmap: sized by its range; no family, maxelem or hash size.
+        return writeln!(w, " range {range}{comment}");
+    }
     if t == SetType::ListSet {
         return writeln!(w, " size {}", h.max_elem);
     }
@@ -107,7 +113,10 @@ fn write_create(w: &mut impl Write, set: &str, h: &SetHeader) -> io::Result<()> 
     if let Some(hs) = h.hash_size {
         write!(w, " hashsize {hs}")?;
     }
-    writeln!(w)
+    if let Some(mask) = h.options.mask {
+        write!(w, " {mask}")?;
+    }
+    writeln!(w, "{comment}")
 }
 
 /// Stream the restore script for `ops` into `w`, recording the line map.
@@ -156,7 +165,12 @@ fn write_script(
                             },
                         });
                     }
-                    r = writeln!(w, "{verb} -exist {set} {m}");
+                    // `ipset del` takes the key alone: it refuses `nomatch`.
+                    let key = match op {
+                        Op::Del { .. } => m.key_only(),
+                        _ => None,
+                    };
+                    r = writeln!(w, "{verb} -exist {set} {}", key.as_ref().unwrap_or(&m));
                     if r.is_err() {
                         break;
                     }
@@ -248,6 +262,8 @@ pub fn classify(msg: &str, op: Option<&Op<'_>>, member: Option<&Member>) -> Data
         || has("invalid")
         || has("null-valued element")
         || has("out of range")
+        || has("out of the range")
+        || has("cannot be used")
         || has("cannot be stored")
     {
         DataplaneError::InvalidElement {
@@ -483,6 +499,13 @@ struct HeaderWords {
     /// maxelem, or size for list:set.
     max_elem: Option<u32>,
     has_timeout: bool,
+    /// A bitmap's `range FROM-TO`, as printed.
+    range: Option<String>,
+    /// The `comment` extension (an option this project sets).
+    comment: bool,
+    /// `netmask N` or `bitmask ADDR` (not the host-length default): an
+    /// option this project sets for hash:ip, unmanaged for other types.
+    mask: Option<(String, String)>,
     /// See [`KernelSet::unmanaged_options`].
     unmanaged: Vec<String>,
 }
@@ -500,6 +523,9 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
     let mut hashsize = None;
     let mut maxelem = None;
     let mut has_timeout = false;
+    let mut range = None;
+    let mut comment = false;
+    let mut mask = None;
     let mut unmanaged = Vec::new();
     let mut it = words.split_ascii_whitespace();
     let num = |v: Option<&str>, key: &str| -> Result<u32, DataplaneError> {
@@ -517,16 +543,23 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
             }
             "hashsize" => hashsize = Some(num(it.next(), "hashsize")?),
             "maxelem" | "size" => maxelem = Some(num(it.next(), w)?),
+            "range" => range = it.next().map(str::to_string),
+            "comment" => comment = true,
             // The kernel's own bucket size and hash seed: set for every set.
             "bucketsize" | "initval" => {
                 it.next();
             }
             _ if VALUED_OPTIONS.contains(&w) => {
                 let value = it.next().unwrap_or("");
-                // A host-length netmask is the default: nothing changes.
+                // A host-length netmask and hash:ip,mark's all-bits markmask
+                // are the defaults: nothing changes.
                 let host_mask = w == "netmask"
                     && (value == "32" && family != Some(Family::V6) || value == "128");
-                if !host_mask {
+                let full_markmask = w == "markmask" && value == "0xffffffff";
+                if (w == "netmask" || w == "bitmask") && !host_mask {
+                    // Managed for hash:ip; see `typed_header`.
+                    mask = Some((w.to_string(), value.to_string()));
+                } else if !host_mask && !full_markmask {
                     unmanaged.push(format!("{w} {value}"));
                 }
                 has_timeout |= w == "timeout";
@@ -539,6 +572,9 @@ fn parse_header_words(words: &str) -> Result<HeaderWords, DataplaneError> {
         hash_size: hashsize,
         max_elem: maxelem,
         has_timeout,
+        range,
+        comment,
+        mask,
         unmanaged,
     })
 }
@@ -663,6 +699,25 @@ fn typed_header(
     let Ok(t) = set_type else {
         return Ok(None);
     };
+    if t.is_bitmap() {
+        let text = words
+            .range
+            .as_deref()
+            .ok_or_else(|| protocol(format!("{t} header without range")))?;
+        let range = SetRange::parse(t, text)
+            .map_err(|e| protocol(format!("{t} header range {text:?}: {e}")))?;
+        return Ok(Some(SetHeader {
+            kind: SetKind::new(t, t.only_family()),
+            // Within 65536: parse refuses bigger ranges.
+            max_elem: range.len() as u32,
+            hash_size: None,
+            options: HeaderOptions {
+                range: Some(range),
+                comment: words.comment,
+                mask: None,
+            },
+        }));
+    }
     if t.has_family() && words.family.is_none() {
         return Err(protocol(format!("{t} header without a family")));
     }
@@ -678,7 +733,26 @@ fn typed_header(
         kind: SetKind::new(t, words.family.filter(|_| t.has_family())),
         max_elem,
         hash_size: words.hash_size.filter(|_| t.is_hash()),
+        options: HeaderOptions {
+            range: None,
+            comment: words.comment,
+            mask: if t == SetType::HashIp {
+                hash_ip_mask(words)
+            } else {
+                None
+            },
+        },
     }))
+}
+
+/// A hash:ip header's mask, when it is one this project can hold.
+fn hash_ip_mask(words: &HeaderWords) -> Option<AddrMask> {
+    let (w, value) = words.mask.as_ref()?;
+    let family = words.family?;
+    match w.as_str() {
+        "netmask" => AddrMask::prefix(value.parse().ok()?, family).ok()?,
+        _ => AddrMask::bits(value, family).ok()?,
+    }
 }
 
 /// Read member lines up to a blank line or the end. Returns the lines
@@ -756,11 +830,17 @@ pub fn parse_listing(
         unparsable += refused;
         set
     });
+    // A mask the typed header does not hold is unmanaged.
+    let held = header.as_ref().is_some_and(|h| h.options.mask.is_some());
+    let mut unmanaged_options = words.unmanaged;
+    if let Some((w, value)) = words.mask.filter(|_| !held) {
+        unmanaged_options.push(format!("{w} {value}"));
+    }
     Ok(KernelSet {
         header,
         members,
         unparsable_members: unparsable,
-        unmanaged_options: words.unmanaged,
+        unmanaged_options,
         references,
     })
 }
@@ -824,8 +904,40 @@ mod tests {
     }
 
     #[test]
+    fn parses_bitmap_listings() {
+        let l = "Name: b\nType: bitmap:ip\nRevision: 3\nHeader: range 10.0.0.0-10.0.0.255\nSize in memory: 120\nReferences: 0\nNumber of entries: 2\nMembers:\n10.0.0.0\n10.0.0.5\n";
+        let k = parse_listing(l.as_bytes(), Some("b")).unwrap();
+        let h = k.header.unwrap();
+        assert_eq!(h.kind, SetKind::new(SetType::BitmapIp, Some(Family::V4)));
+        assert_eq!(h.max_elem, 256);
+        assert_eq!(h.options.range.unwrap().to_string(), "10.0.0.0-10.0.0.255");
+        assert_eq!(
+            k.members.unwrap().sorted_strings(),
+            ["10.0.0.0", "10.0.0.5"]
+        );
+        let l = "Name: p\nType: bitmap:port\nRevision: 3\nHeader: range 0-1024\nSize in memory: 208\nReferences: 0\nNumber of entries: 1\nMembers:\n80\n";
+        let k = parse_listing(l.as_bytes(), Some("p")).unwrap();
+        let h = k.header.unwrap();
+        assert_eq!((h.kind.family, h.max_elem), (None, 1025));
+        assert_eq!(k.members.unwrap().sorted_strings(), ["80"]);
+        assert!(k.unmanaged_options.is_empty());
+        let mut out = Vec::new();
+        write_create(&mut out, "p", &h).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "create p bitmap:port range 0-1024\n"
+        );
+        // A bitmap without its range is not a listing this parser can trust.
+        let l = "Name: p\nType: bitmap:port\nRevision: 3\nHeader: \nReferences: 0\nMembers:\n";
+        assert!(matches!(
+            parse_listing(l.as_bytes(), Some("p")),
+            Err(DataplaneError::Protocol(_))
+        ));
+    }
+
+    #[test]
     fn unknown_type_has_no_header() {
-        let l = "Name: x\nType: bitmap:port\nRevision: 3\nHeader: range 0-1024\nSize in memory: 128\nReferences: 0\nNumber of entries: 1\nMembers:\n80\n";
+        let l = "Name: x\nType: hash:netnet\nRevision: 3\nHeader: family inet hashsize 1024 maxelem 65536\nSize in memory: 128\nReferences: 0\nNumber of entries: 1\nMembers:\n10.0.0.0/8,10.0.0.0/8\n";
         let k = parse_listing(l.as_bytes(), Some("x")).unwrap();
         assert_eq!(k.header, None);
         assert_eq!(k.members, None);
@@ -948,6 +1060,7 @@ mod tests {
             kind: SetKind::new(SetType::HashMac, None),
             max_elem: 10,
             hash_size: None,
+            options: Default::default(),
         };
         let create = Op::Create {
             set: "m",
@@ -1059,6 +1172,7 @@ mod tests {
             kind: k,
             max_elem: 2,
             hash_size: None,
+            options: Default::default(),
         };
         let a = ms(
             SetType::HashIp,
@@ -1122,6 +1236,7 @@ mod tests {
             kind: SetKind::new(t, f),
             max_elem: m,
             hash_size: hs,
+            options: Default::default(),
         };
         write_create(
             &mut out,

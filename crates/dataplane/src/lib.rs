@@ -152,7 +152,8 @@ pub struct KernelSet {
     /// example entries with options such as timeouts). Any forces a rewrite.
     pub unparsable_members: usize,
     /// Header options this project never sets (`netmask 24`, `bitmask ..`,
-    /// `timeout`, `counters`, `comment`, `skbinfo`, `markmask`, ...), as the
+    /// `timeout`, `counters`, `skbinfo`, a `markmask` other than all bits,
+    /// ...; `comment` is managed, in the header's options), as the
     /// kernel reports them. Each changes what the set matches or holds, so
     /// any forces a replacement, just as a wrong type or maxelem does.
     pub unmanaged_options: Vec<String>,

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
-use ipsetmgr_ipset::{Member, MemberSet, SetHeader, SetType};
+use ipsetmgr_ipset::{MAX_BITMAP_ELEMENTS, Member, MemberSet, SetHeader, SetType};
 
 /// A set as the model kernel holds it.
 #[derive(Clone, Debug)]
@@ -57,10 +57,12 @@ pub struct ModelDataplane {
 }
 
 impl ModelDataplane {
-    /// A model kernel that, like this project's CI kernel, lacks hash:mac.
+    /// A model kernel that, like this project's CI kernel, lacks hash:mac
+    /// and hash:ip,mark.
     pub fn new() -> ModelDataplane {
         let m = ModelDataplane::default();
         m.lock().unsupported.insert(SetType::HashMac);
+        m.lock().unsupported.insert(SetType::HashIpMark);
         m
     }
 
@@ -136,20 +138,39 @@ impl ModelDataplane {
     }
 }
 
-/// The same hash:net entry with the other nomatch flag.
-fn flag_twin(m: &Member) -> Option<Member> {
-    match *m {
-        Member::Net {
-            addr,
-            prefix,
-            nomatch,
-        } => Some(Member::Net {
-            addr,
-            prefix,
-            nomatch: !nomatch,
-        }),
-        _ => None,
+/// The entry the kernel stores for `m`: a hash:ip address with the bits
+/// outside the set's netmask or bitmask cleared.
+fn stored(header: &SetHeader, m: Member) -> Member {
+    let Some(mask) = header.options.mask else {
+        return m;
+    };
+    match m {
+        Member::Ip(a) => Member::Ip(mask.apply(a)),
+        Member::Commented(c) => match &c.member {
+            Member::Ip(a) => Member::Ip(mask.apply(*a)).with_comment(c.comment.clone()),
+            _ => Member::Commented(c),
+        },
+        m => m,
     }
+}
+
+/// The member held for `m`'s kernel key, if any: the key itself, its
+/// nomatch twin, or (in a set with comments) any of those with a comment.
+fn same_entry(members: &MemberSet, m: &Member, comments: bool) -> Option<Member> {
+    let key = m.key();
+    let twin = key.nomatch_twin();
+    if members.contains(&key) {
+        return Some(key);
+    }
+    if let Some(t) = twin.filter(|t| members.contains(t)) {
+        return Some(t);
+    }
+    // Only sets with the comment extension hold commented members; their
+    // entries are looked through (the model's sets with comments are small).
+    if !comments {
+        return None;
+    }
+    members.iter().find(|held| held.key() == key)
 }
 
 impl State {
@@ -187,6 +208,18 @@ impl State {
                 if self.sets.contains_key(set) {
                     return Err((None, DataplaneError::SetExists(set.to_string())));
                 }
+                if header
+                    .options
+                    .range
+                    .is_some_and(|r| r.len() > MAX_BITMAP_ELEMENTS)
+                {
+                    return Err((
+                        None,
+                        DataplaneError::Other(format!(
+                            "cannot create set {set}: the range exceeds the size limit of the set type"
+                        )),
+                    ));
+                }
                 self.sets.insert(
                     set.to_string(),
                     ModelSet {
@@ -219,16 +252,54 @@ impl State {
                         }
                     }
                     let target = self.sets.get_mut(set).expect("checked above");
+                    let m = stored(&target.header, m);
+                    if matches!(m.without_comment(), Member::Ip(a) if a.is_unspecified())
+                        && target.header.kind.set_type == SetType::HashIp
+                    {
+                        return Err((
+                            Some(m.clone()),
+                            DataplaneError::InvalidElement {
+                                set: set.to_string(),
+                                element: m.to_string(),
+                                reason: "null-valued element, cannot be stored".into(),
+                            },
+                        ));
+                    }
                     if target.members.contains(&m) {
                         continue;
                     }
-                    // Like the kernel: the nomatch flag is not part of the
-                    // key, and `add -exist` overwrites it.
-                    if let Some(twin) = flag_twin(&m)
-                        && target.members.remove(&twin)
-                    {
+                    if m.comment().is_some() && !target.header.options.comment {
+                        return Err((
+                            Some(m.clone()),
+                            DataplaneError::InvalidElement {
+                                set: set.to_string(),
+                                element: m.to_string(),
+                                reason: "comment cannot be used: the set has no comment extension"
+                                    .into(),
+                            },
+                        ));
+                    }
+                    // Like the kernel: neither the nomatch flag nor the
+                    // comment is part of the key, and `add -exist`
+                    // overwrites both.
+                    let comments = target.header.options.comment;
+                    let held = same_entry(&target.members, &m, comments);
+                    if let Some(held) = held {
+                        target.members.remove(&held);
                         target.members.insert(m.clone());
                         continue;
+                    }
+                    if let Some(range) = target.header.options.range
+                        && !range.contains(&m)
+                    {
+                        return Err((
+                            Some(m.clone()),
+                            DataplaneError::InvalidElement {
+                                set: set.to_string(),
+                                element: m.to_string(),
+                                reason: "element is out of the range of the set".into(),
+                            },
+                        ));
                     }
                     if target.members.len() >= target.header.max_elem as usize {
                         return Err((Some(m), DataplaneError::SetFull(set.to_string())));
@@ -248,13 +319,16 @@ impl State {
             Op::Del { set, members } => {
                 self.exists(set).map_err(|e| (None, e))?;
                 let target = self.sets.get_mut(set).expect("checked above");
+                let comments = target.header.options.comment;
                 for m in members.iter() {
                     self.stats.member_ops += 1;
-                    // The kernel deletes by key, whatever the entry's flag.
+                    let m = stored(&target.header, m);
+                    // The kernel deletes by key, whatever the entry's flag
+                    // and comment.
                     if !target.members.remove(&m)
-                        && let Some(twin) = flag_twin(&m)
+                        && let Some(held) = same_entry(&target.members, &m, comments)
                     {
-                        target.members.remove(&twin);
+                        target.members.remove(&held);
                     }
                 }
             }

@@ -5,13 +5,25 @@
 
 #![forbid(unsafe_code)]
 
+mod addr_mask;
+mod comment;
 pub mod icmp;
+mod iface;
 mod member;
 mod member_set;
 mod names;
+mod range;
 mod types;
 
-pub use member::{Member, MemberError, OneOrTwo, Parsed, Proto, mask};
+pub use addr_mask::{AddrMask, MaskError};
+pub use comment::{Comment, MAX_COMMENT_LEN};
+pub use iface::{IfaceName, MAX_IFACE_LEN};
+pub use member::{
+    Commented, IpPortIp, IpPortNet, Member, MemberError, NetIface, OneOrTwo, Parsed, Proto, mask,
+};
 pub use member_set::{MemberSet, MemberSetBuilder};
 pub use names::{BadPrefix, MAX_SET_NAME_LEN, Naming, is_valid_set_name};
-pub use types::{DEFAULT_MAX_ELEM, Family, SetHeader, SetKind, SetType, UnknownSetType};
+pub use range::{MAX_BITMAP_ELEMENTS, RangeError, SetRange};
+pub use types::{
+    DEFAULT_MAX_ELEM, Family, HeaderOptions, SetHeader, SetKind, SetType, UnknownSetType,
+};

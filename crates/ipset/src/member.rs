@@ -7,7 +7,9 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::comment::Comment;
 use crate::icmp;
+use crate::iface::IfaceName;
 use crate::types::{Family, SetType};
 
 /// Transport protocols accepted in hash:ip,port members.
@@ -98,6 +100,67 @@ pub enum Member {
     Mac([u8; 6]),
     /// list:set: the kernel name of a listed set.
     Set(Box<str>),
+    /// hash:net,port; host bits are always cleared.
+    NetPort {
+        addr: IpAddr,
+        prefix: u8,
+        proto: Proto,
+        port: u16,
+        nomatch: bool,
+    },
+    /// hash:ip,port,ip (boxed: two addresses would double every member's size).
+    IpPortIp(Box<IpPortIp>),
+    /// hash:ip,port,net (boxed, like [`Member::IpPortIp`]).
+    IpPortNet(Box<IpPortNet>),
+    /// bitmap:port (bitmap:ip members are [`Member::Ip`]).
+    Port(u16),
+    /// hash:net,iface (boxed, like [`Member::IpPortIp`]).
+    NetIface(Box<NetIface>),
+    /// hash:ip,mark: an address and a packet mark.
+    IpMark { addr: IpAddr, mark: u32 },
+    /// Any other member with an entry comment (boxed: rare, and wide).
+    Commented(Box<Commented>),
+}
+
+/// A member and its comment. The comment is not part of the kernel's key:
+/// one entry holds one comment, and `add -exist` replaces it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Commented {
+    /// Never itself [`Member::Commented`].
+    pub member: Member,
+    pub comment: Comment,
+}
+
+/// A hash:net,iface entry: host bits cleared; `physdev` (the bridge port
+/// the packet came in or goes out on, not the bridge) is part of the key,
+/// `nomatch` is not.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NetIface {
+    pub addr: IpAddr,
+    pub prefix: u8,
+    pub physdev: bool,
+    pub iface: IfaceName,
+    pub nomatch: bool,
+}
+
+/// A hash:ip,port,ip entry: both addresses of one family.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IpPortIp {
+    pub addr: IpAddr,
+    pub proto: Proto,
+    pub port: u16,
+    pub addr2: IpAddr,
+}
+
+/// A hash:ip,port,net entry: the network's host bits are always cleared.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IpPortNet {
+    pub addr: IpAddr,
+    pub proto: Proto,
+    pub port: u16,
+    pub net: IpAddr,
+    pub prefix: u8,
+    pub nomatch: bool,
 }
 
 /// Why a member was rejected. The messages are shown to users next to the
@@ -140,8 +203,16 @@ pub enum MemberError {
     ProtoFamilyMismatch(&'static str, Family),
     #[error("not a valid MAC address (expected six hex bytes such as aa:bb:cc:dd:ee:ff)")]
     BadMac,
-    #[error("'nomatch' is only valid for hash:net members")]
+    #[error("'nomatch' is only valid for hash:net, hash:net,port and hash:ip,port,net members")]
     NomatchNotAllowed,
+    #[error("expected {0}")]
+    BadSyntax(&'static str),
+    #[error("both addresses must be of one family")]
+    MixedFamilies,
+    #[error("not a valid interface: {0}")]
+    BadIface(&'static str),
+    #[error("not a valid comment: {0}")]
+    BadComment(&'static str),
     #[error("list:set members must be names of other IPSetPolicies")]
     BadSetName,
 }
@@ -190,8 +261,82 @@ impl Member {
             Member::Ip(a) | Member::Net { addr: a, .. } | Member::IpPort { addr: a, .. } => {
                 Some(Family::of(a))
             }
-            Member::Mac(_) | Member::Set(_) => None,
+            Member::NetPort { addr, .. } => Some(Family::of(addr)),
+            Member::IpPortIp(e) => Some(Family::of(&e.addr)),
+            Member::IpPortNet(e) => Some(Family::of(&e.addr)),
+            Member::NetIface(e) => Some(Family::of(&e.addr)),
+            Member::IpMark { addr, .. } => Some(Family::of(addr)),
+            Member::Commented(c) => c.member.family(),
+            Member::Mac(_) | Member::Set(_) | Member::Port(_) => None,
         }
+    }
+
+    /// The same kernel entry with the other `nomatch` flag, for members of
+    /// the types that have one. The flag is not part of the kernel's key:
+    /// the two are one entry there.
+    pub fn nomatch_twin(&self) -> Option<Member> {
+        let mut twin = self.clone();
+        match &mut twin {
+            Member::Net { nomatch, .. } | Member::NetPort { nomatch, .. } => *nomatch = !*nomatch,
+            Member::IpPortNet(e) => e.nomatch = !e.nomatch,
+            Member::NetIface(e) => e.nomatch = !e.nomatch,
+            Member::Commented(c) => c.member = c.member.nomatch_twin()?,
+            _ => return None,
+        }
+        Some(twin)
+    }
+
+    /// The member as the kernel keys it, when that differs from the member
+    /// itself: without its `nomatch` flag and its comment. `ipset del`
+    /// refuses both.
+    pub fn key_only(&self) -> Option<Member> {
+        let bare = self.without_comment();
+        match bare.nomatch_twin() {
+            Some(plain) if bare.is_nomatch() => Some(plain),
+            _ if self.comment().is_some() => Some(bare.clone()),
+            _ => None,
+        }
+    }
+
+    /// The kernel's key of this member (see [`Member::key_only`]).
+    pub fn key(&self) -> Member {
+        self.key_only().unwrap_or_else(|| self.clone())
+    }
+
+    /// Whether this member carries `nomatch`.
+    pub fn is_nomatch(&self) -> bool {
+        match self {
+            Member::Net { nomatch, .. } | Member::NetPort { nomatch, .. } => *nomatch,
+            Member::IpPortNet(e) => e.nomatch,
+            Member::NetIface(e) => e.nomatch,
+            Member::Commented(c) => c.member.is_nomatch(),
+            _ => false,
+        }
+    }
+
+    /// The entry comment, if any.
+    pub fn comment(&self) -> Option<&Comment> {
+        match self {
+            Member::Commented(c) => Some(&c.comment),
+            _ => None,
+        }
+    }
+
+    /// The member without its comment.
+    pub fn without_comment(&self) -> &Member {
+        match self {
+            Member::Commented(c) => &c.member,
+            m => m,
+        }
+    }
+
+    /// This member with `comment` (replacing any it had).
+    pub fn with_comment(self, comment: Comment) -> Member {
+        let member = match self {
+            Member::Commented(c) => c.member,
+            m => m,
+        };
+        Member::Commented(Box::new(Commented { member, comment }))
     }
 
     /// Parse a user-supplied member of a hash type. The family is inferred from
@@ -200,6 +345,23 @@ impl Member {
     pub fn parse_user(set_type: SetType, input: &str) -> Result<Parsed, MemberError> {
         if input.is_empty() {
             return Err(MemberError::Empty);
+        }
+        // ` comment:TEXT` comes last; a member itself has no spaces, so the
+        // first such word starts the comment, which runs to the end.
+        if let Some((member, text)) = input.split_once(" comment:") {
+            let comment = Comment::parse(text)?;
+            let parsed = Member::parse_user(set_type, member)?;
+            if parsed.members.iter().any(|m| m.comment().is_some()) {
+                return Err(MemberError::BadComment("a member has one comment"));
+            }
+            let OneOrTwo { first, second } = parsed.members;
+            return Ok(Parsed {
+                family: parsed.family,
+                members: OneOrTwo {
+                    first: first.with_comment(comment.clone()),
+                    second: second.map(|m| m.with_comment(comment)),
+                },
+            });
         }
         // Whitespace is only legal as the single space before `nomatch`.
         let (body, nomatch) = match input.strip_suffix(" nomatch") {
@@ -212,7 +374,7 @@ impl Member {
         if body.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(MemberError::ForbiddenCharacters);
         }
-        if nomatch && set_type != SetType::HashNet {
+        if nomatch && !set_type.has_nomatch() {
             return Err(MemberError::NomatchNotAllowed);
         }
         let one = |m: Member| Parsed {
@@ -227,6 +389,14 @@ impl Member {
             SetType::HashIpPort => parse_ip_port(body).map(one),
             SetType::HashMac => parse_mac(body).map(|m| one(Member::Mac(m))),
             SetType::ListSet => Err(MemberError::BadSetName),
+            SetType::HashNetPort => parse_net_port(body, nomatch),
+            SetType::HashIpPortIp => parse_ip_port_ip(body).map(one),
+            SetType::HashIpPortNet => parse_ip_port_net(body, nomatch),
+            SetType::HashNetIface => parse_net_iface(body, nomatch).map(one),
+            SetType::HashIpMark => parse_ip_mark(body).map(one),
+            // The kernel holds 0.0.0.0 in a bitmap whose range starts there.
+            SetType::BitmapIp => parse_host(body).map(|a| one(Member::Ip(a))),
+            SetType::BitmapPort => parse_bitmap_port(body).map(|p| one(Member::Port(p))),
         }
     }
 
@@ -240,8 +410,26 @@ impl Member {
             }
             return Ok(Member::Set(line.into()));
         }
+        // `ipset list` prints a comment as ` comment "TEXT"`.
+        if let Some((member, quoted)) = line.split_once(" comment \"") {
+            let text = quoted
+                .strip_suffix('"')
+                .ok_or(MemberError::BadComment("an unterminated comment"))?;
+            let comment = Comment::parse(text)?;
+            let bare = Member::parse_kernel(set_type, member)?;
+            if bare.comment().is_some() {
+                return Err(MemberError::BadComment("a member has one comment"));
+            }
+            return Ok(bare.with_comment(comment));
+        }
         let parsed = Member::parse_user(set_type, line)?;
-        // /0 never comes from the kernel, so there is exactly one member.
+        // The types that split /0 in two never hold a /0: a listed one is
+        // not ours to read (and must not silently become one half).
+        if parsed.members.second.is_some() {
+            return Err(MemberError::BadCidr(
+                "a /0 entry, which this type cannot hold",
+            ));
+        }
         Ok(parsed.members.first)
     }
 }
@@ -290,7 +478,7 @@ fn parse_addr(s: &str) -> Result<IpAddr, MemberError> {
 /// most `max_len` of them, and no leading zero. ipset parses numbers with
 /// `strtoul(.., 0)`, so `010` means 8 there; accepting it here as 10 would
 /// silently give the two tools different meanings for the same text.
-fn plain_decimal(s: &str, max_len: usize) -> Option<u32> {
+pub(crate) fn plain_decimal(s: &str, max_len: usize) -> Option<u32> {
     let digits_only = !s.is_empty() && s.len() <= max_len && s.bytes().all(|b| b.is_ascii_digit());
     if !digits_only || (s.len() > 1 && s.starts_with('0')) {
         return None;
@@ -337,7 +525,8 @@ pub fn mask(addr: IpAddr, prefix: u8) -> IpAddr {
     }
 }
 
-fn parse_net(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
+/// `ADDRESS[/PREFIX]` with host bits cleared; a bare address is a host.
+fn parse_net_part(s: &str) -> Result<(IpAddr, u8), MemberError> {
     let (addr, prefix) = match s.split_once('/') {
         None => {
             let a = parse_addr(s)?;
@@ -348,42 +537,176 @@ fn parse_net(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
             (a, parse_prefix(p, Family::of(&a))?)
         }
     };
-    let family = Family::of(&addr);
+    Ok((mask(addr, prefix), prefix))
+}
+
+/// The network as members: one, or for `/0` (which the kernel's hash
+/// types with a network part reject) the two `/1` halves covering it.
+fn halves(addr: IpAddr, prefix: u8, member: impl Fn(IpAddr, u8) -> Member) -> Parsed {
     let members = if prefix == 0 {
-        // The kernel rejects /0; two /1 halves cover the same space.
         let upper = match addr {
             IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(128, 0, 0, 0)),
             IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(1u128 << 127)),
         };
         OneOrTwo {
-            first: Member::Net {
-                addr: mask(addr, 0),
-                prefix: 1,
-                nomatch,
-            },
-            second: Some(Member::Net {
-                addr: upper,
-                prefix: 1,
-                nomatch,
-            }),
+            first: member(addr, 1),
+            second: Some(member(upper, 1)),
         }
     } else {
-        OneOrTwo::one(Member::Net {
-            addr: mask(addr, prefix),
-            prefix,
-            nomatch,
-        })
+        OneOrTwo::one(member(addr, prefix))
     };
-    Ok(Parsed {
-        family: Some(family),
+    Parsed {
+        family: Some(Family::of(&addr)),
         members,
-    })
+    }
+}
+
+fn parse_net(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
+    let (addr, prefix) = parse_net_part(s)?;
+    Ok(halves(addr, prefix, |addr, prefix| Member::Net {
+        addr,
+        prefix,
+        nomatch,
+    }))
 }
 
 fn parse_ip_port(s: &str) -> Result<Member, MemberError> {
     let (addr_s, rest) = s.split_once(',').ok_or(MemberError::BadIpPortSyntax)?;
     let addr = non_null(parse_host(addr_s)?)?;
-    let family = Family::of(&addr);
+    let (proto, port) = parse_proto_port(rest, Family::of(&addr))?;
+    Ok(Member::IpPort { addr, proto, port })
+}
+
+const NET_PORT_SYNTAX: &str = "NETWORK,PROTO:PORT (for example 10.0.0.0/8,tcp:80)";
+const IP_PORT_IP_SYNTAX: &str = "ADDRESS,PROTO:PORT,ADDRESS (for example 10.0.0.1,udp:53,10.0.0.2)";
+const IP_PORT_NET_SYNTAX: &str =
+    "ADDRESS,PROTO:PORT,NETWORK (for example 10.0.0.1,tcp:80,10.1.0.0/16)";
+
+fn parse_net_port(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
+    let (net_s, rest) = s
+        .split_once(',')
+        .ok_or(MemberError::BadSyntax(NET_PORT_SYNTAX))?;
+    let (addr, prefix) = parse_net_part(net_s)?;
+    let (proto, port) = parse_proto_port(rest, Family::of(&addr))?;
+    Ok(halves(addr, prefix, |addr, prefix| Member::NetPort {
+        addr,
+        prefix,
+        proto,
+        port,
+        nomatch,
+    }))
+}
+
+const NET_IFACE_SYNTAX: &str =
+    "NETWORK,IFACE or NETWORK,physdev:IFACE (for example 10.0.0.0/8,eth0)";
+
+/// `CIDR,[physdev:]IFACE`. The kernel holds `/0` in this type (unlike the
+/// other types with a network part), so it is kept as it is.
+fn parse_net_iface(s: &str, nomatch: bool) -> Result<Member, MemberError> {
+    let (net_s, rest) = s
+        .split_once(',')
+        .ok_or(MemberError::BadSyntax(NET_IFACE_SYNTAX))?;
+    let (addr, prefix) = parse_net_part(net_s)?;
+    let (physdev, name) = match rest.strip_prefix("physdev:") {
+        Some(n) => (true, n),
+        None => (false, rest),
+    };
+    Ok(Member::NetIface(Box::new(NetIface {
+        addr,
+        prefix,
+        physdev,
+        iface: IfaceName::parse(name)?,
+        nomatch,
+    })))
+}
+
+const IP_MARK_SYNTAX: &str =
+    "ADDRESS,MARK with the mark in hex (0x1f) or decimal (31), for example 10.0.0.1,0x1f";
+
+/// `ADDRESS,MARK`: a 32-bit mark as `0x` and 1 to 8 hex digits, or as a
+/// plain decimal (no leading zero: ipset would read it as octal).
+fn parse_ip_mark(s: &str) -> Result<Member, MemberError> {
+    let (a, m) = s
+        .split_once(',')
+        .ok_or(MemberError::BadSyntax(IP_MARK_SYNTAX))?;
+    // As in hash:ip: the all-zero address is refused.
+    let addr = non_null(parse_host(a)?)?;
+    let mark = match m.strip_prefix("0x").or_else(|| m.strip_prefix("0X")) {
+        Some(hex) if (1..=8).contains(&hex.len()) && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            u32::from_str_radix(hex, 16).ok()
+        }
+        Some(_) => None,
+        None if m.len() > 1 && m.starts_with('0') && m.bytes().all(|b| b.is_ascii_digit()) => {
+            return Err(MemberError::LeadingZero);
+        }
+        None => plain_decimal(m, 10),
+    }
+    .ok_or(MemberError::BadSyntax(IP_MARK_SYNTAX))?;
+    Ok(Member::IpMark { addr, mark })
+}
+
+/// A bitmap:port member: a port number alone. The set holds ports of every
+/// protocol, so a `tcp:` would suggest a distinction the kernel does not make.
+fn parse_bitmap_port(s: &str) -> Result<u16, MemberError> {
+    if s.contains(':') {
+        return Err(MemberError::BadSyntax(
+            "a port number alone (bitmap:port holds ports of every protocol)",
+        ));
+    }
+    parse_port(s)
+}
+
+/// `A,PROTO:PORT,B`: the three parts, or the syntax error `expected`.
+fn three_parts<'s>(
+    s: &'s str,
+    expected: &'static str,
+) -> Result<(&'s str, &'s str, &'s str), MemberError> {
+    let mut parts = s.split(',');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(a), Some(p), Some(b), None) => Ok((a, p, b)),
+        _ => Err(MemberError::BadSyntax(expected)),
+    }
+}
+
+fn parse_ip_port_ip(s: &str) -> Result<Member, MemberError> {
+    let (a, p, b) = three_parts(s, IP_PORT_IP_SYNTAX)?;
+    let addr = parse_host(a)?;
+    let (proto, port) = parse_proto_port(p, Family::of(&addr))?;
+    let addr2 = parse_host(b)?;
+    if Family::of(&addr2) != Family::of(&addr) {
+        return Err(MemberError::MixedFamilies);
+    }
+    Ok(Member::IpPortIp(Box::new(IpPortIp {
+        addr,
+        proto,
+        port,
+        addr2,
+    })))
+}
+
+fn parse_ip_port_net(s: &str, nomatch: bool) -> Result<Parsed, MemberError> {
+    let (a, p, n) = three_parts(s, IP_PORT_NET_SYNTAX)?;
+    let addr = parse_host(a)?;
+    let (proto, port) = parse_proto_port(p, Family::of(&addr))?;
+    let (net, prefix) = parse_net_part(n)?;
+    if Family::of(&net) != Family::of(&addr) {
+        return Err(MemberError::MixedFamilies);
+    }
+    Ok(halves(net, prefix, |net, prefix| {
+        Member::IpPortNet(Box::new(IpPortNet {
+            addr,
+            proto,
+            port,
+            net,
+            prefix,
+            nomatch,
+        }))
+    }))
+}
+
+/// `PROTO:PORT` (a bare port is tcp), ICMP as `TYPE/CODE` or a name, for
+/// an address of `family`.
+fn parse_proto_port(rest: &str, family: Family) -> Result<(Proto, u16), MemberError> {
     let (proto, port_s) = match rest.split_once(':') {
         Some((p, port)) => (
             Proto::parse(p).ok_or_else(|| MemberError::UnsupportedProtocol(p.to_string()))?,
@@ -410,7 +733,7 @@ fn parse_ip_port(s: &str) -> Result<Member, MemberError> {
     } else {
         parse_port(port_s)?
     };
-    Ok(Member::IpPort { addr, proto, port })
+    Ok((proto, port))
 }
 
 /// One ICMP type or code: 0-255, no leading zero.
@@ -477,6 +800,41 @@ impl fmt::Display for KernelAddr<'_> {
     }
 }
 
+/// A network as `ipset list` prints it: no prefix for a host.
+fn fmt_net(f: &mut fmt::Formatter<'_>, addr: &IpAddr, prefix: u8) -> fmt::Result {
+    write!(f, "{}", KernelAddr(addr))?;
+    if prefix != Family::of(addr).max_prefix() {
+        write!(f, "/{prefix}")?;
+    }
+    Ok(())
+}
+
+fn fmt_nomatch(f: &mut fmt::Formatter<'_>, nomatch: bool) -> fmt::Result {
+    if nomatch {
+        f.write_str(" nomatch")?;
+    }
+    Ok(())
+}
+
+/// `proto:port`, ICMP by name where ipset names it, else `type/code`.
+fn fmt_proto_port(f: &mut fmt::Formatter<'_>, proto: Proto, port: u16) -> fmt::Result {
+    write!(f, "{}:", proto.ipset_name())?;
+    if proto.is_icmp() {
+        let (t, c) = ((port >> 8) as u8, (port & 0xff) as u8);
+        let table = if proto == Proto::Icmp {
+            icmp::ICMP_NAMES
+        } else {
+            icmp::ICMPV6_NAMES
+        };
+        match icmp::name_of(table, t, c) {
+            Some(name) => f.write_str(name),
+            None => write!(f, "{t}/{c}"),
+        }
+    } else {
+        write!(f, "{port}")
+    }
+}
+
 /// Canonical rendering, byte for byte what `ipset list` prints.
 impl fmt::Display for Member {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -487,31 +845,36 @@ impl fmt::Display for Member {
                 prefix,
                 nomatch,
             } => {
-                write!(f, "{}", KernelAddr(addr))?;
-                if *prefix != Family::of(addr).max_prefix() {
-                    write!(f, "/{prefix}")?;
-                }
-                if *nomatch {
-                    f.write_str(" nomatch")?;
-                }
-                Ok(())
+                fmt_net(f, addr, *prefix)?;
+                fmt_nomatch(f, *nomatch)
             }
             Member::IpPort { addr, proto, port } => {
-                write!(f, "{},{}:", KernelAddr(addr), proto.ipset_name())?;
-                if proto.is_icmp() {
-                    let (t, c) = ((*port >> 8) as u8, (*port & 0xff) as u8);
-                    let table = if *proto == Proto::Icmp {
-                        icmp::ICMP_NAMES
-                    } else {
-                        icmp::ICMPV6_NAMES
-                    };
-                    match icmp::name_of(table, t, c) {
-                        Some(name) => f.write_str(name),
-                        None => write!(f, "{t}/{c}"),
-                    }
-                } else {
-                    write!(f, "{port}")
-                }
+                write!(f, "{},", KernelAddr(addr))?;
+                fmt_proto_port(f, *proto, *port)
+            }
+            Member::NetPort {
+                addr,
+                prefix,
+                proto,
+                port,
+                nomatch,
+            } => {
+                fmt_net(f, addr, *prefix)?;
+                f.write_str(",")?;
+                fmt_proto_port(f, *proto, *port)?;
+                fmt_nomatch(f, *nomatch)
+            }
+            Member::IpPortIp(e) => {
+                write!(f, "{},", KernelAddr(&e.addr))?;
+                fmt_proto_port(f, e.proto, e.port)?;
+                write!(f, ",{}", KernelAddr(&e.addr2))
+            }
+            Member::IpPortNet(e) => {
+                write!(f, "{},", KernelAddr(&e.addr))?;
+                fmt_proto_port(f, e.proto, e.port)?;
+                f.write_str(",")?;
+                fmt_net(f, &e.net, e.prefix)?;
+                fmt_nomatch(f, e.nomatch)
             }
             Member::Mac(m) => write!(
                 f,
@@ -519,6 +882,16 @@ impl fmt::Display for Member {
                 m[0], m[1], m[2], m[3], m[4], m[5]
             ),
             Member::Set(name) => f.write_str(name),
+            Member::Port(p) => write!(f, "{p}"),
+            Member::Commented(c) => write!(f, "{} comment \"{}\"", c.member, c.comment),
+            // As ipset prints it (its print_mark: 0x%08x).
+            Member::IpMark { addr, mark } => write!(f, "{},0x{mark:08x}", KernelAddr(addr)),
+            Member::NetIface(e) => {
+                fmt_net(f, &e.addr, e.prefix)?;
+                f.write_str(if e.physdev { ",physdev:" } else { "," })?;
+                write!(f, "{}", e.iface)?;
+                fmt_nomatch(f, e.nomatch)
+            }
         }
     }
 }
@@ -721,5 +1094,270 @@ mod tests {
             canon(SetType::HashIp, "1.2.3.4 nomatch"),
             Err(MemberError::NomatchNotAllowed)
         );
+    }
+
+    #[test]
+    fn members_stay_small() {
+        // Millions of IPv6 members are stored as `Member`s: the wide kinds
+        // are boxed so that adding them did not grow every member.
+        assert!(std::mem::size_of::<Member>() <= 24);
+    }
+
+    #[test]
+    fn net_port_forms() {
+        let t = SetType::HashNetPort;
+        assert_eq!(canon(t, "10.1.2.3/24,80").unwrap(), ["10.1.2.0/24,tcp:80"]);
+        assert_eq!(canon(t, "10.1.2.3,udp:53").unwrap(), ["10.1.2.3,udp:53"]);
+        assert_eq!(canon(t, "10.9.0.0/32,sctp:5").unwrap(), ["10.9.0.0,sctp:5"]);
+        assert_eq!(
+            canon(t, "10.0.0.0/8,icmp:8/0").unwrap(),
+            ["10.0.0.0/8,icmp:echo-request"]
+        );
+        assert_eq!(
+            canon(t, "10.2.0.0/16,tcp:22 nomatch").unwrap(),
+            ["10.2.0.0/16,tcp:22 nomatch"]
+        );
+        assert_eq!(
+            canon(t, "0.0.0.0/0,80").unwrap(),
+            ["0.0.0.0/1,tcp:80", "128.0.0.0/1,tcp:80"]
+        );
+        assert_eq!(
+            canon(t, "2001:db8::1/32,ipv6-icmp:ping").unwrap(),
+            ["2001:db8::/32,ipv6-icmp:echo-request"]
+        );
+        assert_eq!(
+            canon(t, "10.3.0.0/16,tcp:22-23"),
+            Err(MemberError::PortRange)
+        );
+        assert!(matches!(
+            canon(t, "10.0.0.0/8"),
+            Err(MemberError::BadSyntax(_))
+        ));
+        assert!(matches!(
+            canon(t, "::/8,icmp:8/0"),
+            Err(MemberError::ProtoFamilyMismatch(..))
+        ));
+        assert_eq!(canon(t, "10.0.0.0/08,80"), Err(MemberError::LeadingZero));
+    }
+
+    #[test]
+    fn ip_port_ip_forms() {
+        let t = SetType::HashIpPortIp;
+        assert_eq!(
+            canon(t, "10.0.0.1,80,10.0.0.2").unwrap(),
+            ["10.0.0.1,tcp:80,10.0.0.2"]
+        );
+        assert_eq!(
+            canon(t, "10.0.0.1/32,udp:53,10.0.0.2/32").unwrap(),
+            ["10.0.0.1,udp:53,10.0.0.2"]
+        );
+        // The kernel holds the all-zero address in these types.
+        assert_eq!(
+            canon(t, "0.0.0.0,80,0.0.0.0").unwrap(),
+            ["0.0.0.0,tcp:80,0.0.0.0"]
+        );
+        assert_eq!(
+            canon(t, "::1,icmpv6:1/0,::2").unwrap(),
+            ["::1,ipv6-icmp:no-route,::2"]
+        );
+        assert_eq!(
+            canon(t, "10.0.0.1,80,10.0.0.0/24"),
+            Err(MemberError::WideCidrInHashIp)
+        );
+        assert_eq!(canon(t, "10.0.0.1,80,::2"), Err(MemberError::MixedFamilies));
+        assert!(matches!(
+            canon(t, "10.0.0.1,80"),
+            Err(MemberError::BadSyntax(_))
+        ));
+        assert!(matches!(
+            canon(t, "10.0.0.1,80,10.0.0.2,1"),
+            Err(MemberError::BadSyntax(_))
+        ));
+        assert_eq!(
+            canon(t, "10.0.0.1,80,10.0.0.2 nomatch"),
+            Err(MemberError::NomatchNotAllowed)
+        );
+    }
+
+    #[test]
+    fn ip_port_net_forms() {
+        let t = SetType::HashIpPortNet;
+        assert_eq!(
+            canon(t, "10.0.0.1,80,10.9.9.9/8").unwrap(),
+            ["10.0.0.1,tcp:80,10.0.0.0/8"]
+        );
+        assert_eq!(
+            canon(t, "10.0.0.1,80,10.1.1.1 nomatch").unwrap(),
+            ["10.0.0.1,tcp:80,10.1.1.1 nomatch"]
+        );
+        assert_eq!(
+            canon(t, "10.0.0.1,udp:1,0.0.0.0/0").unwrap(),
+            ["10.0.0.1,udp:1,0.0.0.0/1", "10.0.0.1,udp:1,128.0.0.0/1"]
+        );
+        assert_eq!(
+            canon(t, "10.0.0.1/24,80,10.0.0.0/8"),
+            Err(MemberError::WideCidrInHashIp)
+        );
+        assert_eq!(
+            canon(t, "2001:db8::1,80,10.0.0.0/8"),
+            Err(MemberError::MixedFamilies)
+        );
+    }
+
+    #[test]
+    fn nomatch_twins_are_one_kernel_entry() {
+        for (t, s) in [
+            (SetType::HashNet, "10.0.0.0/8"),
+            (SetType::HashNetPort, "10.0.0.0/8,80"),
+            (SetType::HashIpPortNet, "1.1.1.1,80,10.0.0.0/8"),
+        ] {
+            let plain = Member::parse_kernel(t, s).unwrap();
+            let flagged = Member::parse_kernel(t, &format!("{s} nomatch")).unwrap();
+            assert_eq!(plain.nomatch_twin(), Some(flagged.clone()), "{s}");
+            assert!(flagged.is_nomatch() && !plain.is_nomatch());
+        }
+        assert_eq!(Member::Ip("1.1.1.1".parse().unwrap()).nomatch_twin(), None);
+    }
+
+    #[test]
+    fn kernel_zero_prefixes_are_not_halved() {
+        assert!(Member::parse_kernel(SetType::HashNetPort, "0.0.0.0/0,tcp:80").is_err());
+    }
+
+    #[test]
+    fn bitmap_members() {
+        assert_eq!(
+            canon(SetType::BitmapIp, "10.0.0.5/32").unwrap(),
+            ["10.0.0.5"]
+        );
+        assert_eq!(canon(SetType::BitmapIp, "0.0.0.0").unwrap(), ["0.0.0.0"]);
+        assert_eq!(
+            canon(SetType::BitmapIp, "10.0.0.0/30"),
+            Err(MemberError::WideCidrInHashIp)
+        );
+        assert_eq!(canon(SetType::BitmapPort, "80").unwrap(), ["80"]);
+        assert_eq!(canon(SetType::BitmapPort, "0").unwrap(), ["0"]);
+        assert!(matches!(
+            canon(SetType::BitmapPort, "tcp:80"),
+            Err(MemberError::BadSyntax(_))
+        ));
+        assert_eq!(
+            canon(SetType::BitmapPort, "80-81"),
+            Err(MemberError::PortRange)
+        );
+        assert_eq!(
+            canon(SetType::BitmapPort, "080"),
+            Err(MemberError::LeadingZero)
+        );
+        assert_eq!(
+            canon(SetType::BitmapPort, "65536"),
+            Err(MemberError::BadPort)
+        );
+    }
+
+    #[test]
+    fn net_iface_forms() {
+        let t = SetType::HashNetIface;
+        assert_eq!(canon(t, "10.1.2.3/8,eth0").unwrap(), ["10.0.0.0/8,eth0"]);
+        assert_eq!(
+            canon(t, "10.0.0.0/16,physdev:eth1 nomatch").unwrap(),
+            ["10.0.0.0/16,physdev:eth1 nomatch"]
+        );
+        // Kept whole: the kernel holds /0 in this type.
+        assert_eq!(canon(t, "0.0.0.0/0,lo").unwrap(), ["0.0.0.0/0,lo"]);
+        assert_eq!(
+            Member::parse_kernel(t, "0.0.0.0/0,lo").unwrap().to_string(),
+            "0.0.0.0/0,lo"
+        );
+        assert_eq!(canon(t, "2001:db8::1,wg0").unwrap(), ["2001:db8::1,wg0"]);
+        assert!(matches!(
+            canon(t, "10.0.0.0/8"),
+            Err(MemberError::BadSyntax(_))
+        ));
+        assert!(matches!(
+            canon(t, "10.0.0.0/8,abcdefghijklmnop"),
+            Err(MemberError::BadIface(_))
+        ));
+        assert!(matches!(
+            canon(t, "10.0.0.0/8,physdev:"),
+            Err(MemberError::BadIface(_))
+        ));
+        assert!(matches!(
+            canon(t, "10.0.0.0/8,eth/0"),
+            Err(MemberError::BadIface(_))
+        ));
+        let plain = Member::parse_kernel(t, "10.0.0.0/8,eth0").unwrap();
+        let phys = Member::parse_kernel(t, "10.0.0.0/8,physdev:eth0").unwrap();
+        assert_ne!(plain, phys, "physdev is part of the key");
+        assert_eq!(
+            plain.nomatch_twin().unwrap().to_string(),
+            "10.0.0.0/8,eth0 nomatch"
+        );
+    }
+
+    #[test]
+    fn ip_mark_forms() {
+        let t = SetType::HashIpMark;
+        assert_eq!(canon(t, "10.0.0.1,0x1F").unwrap(), ["10.0.0.1,0x0000001f"]);
+        assert_eq!(canon(t, "10.0.0.1,31").unwrap(), ["10.0.0.1,0x0000001f"]);
+        assert_eq!(canon(t, "::1,0").unwrap(), ["::1,0x00000000"]);
+        assert_eq!(
+            canon(t, "10.0.0.1,4294967295").unwrap(),
+            ["10.0.0.1,0xffffffff"]
+        );
+        assert_eq!(canon(t, "10.0.0.1,037"), Err(MemberError::LeadingZero));
+        for bad in [
+            "10.0.0.1,4294967296",
+            "10.0.0.1,0x123456789",
+            "10.0.0.1,0x",
+            "10.0.0.1",
+        ] {
+            assert!(
+                matches!(canon(t, bad), Err(MemberError::BadSyntax(_))),
+                "{bad}"
+            );
+        }
+        assert_eq!(canon(t, "0.0.0.0,1"), Err(MemberError::NullAddress));
+    }
+
+    #[test]
+    fn comments_follow_the_member() {
+        assert_eq!(
+            canon(
+                SetType::HashNet,
+                "10.1.0.0/8 nomatch comment:source: spamhaus 2026-11-30"
+            )
+            .unwrap(),
+            ["10.0.0.0/8 nomatch comment \"source: spamhaus 2026-11-30\""]
+        );
+        assert_eq!(
+            canon(SetType::HashNet, "0.0.0.0/0 comment:all").unwrap(),
+            ["0.0.0.0/1 comment \"all\"", "128.0.0.0/1 comment \"all\""]
+        );
+        let m = Member::parse_kernel(SetType::HashIp, "10.0.0.1 comment \"a b, c\"").unwrap();
+        assert_eq!(m.comment().unwrap().as_str(), "a b, c");
+        assert_eq!(m.key().to_string(), "10.0.0.1");
+        assert_eq!(
+            Member::parse_kernel(SetType::HashIp, &m.to_string()).unwrap(),
+            m
+        );
+        let n = Member::parse_kernel(SetType::HashNet, "10.0.0.0/8 nomatch comment \"x\"").unwrap();
+        assert_eq!(n.key().to_string(), "10.0.0.0/8");
+        assert!(n.is_nomatch());
+        assert_eq!(
+            n.nomatch_twin().unwrap().to_string(),
+            "10.0.0.0/8 comment \"x\""
+        );
+        for bad in [
+            "10.0.0.1 comment:",
+            "10.0.0.1 comment:say \"hi\"",
+            "10.0.0.1 comment: x",
+        ] {
+            assert!(
+                matches!(canon(SetType::HashIp, bad), Err(MemberError::BadComment(_))),
+                "{bad}"
+            );
+        }
+        assert!(Member::parse_kernel(SetType::HashIp, "10.0.0.1 comment \"x").is_err());
     }
 }

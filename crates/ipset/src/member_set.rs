@@ -35,9 +35,16 @@ pub struct MemberSet {
 
 fn packable(kind: SetKind) -> bool {
     match kind.set_type {
-        SetType::HashMac => true,
-        SetType::ListSet => false,
-        _ => kind.family == Some(Family::V4),
+        SetType::HashMac | SetType::BitmapIp | SetType::BitmapPort => true,
+        SetType::HashIp | SetType::HashNet | SetType::HashIpPort | SetType::HashIpMark => {
+            kind.family == Some(Family::V4)
+        }
+        // Wider keys (two addresses, interface names) use the full store.
+        SetType::ListSet
+        | SetType::HashNetPort
+        | SetType::HashIpPortIp
+        | SetType::HashIpPortNet
+        | SetType::HashNetIface => false,
     }
 }
 
@@ -62,6 +69,15 @@ fn pack(kind: SetKind, m: &Member) -> Option<u64> {
                 port,
             },
         ) => Some((u32::from(*a) as u64) << 24 | (proto.number() as u64) << 16 | *port as u64),
+        (
+            SetType::HashIpMark,
+            Member::IpMark {
+                addr: IpAddr::V4(a),
+                mark,
+            },
+        ) => Some((u32::from(*a) as u64) << 32 | *mark as u64),
+        (SetType::BitmapIp, Member::Ip(IpAddr::V4(a))) => Some(u32::from(*a) as u64),
+        (SetType::BitmapPort, Member::Port(p)) => Some(*p as u64),
         (SetType::HashMac, Member::Mac(b)) => {
             let mut v = [0u8; 8];
             v[2..].copy_from_slice(b);
@@ -74,7 +90,12 @@ fn pack(kind: SetKind, m: &Member) -> Option<u64> {
 fn unpack(kind: SetKind, v: u64) -> Member {
     let v4 = |bits: u64| IpAddr::V4(Ipv4Addr::from(bits as u32));
     match kind.set_type {
-        SetType::HashIp => Member::Ip(v4(v)),
+        SetType::HashIp | SetType::BitmapIp => Member::Ip(v4(v)),
+        SetType::BitmapPort => Member::Port(v as u16),
+        SetType::HashIpMark => Member::IpMark {
+            addr: v4(v >> 32),
+            mark: v as u32,
+        },
         SetType::HashNet => Member::Net {
             addr: v4(v >> 9),
             prefix: ((v >> 1) & 0xff) as u8,
@@ -90,7 +111,12 @@ fn unpack(kind: SetKind, v: u64) -> Member {
             let b = v.to_be_bytes();
             Member::Mac([b[2], b[3], b[4], b[5], b[6], b[7]])
         }
-        SetType::ListSet => Member::Set("".into()),
+        // Never packed (see `packable`); a harmless value rather than a panic.
+        SetType::ListSet
+        | SetType::HashNetPort
+        | SetType::HashIpPortIp
+        | SetType::HashIpPortNet
+        | SetType::HashNetIface => Member::Set("".into()),
     }
 }
 
@@ -128,6 +154,18 @@ impl MemberSet {
         }
     }
 
+    /// Commented members do not pack: the first one moves the set to the
+    /// full store (comments are rare; most sets never pay for them).
+    fn spill(&mut self) {
+        let kind = self.kind;
+        let values: Vec<u64> = match &mut self.store {
+            Store::Full(_) => return,
+            Store::Packed(s) => s.drain().collect(),
+            Store::Sorted(v) => std::mem::take(v),
+        };
+        self.store = Store::Full(values.into_iter().map(|v| unpack(kind, v)).collect());
+    }
+
     /// A sorted snapshot becomes a hash set before its first mutation.
     fn thaw(&mut self) {
         if let Store::Sorted(v) = &mut self.store {
@@ -144,6 +182,9 @@ impl MemberSet {
     /// refused (returns false): callers validate members against the kind.
     pub fn insert(&mut self, m: Member) -> bool {
         self.thaw();
+        if m.comment().is_some() {
+            self.spill();
+        }
         match &mut self.store {
             Store::Packed(s) => pack(self.kind, &m).is_some_and(|v| s.insert(v)),
             Store::Full(s) => s.insert(m),
@@ -297,7 +338,10 @@ impl MemberSet {
     /// every write would flip the flag. At most `limit` pairs, each as
     /// (without nomatch, with nomatch).
     pub fn nomatch_conflicts(&self, limit: usize) -> Vec<(Member, Member)> {
-        if self.kind.set_type != SetType::HashNet {
+        if let Store::Full(set) = &self.store {
+            return key_conflicts(set, limit);
+        }
+        if !self.kind.set_type.has_nomatch() {
             return Vec::new();
         }
         let mut out = Vec::new();
@@ -324,28 +368,7 @@ impl MemberSet {
                     }
                 }
             }
-            Store::Full(set) => {
-                for m in set {
-                    if out.len() == limit {
-                        break;
-                    }
-                    if let Member::Net {
-                        addr,
-                        prefix,
-                        nomatch: false,
-                    } = m
-                    {
-                        let flagged = Member::Net {
-                            addr: *addr,
-                            prefix: *prefix,
-                            nomatch: true,
-                        };
-                        if set.contains(&flagged) {
-                            out.push((m.clone(), flagged));
-                        }
-                    }
-                }
-            }
+            Store::Full(_) => {}
         }
         out
     }
@@ -356,7 +379,10 @@ impl MemberSet {
     /// hash insert per member.
     pub fn union(kind: SetKind, parts: &[&MemberSet]) -> (MemberSet, usize) {
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        if packable(kind) && parts.iter().all(|p| p.kind == kind) {
+        let all_packed = parts
+            .iter()
+            .all(|p| p.kind == kind && !matches!(p.store, Store::Full(_)));
+        if packable(kind) && all_packed {
             let mut v: Vec<u64> = Vec::with_capacity(total);
             for p in parts {
                 match &p.store {
@@ -386,12 +412,45 @@ impl MemberSet {
         (out, dups)
     }
 
+    /// Whether any member has a comment (only the full store can hold one).
+    pub fn has_comments(&self) -> bool {
+        match &self.store {
+            Store::Full(s) => s.iter().any(|m| m.comment().is_some()),
+            Store::Packed(_) | Store::Sorted(_) => false,
+        }
+    }
+
     /// Sorted canonical strings: for stable output and tests.
     pub fn sorted_strings(&self) -> Vec<String> {
         let mut v: Vec<Member> = self.iter().collect();
         v.sort();
         v.iter().map(|m| m.to_string()).collect()
     }
+}
+
+/// Pairs of members that are one kernel entry (the same key with another
+/// nomatch flag or comment), at most `limit`: only members with such an
+/// attribute can be one side of a pair, so only they are looked at.
+fn key_conflicts(set: &FxHashSet<Member>, limit: usize) -> Vec<(Member, Member)> {
+    let mut out = Vec::new();
+    let mut seen: rustc_hash::FxHashMap<Member, &Member> = Default::default();
+    let mut attributed: Vec<&Member> = set.iter().filter(|m| m.key_only().is_some()).collect();
+    // Stable pairs whatever the hash order.
+    attributed.sort();
+    for m in attributed {
+        if out.len() == limit {
+            break;
+        }
+        let key = m.key();
+        if set.contains(&key) {
+            out.push((key, m.clone()));
+        } else if let Some(first) = seen.get(&key) {
+            out.push(((*first).clone(), m.clone()));
+        } else {
+            seen.insert(key, m);
+        }
+    }
+    out
 }
 
 /// Builds a [`MemberSet`] in bulk (a compiled policy, a kernel listing).
@@ -401,6 +460,8 @@ pub struct MemberSetBuilder {
     packed: Vec<u64>,
     full: FxHashSet<Member>,
     refused: usize,
+    /// A commented member arrived: everything is in `full` from then on.
+    spilled: bool,
 }
 
 impl MemberSetBuilder {
@@ -419,6 +480,7 @@ impl MemberSetBuilder {
             packed,
             full,
             refused: 0,
+            spilled: false,
         }
     }
 
@@ -429,7 +491,10 @@ impl MemberSetBuilder {
     /// Add one member; members of another kind and duplicates are counted
     /// (see [`MemberSetBuilder::finish`]) instead of stored.
     pub fn push(&mut self, m: Member) {
-        if packable(self.kind) {
+        if m.comment().is_some() {
+            self.spill();
+        }
+        if packable(self.kind) && !self.spilled {
             match pack(self.kind, &m) {
                 Some(v) => self.packed.push(v),
                 None => self.refused += 1,
@@ -439,9 +504,29 @@ impl MemberSetBuilder {
         }
     }
 
+    /// Move what is packed to the full store (see [`MemberSet::spill`]).
+    fn spill(&mut self) {
+        if self.spilled || !packable(self.kind) {
+            return;
+        }
+        self.spilled = true;
+        let kind = self.kind;
+        for v in std::mem::take(&mut self.packed) {
+            if !self.full.insert(unpack(kind, v)) {
+                self.refused += 1;
+            }
+        }
+    }
+
     /// Take over the members pushed into `other` (same kind), e.g. from
     /// another thread.
-    pub fn absorb(&mut self, other: MemberSetBuilder) {
+    pub fn absorb(&mut self, mut other: MemberSetBuilder) {
+        if other.spilled {
+            self.spill();
+        }
+        if self.spilled {
+            other.spill();
+        }
         self.packed.extend(other.packed);
         self.refused += other.refused;
         for m in other.full {
@@ -451,7 +536,7 @@ impl MemberSetBuilder {
 
     /// The set, and how many members were refused (wrong kind or duplicate).
     pub fn finish(mut self) -> (MemberSet, usize) {
-        if !packable(self.kind) {
+        if !packable(self.kind) || self.spilled {
             let store = Store::Full(self.full);
             return (
                 MemberSet {
@@ -504,6 +589,9 @@ mod tests {
                 (v4(SetType::HashNet), Member::Net { addr: crate::member::mask(addr, prefix), prefix, nomatch }),
                 (v4(SetType::HashIpPort), Member::IpPort { addr, proto: Proto::Udp, port }),
                 (SetKind::new(SetType::HashMac, None), Member::Mac(mac)),
+                (v4(SetType::BitmapIp), Member::Ip(addr)),
+                (SetKind::new(SetType::BitmapPort, None), Member::Port(port)),
+                (v4(SetType::HashIpMark), Member::IpMark { addr, mark: a.rotate_left(7) }),
             ];
             for (kind, m) in cases {
                 let v = pack(kind, &m).expect("packable");
@@ -673,5 +761,38 @@ mod tests {
         assert!(s.insert(Member::Ip("::1".parse().unwrap())));
         assert!(!s.insert(Member::Ip("::1".parse().unwrap())));
         assert_eq!(s.sorted_strings(), ["::1"]);
+    }
+
+    #[test]
+    fn a_commented_member_moves_a_packed_set_to_the_full_store() {
+        let k = v4(SetType::HashIp);
+        let parse = |s: &str| {
+            Member::parse_user(SetType::HashIp, s)
+                .unwrap()
+                .members
+                .into_iter()
+                .next()
+                .unwrap()
+        };
+        let mut b = MemberSetBuilder::with_capacity(k, 3);
+        b.push(parse("10.0.0.1"));
+        b.push(parse("10.0.0.2 comment:two"));
+        b.push(parse("10.0.0.3"));
+        let (set, refused) = b.finish();
+        assert_eq!(refused, 0);
+        assert_eq!(
+            set.sorted_strings(),
+            ["10.0.0.1", "10.0.0.3", "10.0.0.2 comment \"two\""]
+        );
+        let mut hashed = MemberSet::from_members(k, [parse("10.0.0.1")]);
+        assert!(hashed.insert(parse("10.0.0.1 comment:one")));
+        assert_eq!(hashed.len(), 2);
+        // One key, twice: a conflict the compiler reports.
+        assert_eq!(
+            hashed.nomatch_conflicts(10),
+            vec![(parse("10.0.0.1"), parse("10.0.0.1 comment:one"))]
+        );
+        let (u, _) = MemberSet::union(k, &[&set, &hashed]);
+        assert_eq!(u.len(), 4);
     }
 }

@@ -5,6 +5,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::addr_mask::AddrMask;
+use crate::range::SetRange;
+
 /// Default `maxelem` of a kernel set (the kernel's own default).
 pub const DEFAULT_MAX_ELEM: u32 = 65536;
 
@@ -33,16 +36,43 @@ pub enum SetType {
     HashMac,
     #[serde(rename = "list:set")]
     ListSet,
+    #[serde(rename = "hash:net,port")]
+    HashNetPort,
+    #[serde(rename = "hash:ip,port,ip")]
+    HashIpPortIp,
+    #[serde(rename = "hash:ip,port,net")]
+    HashIpPortNet,
+    #[serde(rename = "hash:net,iface")]
+    HashNetIface,
+    #[serde(rename = "hash:ip,mark")]
+    HashIpMark,
+    #[serde(rename = "bitmap:ip")]
+    BitmapIp,
+    #[serde(rename = "bitmap:port")]
+    BitmapPort,
 }
 
 impl SetType {
-    pub const ALL: [SetType; 5] = [
+    pub const ALL: [SetType; 12] = [
         SetType::HashIp,
         SetType::HashNet,
         SetType::HashIpPort,
         SetType::HashMac,
         SetType::ListSet,
+        SetType::HashNetPort,
+        SetType::HashIpPortIp,
+        SetType::HashIpPortNet,
+        SetType::HashNetIface,
+        SetType::HashIpMark,
+        SetType::BitmapIp,
+        SetType::BitmapPort,
     ];
+
+    /// Every type's name, comma-separated: for messages.
+    pub fn names() -> String {
+        let names: Vec<&str> = SetType::ALL.iter().map(|t| t.as_str()).collect();
+        names.join(", ")
+    }
 
     /// The name the kernel and the `ipset` tool use for this type.
     pub fn as_str(self) -> &'static str {
@@ -52,20 +82,53 @@ impl SetType {
             SetType::HashIpPort => "hash:ip,port",
             SetType::HashMac => "hash:mac",
             SetType::ListSet => "list:set",
+            SetType::HashNetPort => "hash:net,port",
+            SetType::HashIpPortIp => "hash:ip,port,ip",
+            SetType::HashIpPortNet => "hash:ip,port,net",
+            SetType::HashNetIface => "hash:net,iface",
+            SetType::HashIpMark => "hash:ip,mark",
+            SetType::BitmapIp => "bitmap:ip",
+            SetType::BitmapPort => "bitmap:port",
         }
     }
 
     /// Whether kernel sets of this type carry an address family in their header.
-    /// hash:mac and list:set are family-less in the kernel.
+    /// hash:mac, bitmap:port and list:set are family-less in the kernel;
+    /// bitmap:ip is always IPv4.
     pub fn has_family(self) -> bool {
+        !matches!(
+            self,
+            SetType::HashMac | SetType::BitmapPort | SetType::ListSet
+        )
+    }
+
+    /// The only family a type has, for types with just one (bitmap:ip).
+    pub fn only_family(self) -> Option<Family> {
+        (self == SetType::BitmapIp).then_some(Family::V4)
+    }
+
+    /// bitmap:ip and bitmap:port: sized by a `range`, not `maxelem`.
+    pub fn is_bitmap(self) -> bool {
+        matches!(self, SetType::BitmapIp | SetType::BitmapPort)
+    }
+
+    /// Whether members carry a `nomatch` flag (which the kernel keeps
+    /// outside the entry's key): the types with a network part.
+    pub fn has_nomatch(self) -> bool {
         matches!(
             self,
-            SetType::HashIp | SetType::HashNet | SetType::HashIpPort
+            SetType::HashNet
+                | SetType::HashNetPort
+                | SetType::HashIpPortNet
+                | SetType::HashNetIface
         )
     }
 
     pub fn is_hash(self) -> bool {
-        !matches!(self, SetType::ListSet)
+        !matches!(
+            self,
+            SetType::ListSet | SetType::BitmapIp | SetType::BitmapPort
+        )
     }
 }
 
@@ -76,9 +139,7 @@ impl fmt::Display for SetType {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown set type {0:?} (expected one of hash:ip, hash:net, hash:ip,port, hash:mac, list:set)"
-)]
+#[error("unknown set type {0:?} (expected one of {names})", names = SetType::names())]
 pub struct UnknownSetType(pub String);
 
 impl FromStr for SetType {
@@ -174,10 +235,27 @@ impl SetKind {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SetHeader {
     pub kind: SetKind,
+    /// maxelem; a list:set's `size`; a bitmap's number of elements (its
+    /// range decides it: the kernel reports no maxelem for bitmaps).
     pub max_elem: u32,
     /// Only a creation hint: the kernel rounds it and grows tables, so it is
     /// never compared on resync.
     pub hash_size: Option<u32>,
+    /// The options that change what the set holds; compared on resync.
+    pub options: HeaderOptions,
+}
+
+/// Header options beyond type, family and size. Each changes what a set
+/// holds or matches, so a kernel set whose options differ is replaced.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HeaderOptions {
+    /// The range of a bitmap set (always present for bitmaps, never else).
+    pub range: Option<SetRange>,
+    /// Created with the `comment` extension: only sets of policies whose
+    /// members have comments (the extension costs memory per entry).
+    pub comment: bool,
+    /// hash:ip's `netmask` or `bitmask` (never the default).
+    pub mask: Option<AddrMask>,
 }
 
 /// Sets up to this many members are created with the kernel's default
@@ -210,14 +288,15 @@ impl SetHeader {
     }
 
     /// Whether a kernel set with header `kernel` can stay in place for `self`.
-    /// Only what changes behaviour counts: type, family and maxelem
-    /// (list:set's `size` is likewise compared through `max_elem`).
+    /// Only what changes behaviour counts: type, family, maxelem (list:set's
+    /// `size` is likewise compared through `max_elem`) and the options.
     pub fn compatible_with(&self, kernel: &SetHeader) -> bool {
         let family_matches =
             !self.kind.set_type.has_family() || self.kind.family == kernel.kind.family;
         self.kind.set_type == kernel.kind.set_type
             && family_matches
             && self.max_elem == kernel.max_elem
+            && self.options == kernel.options
     }
 }
 
@@ -230,6 +309,7 @@ mod tests {
             kind: SetKind::new(set_type, Some(Family::V4)),
             max_elem: DEFAULT_MAX_ELEM,
             hash_size,
+            options: HeaderOptions::default(),
         }
     }
 

@@ -185,6 +185,7 @@ mod tests {
                 kind,
                 max_elem: 65536,
                 hash_size: None,
+                options: Default::default(),
             },
             members: Arc::new(MemberSet::from_members(kind, m)),
         }]
@@ -216,6 +217,7 @@ mod tests {
                 kind: SetKind::new(SetType::HashIp, Some(Family::V4)),
                 max_elem: 65536,
                 hash_size: None,
+                options: Default::default(),
             },
         );
         let (tx, rx) = mpsc::channel();

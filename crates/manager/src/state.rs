@@ -76,7 +76,12 @@ impl SetState {
         self.policy = policy;
         // Only a creation hint, so never a reason to rewrite a set.
         let header = header.sized_for(members.len());
-        if header.kind != self.header.kind || header.max_elem != self.header.max_elem {
+        // Any difference that matters on resync (type, family, size, the
+        // options: a bitmap's range, the comment extension) is a rewrite.
+        if header.kind != self.header.kind
+            || header.max_elem != self.header.max_elem
+            || header.options != self.header.options
+        {
             self.header = header;
             self.pending_adds = MemberSet::new(self.header.kind);
             self.pending_dels = MemberSet::new(self.header.kind);

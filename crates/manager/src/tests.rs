@@ -61,6 +61,7 @@ fn compile(policies: &[Policy]) -> Vec<DesiredSet> {
                     kind,
                     max_elem,
                     hash_size: None,
+                    options: Default::default(),
                 },
                 members: std::sync::Arc::new(MemberSet::from_members(kind, members)),
             }
@@ -209,6 +210,7 @@ fn resync_repairs_drift_and_counts_problems() {
             kind: v4(SetType::HashNet),
             max_elem: 65536,
             hash_size: None,
+            options: Default::default(),
         },
     );
     h.mgr.queue_resync();
@@ -235,6 +237,7 @@ fn foreign_sets_untouched_and_leftovers_removed() {
         kind: v4(SetType::HashIp),
         max_elem: 65536,
         hash_size: None,
+        options: Default::default(),
     };
     h.kernel.create_raw("KUBE-SRC-X", hdr.clone());
     h.kernel.create_raw("ipm", hdr.clone());

@@ -17,7 +17,7 @@ const MAX_LISTED_ERRORS: usize = 10;
 /// Members quoted in messages are cut to this many bytes.
 const MAX_QUOTED: usize = 100;
 /// The CRD's `maxLength` of one member.
-const MAX_MEMBER_LEN: usize = 253;
+use crate::api::policy::MAX_MEMBER_LEN;
 
 /// How members are checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,39 +170,40 @@ fn wrong_family(found: Option<Family>, wanted: FamilySpec) -> Option<String> {
     ))
 }
 
-/// The kernel holds a network once, matching or excluded (`nomatch`); both
-/// spellings in one list would flip it on every write. After sorting, the
-/// two are neighbours.
+/// The kernel holds one entry per key, matching or excluded (`nomatch`),
+/// with one comment; two spellings of one key in one list would flip it on
+/// every write. Only members with a flag or comment can be one side.
 fn nomatch_conflicts(parsed: &[(Member, usize)], members: &[ListedMember], bad: &mut Invalid) {
-    for pair in parsed.windows(2) {
-        let [(plain, p), (flagged, f)] = pair else {
+    let mut first: std::collections::HashMap<Member, (&Member, usize)> = Default::default();
+    for (m, i) in parsed {
+        first.entry(m.key()).or_insert((m, *i));
+    }
+    for (m, i) in parsed {
+        let Some((held, j)) = first.get(&m.key()).copied() else {
             continue;
         };
-        let same_network = match (plain, flagged) {
-            (
-                Member::Net {
-                    addr: a,
-                    prefix: pa,
-                    nomatch: false,
-                },
-                Member::Net {
-                    addr: b,
-                    prefix: pb,
-                    nomatch: true,
-                },
-            ) => a == b && pa == pb,
-            _ => false,
-        };
-        if same_network {
-            let (plain_listed, flagged_listed) = (&members[*p], &members[*f]);
-            bad.push(
-                flagged_listed,
-                format!(
-                    "conflicts with {:?} on line {}: both are the network {plain}, which the kernel holds as one entry, either matching or excluded (nomatch); keep only one of them",
-                    plain_listed.text, plain_listed.line
-                ),
-            );
+        if held == m {
+            continue;
         }
+        let (earlier, later) = (&members[j], &members[*i]);
+        let why = if held.is_nomatch() != m.is_nomatch() {
+            format!(
+                "both are the network {}, which the kernel holds as one entry, either matching or excluded (nomatch)",
+                m.key()
+            )
+        } else {
+            format!(
+                "both are the entry {}, which the kernel holds once, with one comment",
+                m.key()
+            )
+        };
+        bad.push(
+            later,
+            format!(
+                "conflicts with {:?} on line {}: {why}; keep only one of them",
+                earlier.text, earlier.line
+            ),
+        );
     }
 }
 
@@ -223,17 +224,30 @@ fn schema_only(members: &[ListedMember], bad: &mut Invalid) -> Validated {
     }
 }
 
-/// What the CRD's schema says of a member: pattern `^[!-~]+( nomatch)?$`,
-/// at most 253 characters.
+/// What the CRD's schema says of a member (`MEMBER_PATTERN`): printable
+/// ASCII without spaces, an optional " nomatch", an optional " comment:TEXT";
+/// at most `MAX_MEMBER_LEN` characters.
 fn schema_problem(member: &str) -> Option<&'static str> {
-    let body = member.strip_suffix(" nomatch").unwrap_or(member);
+    let (member_part, comment) = match member.split_once(" comment:") {
+        Some((m, c)) => (m, Some(c)),
+        None => (member, None),
+    };
+    let body = member_part.strip_suffix(" nomatch").unwrap_or(member_part);
     if body.is_empty() || !body.bytes().all(|b| (b'!'..=b'~').contains(&b)) {
         return Some(
-            "not printable ASCII without spaces (only a trailing \" nomatch\" may follow a space), which the CRD refuses",
+            "not printable ASCII without spaces (only \" nomatch\" and \" comment:TEXT\" may follow a space), which the CRD refuses",
         );
     }
+    if let Some(c) = comment {
+        let ok_byte = |b: u8| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\';
+        if c.is_empty() || c.starts_with(' ') || c.ends_with(' ') || !c.bytes().all(ok_byte) {
+            return Some(
+                "a comment of printable ASCII without \" or \\, not starting or ending with a space, is what the CRD accepts",
+            );
+        }
+    }
     if member.len() > MAX_MEMBER_LEN {
-        return Some("longer than 253 characters, which the CRD refuses");
+        return Some("longer than 400 characters, which the CRD refuses");
     }
     None
 }
@@ -356,8 +370,8 @@ mod tests {
             ["10.0.0.0/8 nomatch", "a.example", "b.example", "nomatch"]
         );
         assert_eq!(v.duplicates, 1);
-        let long = "x".repeat(254);
-        let ok = "x".repeat(253);
+        let long = "x".repeat(401);
+        let ok = "x".repeat(400);
         for (member, ok_expected) in [
             ("1.2.3.4 5.6.7.8", false),
             (" nomatch", false),
@@ -367,6 +381,10 @@ mod tests {
             (long.as_str(), false),
             (ok.as_str(), true),
             ("~!", true),
+            ("10.0.0.1 nomatch comment:a b, c", true),
+            ("10.0.0.1 comment: a", false),
+            ("10.0.0.1 comment:say \"hi\"", false),
+            ("10.0.0.1 comment:", false),
         ] {
             let got = validate(&list(&[member]), Check::Schema);
             assert_eq!(got.is_ok(), ok_expected, "{member:?}: {got:?}");

@@ -34,7 +34,7 @@ pub(crate) fn check_name(name: &str) -> Result<(), &'static str> {
 
 /// The families of a policy's kernel sets, in order (`None`: family-less).
 pub(crate) fn families(spec_family: FamilySpec, set_type: SetType) -> Vec<Option<Family>> {
-    if set_type == SetType::HashMac {
+    if !set_type.has_family() && set_type != SetType::ListSet {
         return vec![None];
     }
     match spec_family {
@@ -45,6 +45,10 @@ pub(crate) fn families(spec_family: FamilySpec, set_type: SetType) -> Vec<Option
 }
 
 pub(crate) fn max_elem(policy: &IPSetPolicy) -> u32 {
+    if let Some(range) = super::bitmap::range(policy) {
+        // At most 65536: a bigger range does not parse.
+        return range.len() as u32;
+    }
     match policy.spec.set_type {
         SetType::ListSet => policy.spec.max_elem.unwrap_or(DEFAULT_LIST_SIZE),
         _ => policy.spec.max_elem.unwrap_or(DEFAULT_MAX_ELEM),
@@ -114,14 +118,18 @@ pub(crate) fn check_header_fields(name: &str, p: &IPSetPolicy) -> Vec<PolicyErro
     };
     check("maxElem", p.spec.max_elem, 1, u32::MAX);
     check("hashSize", p.spec.hash_size, MIN_HASH_SIZE, MAX_HASH_SIZE);
+    errors.extend(super::bitmap::header_errors(name, p));
+    errors.extend(super::mask::header_errors(name, p));
     errors
 }
 
 /// Errors for members that the kernel would merge into one entry (the same
-/// network with and without `nomatch`), naming both as the user wrote them
-/// when the spelling is still at hand (`raw`).
+/// network with and without `nomatch`, the same entry with two comments or
+/// with and without one), naming both as the user wrote them when the
+/// spelling is still at hand (`raw`).
 pub(crate) fn nomatch_conflict_errors(
     name: &str,
+    set_type: SetType,
     sets: &[Arc<MemberSet>],
     raw: &[&str],
 ) -> Vec<PolicyError> {
@@ -133,19 +141,25 @@ pub(crate) fn nomatch_conflict_errors(
             let spelling = |want: &Member| {
                 raw.iter()
                     .find(|r| {
-                        Member::parse_user(SetType::HashNet, r)
+                        Member::parse_user(set_type, r)
                             .is_ok_and(|p| p.members.iter().any(|m| m == want))
                     })
                     .map_or_else(|| want.to_string(), |r| r.to_string())
+            };
+            let other = spelling(&flagged);
+            let kind = if plain.is_nomatch() != flagged.is_nomatch() {
+                PolicyErrorKind::NomatchConflict { other, network }
+            } else {
+                PolicyErrorKind::CommentConflict {
+                    other,
+                    entry: plain.key().to_string(),
+                }
             };
             errors.push(PolicyError {
                 policy: name.to_string(),
                 slice: None,
                 member: Some(spelling(&plain)),
-                kind: PolicyErrorKind::NomatchConflict {
-                    other: spelling(&flagged),
-                    network,
-                },
+                kind,
             });
         }
     }

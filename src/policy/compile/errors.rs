@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::ipset::{Family, MemberError};
+use crate::ipset::{AddrMask, Family, MaskError, MemberError, RangeError, SetRange, SetType};
 use crate::policy::selector::SelectorError;
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -36,6 +36,10 @@ pub enum PolicyErrorKind {
         "conflicts with member {other:?}: both are the network {network}, which the kernel holds as one entry, either matching or excluded (nomatch); keep only one of them"
     )]
     NomatchConflict { other: String, network: String },
+    #[error(
+        "conflicts with member {other:?}: both are the entry {entry}, which the kernel holds once, with one comment; keep only one of them"
+    )]
+    CommentConflict { other: String, entry: String },
     #[error("{field} must be {range} (got {value})")]
     OutOfRange {
         field: &'static str,
@@ -58,6 +62,27 @@ pub enum PolicyErrorKind {
     Unreadable(String),
     #[error("and {0} more bad members")]
     More(usize),
+    #[error("{0} needs a range (for example 10.0.0.0/24 for bitmap:ip, 0-1023 for bitmap:port)")]
+    RangeRequired(SetType),
+    #[error("range: {0}")]
+    BadRange(#[from] RangeError),
+    #[error("{field} does not apply to {set_type}")]
+    NotApplicable {
+        field: &'static str,
+        set_type: SetType,
+    },
+    #[error("{0} holds IPv4 addresses only; set family: IPv4")]
+    Ipv4Only(SetType),
+    #[error("is outside the set's range {0}")]
+    OutsideRange(SetRange),
+    #[error("netmask and bitmask exclude each other; keep one")]
+    MasksExclusive,
+    #[error("bitmask is an address of one family; use family IPv4 or IPv6, not Dual")]
+    BitmaskDual,
+    #[error("{0}")]
+    BadMask(#[from] MaskError),
+    #[error("is the all-zero address under {0}, which the kernel cannot store")]
+    MaskedToNull(AddrMask),
 }
 
 /// A rejection, naming the policy, the slice and member (when there are

@@ -36,7 +36,7 @@ pub(crate) fn list_member(
     let target_fams = families(target.spec.family, target.spec.set_type);
     fams.iter()
         .map(|f| {
-            let f = if target.spec.set_type == SetType::HashMac {
+            let f = if !target.spec.set_type.has_family() {
                 None
             } else {
                 *f

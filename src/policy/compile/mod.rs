@@ -9,10 +9,12 @@
 //! - [`checks`]: the rules that look at a policy as a whole;
 //! - [`list_set`]: list:set members, resolved against the other policies.
 
+mod bitmap;
 mod cache;
 mod checks;
 mod errors;
 mod list_set;
+mod mask;
 mod parse;
 
 #[cfg(test)]
@@ -29,7 +31,9 @@ use self::checks::{
 use self::parse::{ParsedSource, parse_source};
 use super::selector;
 use crate::api::policy::IPSetPolicy;
-use crate::ipset::{MemberSet, MemberSetBuilder, Naming, SetHeader, SetKind, SetType};
+use crate::ipset::{
+    HeaderOptions, MemberSet, MemberSetBuilder, Naming, SetHeader, SetKind, SetType,
+};
 
 pub use self::cache::MemberCache;
 pub use self::checks::{MAX_HASH_SIZE, MIN_HASH_SIZE};
@@ -345,15 +349,33 @@ fn compile_hash(
     let sets: Vec<Arc<MemberSet>> = (0..fams.len())
         .map(|i| merge(SetKind::new(p.spec.set_type, fams[i]), &sources, i))
         .collect();
-    if bad == 0 && p.spec.set_type == SetType::HashNet {
+    // Under a netmask or bitmask, members are the entries the kernel stores.
+    let sets: Vec<Arc<MemberSet>> = if bad == 0 && errors.is_empty() {
+        sets.into_iter()
+            .zip(&fams)
+            .map(|(s, f)| match mask::mask(p, *f) {
+                Some(m) => mask::masked(name, m, &s, &mut errors),
+                None => s,
+            })
+            .collect()
+    } else {
+        sets
+    };
+    let comments = sets.iter().any(|s| s.has_comments());
+    if bad == 0 && (p.spec.set_type.has_nomatch() || comments) {
         let raw: Vec<&str> = input_strings(input);
-        errors.extend(nomatch_conflict_errors(name, &sets, &raw));
+        errors.extend(nomatch_conflict_errors(name, p.spec.set_type, &sets, &raw));
+    }
+    if bad == 0
+        && let Some(range) = bitmap::range(p)
+    {
+        errors.extend(bitmap::outside_range(name, range, &sets));
     }
     errors.extend(too_many(name, p, &sets));
     if !errors.is_empty() {
         return Err(errors);
     }
-    Ok(desired_sets(name, p, naming, sets))
+    Ok(desired_sets(name, p, naming, sets, comments))
 }
 
 /// The members of family slot `i` over all sources: the source's own set
@@ -420,6 +442,7 @@ fn desired_sets(
     p: &IPSetPolicy,
     naming: &Naming,
     sets: Vec<Arc<MemberSet>>,
+    comments: bool,
 ) -> Vec<DesiredSet> {
     let set_type = p.spec.set_type;
     let max = max_elem(p);
@@ -437,6 +460,12 @@ fn desired_sets(
                     max
                 },
                 hash_size: p.spec.hash_size.filter(|_| set_type.is_hash()),
+                // The comment extension only for policies that use it.
+                options: HeaderOptions {
+                    range: bitmap::range(p),
+                    comment: comments,
+                    mask: mask::mask(p, f),
+                },
             },
             members,
         })
@@ -497,7 +526,8 @@ fn compile_list_set(
     if !errors.is_empty() {
         return Err(errors);
     }
-    Ok(desired_sets(name, p, naming, sets))
+    // list:set members (policy names) have no comments.
+    Ok(desired_sets(name, p, naming, sets, false))
 }
 
 fn input_strings_inline(p: &IPSetPolicy) -> Vec<&str> {

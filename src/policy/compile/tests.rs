@@ -34,6 +34,9 @@ fn policy(name: &str, t: SetType, fam: FamilySpec, members: &[&str]) -> IPSetPol
             max_elem: None,
             hash_size: None,
             members_from: Vec::new(),
+            range: None,
+            netmask: None,
+            bitmask: None,
         },
     )
 }
@@ -513,4 +516,334 @@ fn a_bad_selector_is_an_error_even_where_selectors_are_not_evaluated() {
         "{:?}",
         c.errors
     );
+}
+
+#[test]
+fn pair_types_compile_per_family_and_reject_naming_the_member() {
+    let p = policy(
+        "pairs",
+        SetType::HashIpPortNet,
+        FamilySpec::Dual,
+        &["10.0.0.1,80,10.1.2.3/16", "2001:db8::1,udp:53,::/0"],
+    );
+    let c = compile(&[p], &Naming::default(), None);
+    assert!(c.errors.is_empty(), "{:?}", c.errors);
+    assert_eq!(
+        c.sets[0].members.sorted_strings(),
+        ["10.0.0.1,tcp:80,10.1.0.0/16"]
+    );
+    assert_eq!(
+        c.sets[1].members.sorted_strings(),
+        ["2001:db8::1,udp:53,::/1", "2001:db8::1,udp:53,8000::/1"]
+    );
+
+    let bad = policy(
+        "mixed",
+        SetType::HashIpPortIp,
+        FamilySpec::IPv4,
+        &["10.0.0.1,80,::1"],
+    );
+    let c = compile(&[bad], &Naming::default(), None);
+    assert!(c.sets.is_empty());
+    assert_eq!(
+        c.errors[0].to_string(),
+        "policy \"mixed\": member \"10.0.0.1,80,::1\" rejected: both addresses must be of one family"
+    );
+}
+
+#[test]
+fn nomatch_conflicts_of_net_port_members_are_rejected() {
+    let p = policy(
+        "np",
+        SetType::HashNetPort,
+        FamilySpec::IPv4,
+        &[
+            "10.0.0.0/8,80",
+            "10.1.2.3/8,tcp:80 nomatch",
+            "10.0.0.0/8,81",
+        ],
+    );
+    let c = compile(&[p], &Naming::default(), None);
+    assert!(c.sets.is_empty());
+    assert_eq!(c.errors.len(), 1, "{:?}", c.errors);
+    let e = &c.errors[0];
+    assert_eq!(e.member.as_deref(), Some("10.0.0.0/8,80"));
+    assert!(
+        matches!(&e.kind, PolicyErrorKind::NomatchConflict { other, .. } if other == "10.1.2.3/8,tcp:80 nomatch"),
+        "{e}"
+    );
+}
+
+fn bitmap(
+    name: &str,
+    t: SetType,
+    fam: FamilySpec,
+    range: Option<&str>,
+    members: &[&str],
+) -> IPSetPolicy {
+    let mut p = policy(name, t, fam, members);
+    p.spec.range = range.map(str::to_string);
+    p
+}
+
+fn messages(c: &Compiled) -> Vec<String> {
+    c.errors.iter().map(|e| e.to_string()).collect()
+}
+
+#[test]
+fn bitmaps_are_sized_by_their_range() {
+    let ip = bitmap(
+        "dense",
+        SetType::BitmapIp,
+        FamilySpec::IPv4,
+        Some("10.0.0.7/24"),
+        &["10.0.0.1", "10.0.0.255/32", "10.0.0.0"],
+    );
+    let port = bitmap(
+        "ports",
+        SetType::BitmapPort,
+        FamilySpec::Dual,
+        Some("0-1023"),
+        &["22", "80", "0"],
+    );
+    let c = compile(&[ip, port], &Naming::default(), None);
+    assert!(c.errors.is_empty(), "{:?}", c.errors);
+    let names: Vec<&str> = c.sets.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["ipm4-dense", "ipmx-ports"]);
+    let h = &c.sets[0].header;
+    assert_eq!(h.max_elem, 256);
+    assert_eq!(h.hash_size, None);
+    assert_eq!(h.options.range.unwrap().to_string(), "10.0.0.0-10.0.0.255");
+    assert_eq!(c.sets[1].header.max_elem, 1024);
+    assert_eq!(c.sets[1].header.kind.family, None);
+    assert_eq!(c.sets[1].members.sorted_strings(), ["0", "22", "80"]);
+}
+
+#[test]
+fn bitmap_rules_name_the_policy_and_the_reason() {
+    let cases: Vec<(IPSetPolicy, &str)> = vec![
+        (
+            bitmap("a", SetType::BitmapIp, FamilySpec::IPv4, None, &[]),
+            "policy \"a\": bitmap:ip needs a range",
+        ),
+        (
+            bitmap(
+                "b",
+                SetType::BitmapIp,
+                FamilySpec::IPv4,
+                Some("10.0.0.0/15"),
+                &[],
+            ),
+            "policy \"b\": range: the range holds 131072 elements; a bitmap holds at most 65536",
+        ),
+        (
+            bitmap(
+                "c",
+                SetType::BitmapIp,
+                FamilySpec::Dual,
+                Some("10.0.0.0/24"),
+                &[],
+            ),
+            "policy \"c\": bitmap:ip holds IPv4 addresses only",
+        ),
+        (
+            bitmap(
+                "d",
+                SetType::BitmapPort,
+                FamilySpec::IPv4,
+                Some("10-20"),
+                &["9", "21", "15"],
+            ),
+            "policy \"d\": member \"21\" rejected: is outside the set's range 10-20",
+        ),
+        (
+            bitmap("e", SetType::HashIp, FamilySpec::IPv4, Some("10-20"), &[]),
+            "policy \"e\": range does not apply to hash:ip",
+        ),
+        (
+            bitmap(
+                "f",
+                SetType::BitmapPort,
+                FamilySpec::IPv4,
+                Some("20-10"),
+                &[],
+            ),
+            "policy \"f\": range: the range starts after it ends (20 > 10)",
+        ),
+        (
+            {
+                let mut p = bitmap("g", SetType::BitmapPort, FamilySpec::IPv4, Some("1-2"), &[]);
+                p.spec.max_elem = Some(5);
+                p
+            },
+            "policy \"g\": maxElem does not apply to bitmap:port",
+        ),
+        (
+            bitmap(
+                "h",
+                SetType::BitmapIp,
+                FamilySpec::IPv4,
+                Some("10.0.0.0/30"),
+                &["::1"],
+            ),
+            "policy \"h\": member \"::1\" rejected: is an IPv6 member but the policy family is IPv4",
+        ),
+    ];
+    for (p, want) in cases {
+        let c = compile(&[p], &Naming::default(), None);
+        assert!(c.sets.is_empty());
+        let got = messages(&c);
+        assert!(got.iter().any(|m| m.starts_with(want)), "{want}\n{got:#?}");
+    }
+}
+
+#[test]
+fn comments_ask_for_the_extension_only_when_used() {
+    let with = policy(
+        "noted",
+        SetType::HashNet,
+        FamilySpec::Dual,
+        &["10.0.0.0/8 comment:office", "2001:db8::/32"],
+    );
+    let without = policy("plain", SetType::HashNet, FamilySpec::IPv4, &["10.0.0.0/8"]);
+    let c = compile(&[with, without], &Naming::default(), None);
+    assert!(c.errors.is_empty(), "{:?}", c.errors);
+    let by_name = |n: &str| c.sets.iter().find(|s| s.name == n).unwrap();
+    // Policy-wide: both families of a policy that uses comments.
+    assert!(by_name("ipm4-noted").header.options.comment);
+    assert!(by_name("ipm6-noted").header.options.comment);
+    assert!(!by_name("ipm4-plain").header.options.comment);
+    assert_eq!(
+        by_name("ipm4-noted").members.sorted_strings(),
+        ["10.0.0.0/8 comment \"office\""]
+    );
+}
+
+#[test]
+fn one_entry_with_two_comments_is_rejected_naming_both() {
+    let p = policy(
+        "twice",
+        SetType::HashIp,
+        FamilySpec::IPv4,
+        &["10.0.0.1 comment:a", "10.0.0.1 comment:b", "10.0.0.2"],
+    );
+    let c = compile(&[p], &Naming::default(), None);
+    assert!(c.sets.is_empty());
+    assert_eq!(
+        messages(&c),
+        [
+            "policy \"twice\": member \"10.0.0.1 comment:a\" rejected: conflicts with member \"10.0.0.1 comment:b\": both are the entry 10.0.0.1, which the kernel holds once, with one comment; keep only one of them"
+        ]
+    );
+    let bad = policy(
+        "q",
+        SetType::HashIp,
+        FamilySpec::IPv4,
+        &["10.0.0.1 comment:say \"hi\""],
+    );
+    let c = compile(&[bad], &Naming::default(), None);
+    assert!(
+        messages(&c)[0].contains("not a valid comment"),
+        "{:?}",
+        messages(&c)
+    );
+}
+
+#[test]
+fn netmask_and_bitmask_store_members_as_the_kernel_does() {
+    let mut nm = policy(
+        "nets",
+        SetType::HashIp,
+        FamilySpec::Dual,
+        &[
+            "10.0.0.5",
+            "10.0.0.6 comment:same entry? no: conflict",
+            "2001:db8::1",
+        ],
+    );
+    nm.spec.netmask = Some(24);
+    let c = compile(&[nm.clone()], &Naming::default(), None);
+    assert!(
+        messages(&c)[0].contains("both are the entry 10.0.0.0"),
+        "{:?}",
+        messages(&c)
+    );
+    nm.spec.members = strings(&["10.0.0.5", "10.0.0.6", "2001:db8::1"]);
+    let c = compile(&[nm], &Naming::default(), None);
+    assert!(c.errors.is_empty(), "{:?}", c.errors);
+    assert_eq!(c.sets[0].members.sorted_strings(), ["10.0.0.0"]);
+    assert_eq!(
+        c.sets[0].header.options.mask.unwrap().to_string(),
+        "netmask 24"
+    );
+    assert_eq!(c.sets[1].members.sorted_strings(), ["2001:d00::"]);
+
+    let mut bm = policy(
+        "bits",
+        SetType::HashIp,
+        FamilySpec::IPv6,
+        &["1234:5678::abcd"],
+    );
+    bm.spec.bitmask = Some("ffff::ff".into());
+    let c = compile(&[bm], &Naming::default(), None);
+    assert_eq!(c.sets[0].members.sorted_strings(), ["1234::cd"]);
+
+    let with = |t, fam, netmask: Option<u8>, bitmask: Option<&str>, members: &[&str]| {
+        let mut p = policy("m", t, fam, members);
+        p.spec.netmask = netmask;
+        p.spec.bitmask = bitmask.map(str::to_string);
+        messages(&compile(&[p], &Naming::default(), None))
+    };
+    for (got, want) in [
+        (
+            with(SetType::HashNet, FamilySpec::IPv4, Some(24), None, &[]),
+            "netmask does not apply to hash:net",
+        ),
+        (
+            with(
+                SetType::HashIp,
+                FamilySpec::IPv4,
+                Some(24),
+                Some("255.0.0.0"),
+                &[],
+            ),
+            "netmask and bitmask exclude each other",
+        ),
+        (
+            with(SetType::HashIp, FamilySpec::IPv4, Some(33), None, &[]),
+            "netmask must be between 1 and 32",
+        ),
+        (
+            with(
+                SetType::HashIp,
+                FamilySpec::Dual,
+                None,
+                Some("255.0.0.0"),
+                &[],
+            ),
+            "not Dual",
+        ),
+        (
+            with(
+                SetType::HashIp,
+                FamilySpec::IPv6,
+                None,
+                Some("255.0.0.0"),
+                &[],
+            ),
+            "bitmask must be an IPv6 address",
+        ),
+        (
+            with(
+                SetType::HashIp,
+                FamilySpec::IPv4,
+                Some(8),
+                None,
+                &["0.1.2.3"],
+            ),
+            "member \"0.1.2.3\" rejected: is the all-zero address under netmask 8",
+        ),
+    ] {
+        assert!(got.iter().any(|m| m.contains(want)), "{want}: {got:?}");
+    }
 }

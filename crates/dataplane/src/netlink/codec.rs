@@ -5,11 +5,12 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::consts::*;
+pub use super::element::decode_element;
 use super::wire::{self, Attr, DecodeError};
 use ipsetmgr_ipset::{
-    Family, Member, MemberSet, MemberSetBuilder, Proto, SetHeader, SetKind, SetType,
+    AddrMask, Family, HeaderOptions, Member, MemberSet, MemberSetBuilder, SetHeader, SetKind,
+    SetRange, SetType,
 };
-use ipsetmgr_ipset::{is_valid_set_name, mask};
 
 /// The largest `nla_len` of the IPSET_ATTR_ADT nest (a u16).
 pub const MAX_ADT_LEN: usize = u16::MAX as usize;
@@ -67,11 +68,31 @@ fn put_ip(buf: &mut Vec<u8>, ty: u16, addr: &IpAddr) {
     let _ = wire::end_nest(buf, n);
 }
 
+fn put_nomatch(buf: &mut Vec<u8>, nomatch: bool) {
+    if nomatch {
+        wire::put_be32(buf, IPSET_ATTR_CADT_FLAGS, IPSET_FLAG_NOMATCH);
+    }
+}
+
 /// Append one element as an IPSET_ATTR_DATA nest; `lineno` (when not 0) is
 /// what the kernel reports back when this element fails.
 pub fn encode_element(buf: &mut Vec<u8>, m: &Member, lineno: u32) {
     let n = wire::begin_nest(buf, IPSET_ATTR_DATA);
+    put_member(buf, m);
+    if lineno != 0 {
+        wire::put_u32_host(buf, IPSET_ATTR_CADT_LINENO, lineno);
+    }
+    // One element is well under 512 bytes (a comment is at most 255).
+    let _ = wire::end_nest(buf, n);
+}
+
+/// The attributes of one element.
+fn put_member(buf: &mut Vec<u8>, m: &Member) {
     match m {
+        Member::Commented(c) => {
+            put_member(buf, &c.member);
+            wire::put_str(buf, IPSET_ATTR_COMMENT, c.comment.as_str());
+        }
         Member::Ip(a) => put_ip(buf, IPSET_ATTR_IP, a),
         Member::Net {
             addr,
@@ -80,9 +101,7 @@ pub fn encode_element(buf: &mut Vec<u8>, m: &Member, lineno: u32) {
         } => {
             put_ip(buf, IPSET_ATTR_IP, addr);
             wire::put_u8(buf, IPSET_ATTR_CIDR, *prefix);
-            if *nomatch {
-                wire::put_be32(buf, IPSET_ATTR_CADT_FLAGS, IPSET_FLAG_NOMATCH);
-            }
+            put_nomatch(buf, *nomatch);
         }
         Member::IpPort { addr, proto, port } => {
             put_ip(buf, IPSET_ATTR_IP, addr);
@@ -91,18 +110,75 @@ pub fn encode_element(buf: &mut Vec<u8>, m: &Member, lineno: u32) {
         }
         Member::Mac(mac) => wire::put_attr(buf, IPSET_ATTR_ETHER, mac),
         Member::Set(name) => wire::put_str(buf, IPSET_ATTR_NAME, name),
+        Member::Port(port) => wire::put_be16(buf, IPSET_ATTR_PORT, *port),
+        Member::IpMark { addr, mark } => {
+            put_ip(buf, IPSET_ATTR_IP, addr);
+            wire::put_be32(buf, IPSET_ATTR_MARK, *mark);
+        }
+        Member::NetIface(e) => {
+            put_ip(buf, IPSET_ATTR_IP, &e.addr);
+            wire::put_u8(buf, IPSET_ATTR_CIDR, e.prefix);
+            wire::put_str(buf, IPSET_ATTR_IFACE, e.iface.as_str());
+            let flags = if e.physdev { IPSET_FLAG_PHYSDEV } else { 0 }
+                | if e.nomatch { IPSET_FLAG_NOMATCH } else { 0 };
+            if flags != 0 {
+                wire::put_be32(buf, IPSET_ATTR_CADT_FLAGS, flags);
+            }
+        }
+        Member::NetPort {
+            addr,
+            prefix,
+            proto,
+            port,
+            nomatch,
+        } => {
+            put_ip(buf, IPSET_ATTR_IP, addr);
+            wire::put_u8(buf, IPSET_ATTR_CIDR, *prefix);
+            wire::put_be16(buf, IPSET_ATTR_PORT, *port);
+            wire::put_u8(buf, IPSET_ATTR_PROTO, proto.number());
+            put_nomatch(buf, *nomatch);
+        }
+        Member::IpPortIp(e) => {
+            put_ip(buf, IPSET_ATTR_IP, &e.addr);
+            wire::put_be16(buf, IPSET_ATTR_PORT, e.port);
+            wire::put_u8(buf, IPSET_ATTR_PROTO, e.proto.number());
+            put_ip(buf, IPSET_ATTR_IP2, &e.addr2);
+        }
+        Member::IpPortNet(e) => {
+            put_ip(buf, IPSET_ATTR_IP, &e.addr);
+            wire::put_be16(buf, IPSET_ATTR_PORT, e.port);
+            wire::put_u8(buf, IPSET_ATTR_PROTO, e.proto.number());
+            put_ip(buf, IPSET_ATTR_IP2, &e.net);
+            wire::put_u8(buf, IPSET_ATTR_CIDR2, e.prefix);
+            put_nomatch(buf, e.nomatch);
+        }
     }
-    if lineno != 0 {
-        wire::put_u32_host(buf, IPSET_ATTR_CADT_LINENO, lineno);
-    }
-    // One element is well under 100 bytes.
-    let _ = wire::end_nest(buf, n);
 }
 
 /// The IPSET_ATTR_DATA of a CREATE request.
 pub fn encode_create_data(buf: &mut Vec<u8>, header: &SetHeader) {
     let n = wire::begin_nest(buf, IPSET_ATTR_DATA);
-    if header.kind.set_type == SetType::ListSet {
+    if header.options.comment {
+        wire::put_be32(buf, IPSET_ATTR_CADT_FLAGS, IPSET_FLAG_WITH_COMMENT);
+    }
+    match header.options.mask {
+        Some(AddrMask::Prefix(n)) => wire::put_u8(buf, IPSET_ATTR_NETMASK, n),
+        Some(AddrMask::Bits(a)) => put_ip(buf, IPSET_ATTR_BITMASK, &a),
+        None => {}
+    }
+    if let Some(range) = header.options.range {
+        // A bitmap: the range is its size; it has no maxelem or hash size.
+        match range {
+            SetRange::Ipv4 { from, to } => {
+                put_ip(buf, IPSET_ATTR_IP, &IpAddr::V4(from));
+                put_ip(buf, IPSET_ATTR_IP_TO, &IpAddr::V4(to));
+            }
+            SetRange::Port { from, to } => {
+                wire::put_be16(buf, IPSET_ATTR_PORT, from);
+                wire::put_be16(buf, IPSET_ATTR_PORT_TO, to);
+            }
+        }
+    } else if header.kind.set_type == SetType::ListSet {
         wire::put_be32(buf, IPSET_ATTR_SIZE, header.max_elem);
     } else {
         if let Some(h) = header.hash_size {
@@ -175,11 +251,22 @@ impl<'a, I: Iterator<Item = Member>> AdtEncoder<'a, I> {
         }
     }
 
+    /// Encode `m` into `pending`: for DEL only its key (the kernel deletes
+    /// by key; a comment there would be refused).
+    fn encode(&mut self, m: &Member) {
+        let key = (self.cmd == IPSET_CMD_DEL).then(|| m.key_only()).flatten();
+        encode_element(
+            &mut self.pending,
+            key.as_ref().unwrap_or(m),
+            self.next_lineno,
+        );
+    }
+
     /// Append the next message to `buf`; `None` when every member was sent.
     pub fn next_message(&mut self, buf: &mut Vec<u8>, seq: u32) -> Option<AdtChunk> {
         if self.pending.is_empty() {
             let m = self.members.next()?;
-            encode_element(&mut self.pending, &m, self.next_lineno);
+            self.encode(&m);
         }
         let first_lineno = self.next_lineno;
         let mut count = 0u32;
@@ -203,8 +290,8 @@ impl<'a, I: Iterator<Item = Member>> AdtEncoder<'a, I> {
                 match self.members.next() {
                     Some(m) => {
                         self.scratch.clear();
-                        encode_element(&mut self.scratch, &m, self.next_lineno);
                         std::mem::swap(&mut self.scratch, &mut self.pending);
+                        self.encode(&m);
                     }
                     None => break,
                 }
@@ -292,7 +379,7 @@ pub fn decode_error_lineno(echoed: &wire::NlMsg<'_>) -> Option<u32> {
     None
 }
 
-fn decode_ip(a: &Attr<'_>) -> Result<IpAddr, DecodeError> {
+pub(super) fn decode_ip(a: &Attr<'_>) -> Result<IpAddr, DecodeError> {
     for inner in a.attrs() {
         let inner = inner?;
         match (inner.ty, inner.data.len()) {
@@ -311,94 +398,6 @@ fn decode_ip(a: &Attr<'_>) -> Result<IpAddr, DecodeError> {
     Err(DecodeError("IP attribute without an address"))
 }
 
-/// Decode one element (the payload of an IPSET_ATTR_DATA nest) of a set of
-/// `kind`. Elements with anything this project does not manage (timeouts,
-/// counters, comments, ...) are errors: the caller counts them unparsable.
-pub fn decode_element(kind: SetKind, data: &[u8]) -> Result<Member, DecodeError> {
-    let mut ip = None;
-    let mut cidr = None;
-    let mut port = None;
-    let mut proto = None;
-    let mut ether = None;
-    let mut name = None;
-    let mut cadt_flags = 0u32;
-    for a in wire::attrs(data) {
-        let a = a?;
-        match a.ty {
-            IPSET_ATTR_IP => ip = Some(decode_ip(&a)?),
-            IPSET_ATTR_CIDR => cidr = Some(a.u8()?),
-            IPSET_ATTR_PORT => port = Some(a.be16()?),
-            IPSET_ATTR_PROTO => proto = Some(a.u8()?),
-            IPSET_ATTR_CADT_FLAGS => cadt_flags = a.be32()?,
-            IPSET_ATTR_CADT_LINENO => {}
-            IPSET_ATTR_ETHER => {
-                let b: [u8; 6] = a
-                    .data
-                    .get(..6)
-                    .and_then(|s| s.try_into().ok())
-                    .ok_or(DecodeError("short MAC address"))?;
-                ether = Some(b);
-            }
-            IPSET_ATTR_NAME => name = Some(a.str()?),
-            _ => return Err(DecodeError("element has an unmanaged extension")),
-        }
-    }
-    if cadt_flags & !IPSET_FLAG_NOMATCH != 0
-        || (cadt_flags != 0 && kind.set_type != SetType::HashNet)
-    {
-        return Err(DecodeError("element has unmanaged flags"));
-    }
-    let check_family = |a: IpAddr| -> Result<IpAddr, DecodeError> {
-        match kind.family {
-            Some(f) if f != Family::of(&a) => Err(DecodeError("element of the wrong family")),
-            _ => Ok(a),
-        }
-    };
-    match kind.set_type {
-        SetType::HashIp => {
-            let a = check_family(ip.ok_or(DecodeError("hash:ip element without IP"))?)?;
-            if cidr.is_some_and(|c| c != Family::of(&a).max_prefix()) {
-                return Err(DecodeError("hash:ip element with a network"));
-            }
-            Ok(Member::Ip(a))
-        }
-        SetType::HashNet => {
-            let a = check_family(ip.ok_or(DecodeError("hash:net element without IP"))?)?;
-            let max = Family::of(&a).max_prefix();
-            let prefix = cidr.unwrap_or(max);
-            if prefix > max || mask(a, prefix) != a {
-                return Err(DecodeError("hash:net element with a bad prefix"));
-            }
-            Ok(Member::Net {
-                addr: a,
-                prefix,
-                nomatch: cadt_flags & IPSET_FLAG_NOMATCH != 0,
-            })
-        }
-        SetType::HashIpPort => {
-            let a = check_family(ip.ok_or(DecodeError("hash:ip,port element without IP"))?)?;
-            let proto = Proto::from_number(proto.ok_or(DecodeError("element without protocol"))?)
-                .ok_or(DecodeError("element with an unmanaged protocol"))?;
-            Ok(Member::IpPort {
-                addr: a,
-                proto,
-                port: port.ok_or(DecodeError("element without port"))?,
-            })
-        }
-        SetType::HashMac => Ok(Member::Mac(
-            ether.ok_or(DecodeError("hash:mac element without MAC"))?,
-        )),
-        SetType::ListSet => {
-            let n = name.ok_or(DecodeError("list:set element without name"))?;
-            if is_valid_set_name(n) {
-                Ok(Member::Set(n.into()))
-            } else {
-                Err(DecodeError("list:set element with a bad name"))
-            }
-        }
-    }
-}
-
 /// A set header as the kernel lists it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RawHeader {
@@ -409,6 +408,12 @@ pub struct RawHeader {
     pub max_elem: Option<u32>,
     pub size: Option<u32>,
     pub netmask: Option<u8>,
+    pub bitmask: Option<IpAddr>,
+    /// A bitmap's range, as listed (IPSET_ATTR_IP/IP_TO or PORT/PORT_TO).
+    pub range_ip: (Option<IpAddr>, Option<IpAddr>),
+    pub range_port: (Option<u16>, Option<u16>),
+    /// Created with the comment extension (an option this project sets).
+    pub comment: bool,
     pub references: u32,
     pub elements: Option<u32>,
     /// Other options this project never sets (see [`RawHeader::unmanaged_options`]).
@@ -423,14 +428,34 @@ impl RawHeader {
     /// [`KernelSet::unmanaged_options`]: crate::KernelSet::unmanaged_options
     pub fn unmanaged_options(&self) -> Vec<String> {
         let host = if self.family == NFPROTO_IPV6 { 128 } else { 32 };
+        // hash:ip's masks are managed (see `RawHeader::mask`).
+        let managed = self.type_name == SetType::HashIp.as_str();
         let netmask = self
             .netmask
-            .filter(|nm| *nm != host)
+            .filter(|nm| *nm != host && !managed)
             .map(|nm| format!("netmask {nm}"));
+        let bitmask = self
+            .bitmask
+            .filter(|_| !managed)
+            .map(|b| format!("bitmask {b}"));
         netmask
             .into_iter()
+            .chain(bitmask)
             .chain(self.unmanaged.iter().cloned())
             .collect()
+    }
+
+    /// A hash:ip set's netmask or bitmask (`None`: the default, or a mask
+    /// this project cannot hold, which then shows as unmanaged).
+    fn mask(&self, family: Option<Family>) -> Option<AddrMask> {
+        let family = family?;
+        let netmask = self
+            .netmask
+            .and_then(|n| AddrMask::prefix(n, family).ok().flatten());
+        let bitmask = self
+            .bitmask
+            .and_then(|b| AddrMask::bits(&b.to_string(), family).ok().flatten());
+        netmask.or(bitmask)
     }
 
     /// The typed header, or `None` for a set of a type or family this
@@ -447,20 +472,45 @@ impl RawHeader {
         } else {
             None
         };
-        let max_elem = if set_type == SetType::ListSet {
-            self.size?
-        } else {
-            self.max_elem?
+        let range = self.range(set_type)?;
+        let max_elem = match range {
+            // At most 65536: the kernel refuses bigger bitmaps.
+            Some(r) => u32::try_from(r.len()).ok()?,
+            None if set_type == SetType::ListSet => self.size?,
+            None => self.max_elem?,
         };
         Some(SetHeader {
             kind: SetKind::new(set_type, family),
             max_elem,
-            hash_size: if set_type == SetType::ListSet {
-                None
-            } else {
+            hash_size: if set_type.is_hash() {
                 self.hash_size
+            } else {
+                None
+            },
+            options: HeaderOptions {
+                range,
+                comment: self.comment,
+                mask: if set_type == SetType::HashIp {
+                    self.mask(family)
+                } else {
+                    None
+                },
             },
         })
+    }
+
+    /// A bitmap's range (`Some(None)` for other types; `None` when a
+    /// bitmap's range is missing or not one this project can hold).
+    fn range(&self, set_type: SetType) -> Option<Option<SetRange>> {
+        let range = match (set_type, self.range_ip, self.range_port) {
+            (SetType::BitmapIp, (Some(IpAddr::V4(from)), Some(IpAddr::V4(to))), _) => {
+                SetRange::Ipv4 { from, to }
+            }
+            (SetType::BitmapPort, _, (Some(from), Some(to))) => SetRange::Port { from, to },
+            (t, ..) if t.is_bitmap() => return None,
+            _ => return Some(None),
+        };
+        Some(Some(range))
     }
 }
 
@@ -475,9 +525,9 @@ const HARMLESS_HEADER_ATTRS: [u16; 4] = [
 ];
 
 /// The extension flags of a header's IPSET_ATTR_CADT_FLAGS, by name.
-const EXTENSION_FLAGS: [(u32, &str); 4] = [
+/// `comment` is managed: see [`RawHeader::comment`].
+const EXTENSION_FLAGS: [(u32, &str); 3] = [
     (IPSET_FLAG_WITH_COUNTERS, "counters"),
-    (IPSET_FLAG_WITH_COMMENT, "comment"),
     (IPSET_FLAG_WITH_FORCEADD, "forceadd"),
     (IPSET_FLAG_WITH_SKBINFO, "skbinfo"),
 ];
@@ -492,11 +542,17 @@ fn decode_header_data(h: &mut RawHeader, data: &[u8]) -> Result<(), DecodeError>
             IPSET_ATTR_REFERENCES => h.references = a.be32()?,
             IPSET_ATTR_ELEMENTS => h.elements = Some(a.be32()?),
             IPSET_ATTR_NETMASK => h.netmask = Some(a.u8()?),
+            IPSET_ATTR_IP => h.range_ip.0 = Some(decode_ip(&a)?),
+            IPSET_ATTR_IP_TO => h.range_ip.1 = Some(decode_ip(&a)?),
+            IPSET_ATTR_PORT => h.range_port.0 = Some(a.be16()?),
+            IPSET_ATTR_PORT_TO => h.range_port.1 = Some(a.be16()?),
             IPSET_ATTR_CADT_FLAGS => {
                 let flags = a.be32()?;
                 let mut rest = flags;
+                h.comment = flags & IPSET_FLAG_WITH_COMMENT != 0;
+                rest &= !IPSET_FLAG_WITH_COMMENT;
                 for (bit, name) in EXTENSION_FLAGS {
-                    if flags & bit != 0 {
+                    if rest & bit != 0 {
                         h.unmanaged.push(name.to_string());
                         rest &= !bit;
                     }
@@ -506,8 +562,14 @@ fn decode_header_data(h: &mut RawHeader, data: &[u8]) -> Result<(), DecodeError>
                 }
             }
             IPSET_ATTR_TIMEOUT => h.unmanaged.push(format!("timeout {}", a.be32()?)),
-            IPSET_ATTR_BITMASK => h.unmanaged.push("bitmask".into()),
-            IPSET_ATTR_MARKMASK => h.unmanaged.push("markmask".into()),
+            IPSET_ATTR_BITMASK => h.bitmask = Some(decode_ip(&a)?),
+            IPSET_ATTR_MARKMASK => {
+                // All bits, hash:ip,mark's default, change nothing.
+                let mask = a.be32()?;
+                if mask != u32::MAX {
+                    h.unmanaged.push(format!("markmask {mask:#010x}"));
+                }
+            }
             t if HARMLESS_HEADER_ATTRS.contains(&t) => {}
             // Whatever a newer kernel adds may change matching: never
             // assume it does not.

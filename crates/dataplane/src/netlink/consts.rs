@@ -62,12 +62,15 @@ pub const IPSET_ATTR_REVISION_MIN: u16 = 10;
 
 // CADT attributes (inside IPSET_ATTR_DATA)
 pub const IPSET_ATTR_IP: u16 = 1;
+pub const IPSET_ATTR_IP_TO: u16 = 2;
 pub const IPSET_ATTR_CIDR: u16 = 3;
 pub const IPSET_ATTR_PORT: u16 = 4;
+pub const IPSET_ATTR_PORT_TO: u16 = 5;
 pub const IPSET_ATTR_TIMEOUT: u16 = 6;
 pub const IPSET_ATTR_PROTO: u16 = 7;
 pub const IPSET_ATTR_CADT_FLAGS: u16 = 8;
 pub const IPSET_ATTR_CADT_LINENO: u16 = 9;
+pub const IPSET_ATTR_MARK: u16 = 10;
 pub const IPSET_ATTR_MARKMASK: u16 = 11;
 pub const IPSET_ATTR_BITMASK: u16 = 12;
 // create-only / header attributes
@@ -83,6 +86,10 @@ pub const IPSET_ATTR_MEMSIZE: u16 = 26;
 // ADT attributes
 pub const IPSET_ATTR_ETHER: u16 = 17;
 pub const IPSET_ATTR_NAME: u16 = 18;
+pub const IPSET_ATTR_IP2: u16 = 20;
+pub const IPSET_ATTR_CIDR2: u16 = 21;
+pub const IPSET_ATTR_IFACE: u16 = 23;
+pub const IPSET_ATTR_COMMENT: u16 = 26;
 // inside IPSET_ATTR_IP
 pub const IPSET_ATTR_IPADDR_IPV4: u16 = 1;
 pub const IPSET_ATTR_IPADDR_IPV6: u16 = 2;
@@ -90,6 +97,7 @@ pub const IPSET_ATTR_IPADDR_IPV6: u16 = 2;
 // command flags (IPSET_ATTR_FLAGS)
 pub const IPSET_FLAG_LIST_SETNAME: u32 = 1 << 1;
 // CADT flags
+pub const IPSET_FLAG_PHYSDEV: u32 = 1 << 1;
 pub const IPSET_FLAG_NOMATCH: u32 = 1 << 2;
 // CADT flags of a set header: the extensions a set was created with.
 pub const IPSET_FLAG_WITH_COUNTERS: u32 = 1 << 3;
@@ -124,6 +132,9 @@ pub const IPSET_ERR_INVALID_PROTO: i32 = 4354;
 pub const IPSET_ERR_MISSING_PROTO: i32 = 4355;
 pub const IPSET_ERR_HASH_RANGE_UNSUPPORTED: i32 = 4356;
 pub const IPSET_ERR_HASH_RANGE: i32 = 4357;
+// bitmap types
+pub const IPSET_ERR_BITMAP_RANGE: i32 = 4352;
+pub const IPSET_ERR_BITMAP_RANGE_SIZE: i32 = 4353;
 // list:set
 pub const IPSET_ERR_NAME: i32 = 4352;
 pub const IPSET_ERR_LOOP: i32 = 4353;

@@ -92,6 +92,12 @@ pub fn describe(errno: i32, set_type: Option<SetType>) -> String {
             (Some(SetType::ListSet), IPSET_ERR_REF_EXIST) => {
                 "the reference set is not in the list:set"
             }
+            (Some(t), IPSET_ERR_BITMAP_RANGE) if t.is_bitmap() => {
+                "element is out of the range of the set"
+            }
+            (Some(t), IPSET_ERR_BITMAP_RANGE_SIZE) if t.is_bitmap() => {
+                "the range exceeds the size limit of the set type"
+            }
             (Some(_), IPSET_ERR_HASH_FULL) => "hash is full, cannot add more elements",
             (Some(_), IPSET_ERR_HASH_ELEM) => "null-valued element, cannot be stored",
             (Some(_), IPSET_ERR_INVALID_PROTO) => "invalid protocol",
@@ -135,7 +141,9 @@ pub fn map_errno(errno: i32, ctx: &ErrCtx<'_>) -> DataplaneError {
         IPSET_ERR_PROTOCOL if ctx.member.is_none() => {
             DataplaneError::Protocol(describe(errno, ctx.set_type))
         }
-        IPSET_ERR_HASH_FULL if !is_list && ctx.set_type.is_some() => DataplaneError::SetFull(set()),
+        IPSET_ERR_HASH_FULL if ctx.set_type.is_some_and(SetType::is_hash) => {
+            DataplaneError::SetFull(set())
+        }
         IPSET_ERR_LIST_FULL if is_list => DataplaneError::SetFull(set()),
         IPSET_ERR_LOOP if is_list => DataplaneError::NestedListSet(set()),
         libc::EPERM | libc::EACCES => DataplaneError::Unavailable(
@@ -147,6 +155,15 @@ pub fn map_errno(errno: i32, ctx: &ErrCtx<'_>) -> DataplaneError {
         libc::EOPNOTSUPP | libc::EPROTONOSUPPORT | libc::EAFNOSUPPORT => {
             DataplaneError::Unavailable(format!(
                 "the kernel has no ipset netlink subsystem: {}",
+                describe(errno, ctx.set_type)
+            ))
+        }
+        IPSET_ERR_BITMAP_RANGE_SIZE
+            if ctx.cmd == Cmd::Create && ctx.set_type.is_some_and(SetType::is_bitmap) =>
+        {
+            DataplaneError::Other(format!(
+                "cannot create set {}: {}",
+                ctx.set,
                 describe(errno, ctx.set_type)
             ))
         }
@@ -188,6 +205,22 @@ mod tests {
             set_type: t,
             member: None,
         }
+    }
+
+    #[test]
+    fn bitmap_codes_name_the_range() {
+        let bitmap = ErrCtx {
+            member: Some(&Member::Port(80)),
+            ..ctx(Cmd::Add, Some(SetType::BitmapPort))
+        };
+        assert_eq!(
+            map_errno(IPSET_ERR_BITMAP_RANGE, &bitmap),
+            DataplaneError::InvalidElement {
+                set: "a".into(),
+                element: "80".into(),
+                reason: "element is out of the range of the set".into()
+            }
+        );
     }
 
     #[test]

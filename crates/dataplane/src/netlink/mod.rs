@@ -16,6 +16,7 @@
 // The protocol's internals are this module's own business.
 mod codec;
 mod consts;
+mod element;
 mod errors;
 mod wire;
 

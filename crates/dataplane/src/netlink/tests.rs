@@ -10,7 +10,10 @@ use super::codec::{self, AdtEncoder, ListAccumulator};
 use super::consts::*;
 use super::wire;
 use ipsetmgr_ipset::mask;
-use ipsetmgr_ipset::{Family, Member, MemberSet, Proto, SetHeader, SetKind, SetType};
+use ipsetmgr_ipset::{
+    AddrMask, Family, HeaderOptions, IfaceName, IpPortIp, IpPortNet, Member, MemberSet, NetIface,
+    Proto, SetHeader, SetKind, SetRange, SetType,
+};
 
 fn addr(family: Family) -> impl Strategy<Value = IpAddr> {
     match family {
@@ -27,8 +30,22 @@ fn proto() -> impl Strategy<Value = Proto> {
     prop::sample::select(Proto::ALL.to_vec())
 }
 
-/// A kind and a member of that kind.
+/// A kind and a member of that kind, now and then with a comment.
 fn kind_and_member() -> impl Strategy<Value = (SetKind, Member)> {
+    (
+        bare_kind_and_member(),
+        prop::option::weighted(0.2, "[!#-\\[\\]-~]([ !#-\\[\\]-~]{0,253}[!#-\\[\\]-~])?"),
+    )
+        .prop_map(|((kind, m), comment)| match comment {
+            Some(c) if kind.set_type != SetType::ListSet => (
+                kind,
+                m.with_comment(ipsetmgr_ipset::Comment::parse(&c).unwrap()),
+            ),
+            _ => (kind, m),
+        })
+}
+
+fn bare_kind_and_member() -> impl Strategy<Value = (SetKind, Member)> {
     let fam = prop::sample::select(vec![Family::V4, Family::V6]);
     prop_oneof![
         fam.clone()
@@ -45,16 +62,93 @@ fn kind_and_member() -> impl Strategy<Value = (SetKind, Member)> {
                     }
                 )
             )),
-        fam.prop_flat_map(
-            |f| (addr(f), proto(), any::<u16>()).prop_map(move |(a, pr, port)| (
-                SetKind::new(SetType::HashIpPort, Some(f)),
-                Member::IpPort {
+        fam.clone()
+            .prop_flat_map(
+                |f| (addr(f), proto(), any::<u16>()).prop_map(move |(a, pr, port)| (
+                    SetKind::new(SetType::HashIpPort, Some(f)),
+                    Member::IpPort {
+                        addr: a,
+                        proto: pr,
+                        port
+                    }
+                ))
+            ),
+        fam.clone().prop_flat_map(|f| (
+            addr(f),
+            0..=f.max_prefix(),
+            proto(),
+            any::<u16>(),
+            any::<bool>()
+        )
+            .prop_map(move |(a, p, pr, port, nm)| (
+                SetKind::new(SetType::HashNetPort, Some(f)),
+                Member::NetPort {
+                    addr: mask(a, p),
+                    prefix: p,
+                    proto: pr,
+                    port,
+                    nomatch: nm
+                }
+            ))),
+        fam.clone()
+            .prop_flat_map(|f| (addr(f), proto(), any::<u16>(), addr(f)).prop_map(
+                move |(a, pr, port, b)| (
+                    SetKind::new(SetType::HashIpPortIp, Some(f)),
+                    Member::IpPortIp(Box::new(IpPortIp {
+                        addr: a,
+                        proto: pr,
+                        port,
+                        addr2: b
+                    }))
+                )
+            )),
+        fam.clone().prop_flat_map(|f| (
+            addr(f),
+            proto(),
+            any::<u16>(),
+            addr(f),
+            0..=f.max_prefix(),
+            any::<bool>()
+        )
+            .prop_map(move |(a, pr, port, n, p, nm)| (
+                SetKind::new(SetType::HashIpPortNet, Some(f)),
+                Member::IpPortNet(Box::new(IpPortNet {
                     addr: a,
                     proto: pr,
-                    port
-                }
-            ))
-        ),
+                    port,
+                    net: mask(n, p),
+                    prefix: p,
+                    nomatch: nm
+                }))
+            ))),
+        any::<u32>().prop_map(|a| (
+            SetKind::new(SetType::BitmapIp, Some(Family::V4)),
+            Member::Ip(IpAddr::V4(Ipv4Addr::from(a)))
+        )),
+        any::<u16>().prop_map(|p| (SetKind::new(SetType::BitmapPort, None), Member::Port(p))),
+        fam.clone().prop_flat_map(|f| (
+            addr(f),
+            0..=f.max_prefix(),
+            any::<bool>(),
+            "[a-z0-9._@+=-]{1,15}",
+            any::<bool>()
+        )
+            .prop_filter("not . or ..", |(.., name, _)| name != "." && name != "..")
+            .prop_map(move |(a, p, physdev, name, nm)| (
+                SetKind::new(SetType::HashNetIface, Some(f)),
+                Member::NetIface(Box::new(NetIface {
+                    addr: mask(a, p),
+                    prefix: p,
+                    physdev,
+                    iface: IfaceName::parse(&name).unwrap(),
+                    nomatch: nm
+                }))
+            ))),
+        fam.clone()
+            .prop_flat_map(|f| (addr(f), any::<u32>()).prop_map(move |(a, mark)| (
+                SetKind::new(SetType::HashIpMark, Some(f)),
+                Member::IpMark { addr: a, mark }
+            ))),
         any::<[u8; 6]>().prop_map(|m| (SetKind::new(SetType::HashMac, None), Member::Mac(m))),
         "[A-Za-z0-9_.:][A-Za-z0-9_.:-]{0,30}"
             .prop_map(|n| (SetKind::new(SetType::ListSet, None), Member::Set(n.into()))),
@@ -67,11 +161,55 @@ fn header() -> impl Strategy<Value = SetHeader> {
         prop::sample::select(vec![Family::V4, Family::V6]),
         any::<u32>(),
         prop::option::of(any::<u32>()),
+        any::<u32>(),
+        any::<u16>(),
+        any::<bool>(),
+        prop::option::weighted(0.3, any::<u8>()),
     )
-        .prop_map(|(t, f, max_elem, hs)| SetHeader {
-            kind: SetKind::new(t, if t.has_family() { Some(f) } else { None }),
-            max_elem,
-            hash_size: if t == SetType::ListSet { None } else { hs },
+        .prop_map(|(t, f, max_elem, hs, start, width, comment, mask)| {
+            // A bitmap's range: at most 65536 elements, within the space.
+            let range = match t {
+                SetType::BitmapIp => {
+                    let from = start.min(u32::MAX - width as u32);
+                    Some(SetRange::Ipv4 {
+                        from: Ipv4Addr::from(from),
+                        to: Ipv4Addr::from(from + width as u32),
+                    })
+                }
+                SetType::BitmapPort => {
+                    let from = (start as u16).min(u16::MAX - width);
+                    Some(SetRange::Port {
+                        from,
+                        to: from + width,
+                    })
+                }
+                _ => None,
+            };
+            let family = t.only_family().or(Some(f)).filter(|_| t.has_family());
+            // hash:ip's netmask (a shorter prefix than the host's) or
+            // bitmask (any bits but none or all).
+            let mask = mask.filter(|_| t == SetType::HashIp).map(|n| {
+                let max = f.max_prefix();
+                if n % 2 == 0 {
+                    AddrMask::Prefix(n % (max - 1) + 1)
+                } else {
+                    let bits = match f {
+                        Family::V4 => IpAddr::V4(Ipv4Addr::from(0xffff_0000u32 | n as u32)),
+                        Family::V6 => IpAddr::V6(Ipv6Addr::from(u128::MAX << 64 | n as u128)),
+                    };
+                    AddrMask::Bits(bits)
+                }
+            });
+            SetHeader {
+                kind: SetKind::new(t, family),
+                max_elem: range.map_or(max_elem, |r| r.len() as u32),
+                hash_size: if t.is_hash() { hs } else { None },
+                options: HeaderOptions {
+                    range,
+                    comment: comment && t != SetType::ListSet,
+                    mask,
+                },
+            }
         })
 }
 
@@ -105,7 +243,26 @@ fn kernel_list_msg(
         wire::put_u8(&mut b, IPSET_ATTR_FAMILY, codec::kernel_family(h.kind));
         wire::put_u8(&mut b, IPSET_ATTR_REVISION, 6);
         let n = wire::begin_nest(&mut b, IPSET_ATTR_DATA);
-        if h.kind.set_type == SetType::ListSet {
+        if let Some(range) = h.options.range {
+            // As the kernel lists a bitmap: its range, no maxelem.
+            match range {
+                SetRange::Ipv4 { from, to } => {
+                    for (ty, a) in [(IPSET_ATTR_IP, from), (IPSET_ATTR_IP_TO, to)] {
+                        let ip = wire::begin_nest(&mut b, ty);
+                        wire::put_attr(
+                            &mut b,
+                            IPSET_ATTR_IPADDR_IPV4 | NLA_F_NET_BYTEORDER,
+                            &a.octets(),
+                        );
+                        wire::end_nest(&mut b, ip).unwrap();
+                    }
+                }
+                SetRange::Port { from, to } => {
+                    wire::put_be16(&mut b, IPSET_ATTR_PORT, from);
+                    wire::put_be16(&mut b, IPSET_ATTR_PORT_TO, to);
+                }
+            }
+        } else if h.kind.set_type == SetType::ListSet {
             wire::put_be32(&mut b, IPSET_ATTR_SIZE, h.max_elem);
         } else {
             wire::put_be32(&mut b, IPSET_ATTR_HASHSIZE, h.hash_size.unwrap_or(1024));
@@ -162,10 +319,24 @@ proptest! {
             let a = u32::from(*a);
             members.extend((1..5u32).map(|i| Member::Ip(IpAddr::V4(a.wrapping_add(i).into()))));
         }
+        // The codec does not check a bitmap's members against its range.
+        let range = match kind.set_type {
+            SetType::BitmapIp => Some(SetRange::Ipv4 {
+                from: Ipv4Addr::new(10, 0, 0, 0),
+                to: Ipv4Addr::new(10, 0, 255, 255),
+            }),
+            SetType::BitmapPort => Some(SetRange::Port { from: 0, to: 65535 }),
+            _ => None,
+        };
         let h = SetHeader {
             kind,
-            max_elem,
-            hash_size: if kind.set_type == SetType::ListSet { None } else { Some(64) },
+            max_elem: range.map_or(max_elem, |r| r.len() as u32),
+            hash_size: if kind.set_type.is_hash() { Some(64) } else { None },
+            options: HeaderOptions {
+                range,
+                comment: false,
+                mask: None,
+            },
         };
         let split = split.min(members.len());
         let mut acc = ListAccumulator::default();
@@ -197,7 +368,7 @@ proptest! {
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
         cut in any::<prop::sample::Index>(),
     ) {
-        let h = SetHeader { kind, max_elem: 10, hash_size: Some(64) };
+        let h = SetHeader { kind, max_elem: 10, hash_size: Some(64), options: Default::default(), };
         let mut buf = kernel_list_msg("s", Some(&h), &[m.clone(), m], 9);
         for (i, v) in flips {
             let i = i.index(buf.len());
@@ -360,6 +531,7 @@ fn requests_always_carry_protocol_and_set_name() {
         kind: SetKind::new(SetType::ListSet, None),
         max_elem: 8,
         hash_size: None,
+        options: Default::default(),
     };
     let mut b = Vec::new();
     codec::create_request(&mut b, 5, 7, "ipm-l", &h, 3);
