@@ -1,22 +1,33 @@
 #!/usr/bin/env python3
-"""Side-by-side benchmark: `ipsetmgr apply` vs raw `ipset restore`.
+"""Side-by-side benchmark: ipsetmgr against raw `ipset restore` / `ipset save`.
 
-In one run on one machine, inside a throwaway network namespace, it times:
-  * a new N-member hash:ip set (N = 100k and 1M by default): raw `ipset restore`
-    of the equivalent script vs `ipsetmgr apply -f policy.yaml` (and the same
-    policy as JSON, which parses ~20x faster) per backend, end to end
-    (parsing, validation, kernel listing, writing);
-  * a new 1M-member IPv6 hash:net set, the same way;
-  * listing a 1M-member set: `ipset save` vs `ipsetmgr sets` (which reads it);
-  * a 10-member change to the 1M-member set through a running manager
-    (examples/delta.rs), which is what `ipsetmgr run` and the agent do.
-Each figure is the best of --repeat runs. Ratios > 1 mean ipsetmgr is slower.
+Everything is measured in one run on one machine, each measurement in a
+fresh network namespace, the variants of a case alternating round by round
+(so a slow moment of the machine hits them alike); each figure is the median
+of --repeat rounds. Ratios below 1 mean ipsetmgr is faster.
+
+  * new set: a new N-member set, `ipset restore` of the equivalent script
+    against `ipsetmgr apply` of the same members as a YAML policy, a JSON
+    policy, and a plain member list (one member per line, FireHOL style,
+    given with `--members POLICY=FILE`): hash:ip IPv4 at 100k and 1M,
+    hash:net IPv6 at 1M. End to end: reading and parsing the file,
+    validation, the kernel listing, the writes.
+  * change: 10 members of an existing set replaced, `ipsetmgr apply` of the
+    changed file (wall time, reading the file included), and the in-process
+    part (examples/delta.rs: the manager's diff and the kernel write once the
+    new policy is compiled, as in `ipsetmgr run` and the agent), at 100k and
+    1M.
+  * resync: reading a 1M-member set back and diffing it with the desired
+    members (examples/delta.rs) against `ipset save` of the same set.
+  * memory: peak and steady resident memory of `ipsetmgr run` holding a
+    1M-member set from YAML and from a plain list (a `membersFrom` file).
 Needs root and the ipset binary.
 """
 import argparse
 import ipaddress
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,24 +36,38 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target/release/ipsetmgr")
 DELTA = os.path.join(ROOT, "target/release/examples/delta")
+CHANGES = 10
 
 
 def run(cmd, **kw):
     return subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, **kw)
 
 
-def timed(cmd, stdin=None):
+def timed(cmd):
     start = time.perf_counter()
-    run(cmd, stdin=stdin)
+    run(cmd)
     return time.perf_counter() - start
 
 
-def best(n, fn, cleanup):
-    times = []
-    for _ in range(n):
-        times.append(fn())
-        cleanup()
-    return min(times)
+class Namespaces:
+    """Fresh network namespaces, one per measurement."""
+
+    def __init__(self):
+        self.n = 0
+
+    def fresh(self):
+        self.n += 1
+        name = f"ipsetmgr-bench-{os.getpid()}-{self.n}"
+        run(["ip", "netns", "add", name])
+        return name
+
+    @staticmethod
+    def drop(name):
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def in_ns(ns):
+    return ["ip", "netns", "exec", ns]
 
 
 def members_v4(n):
@@ -55,74 +80,227 @@ def members_v6_nets(n):
     return [f"{ipaddress.IPv6Address(base + (i << 64))}/64" for i in range(n)]
 
 
-def write_inputs(d, name, set_type, family, members):
-    policy = os.path.join(d, f"{name}.yaml")
-    script = os.path.join(d, f"{name}.restore")
-    with open(policy, "w") as f:
-        f.write(f"apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata:\n  name: {name}\n"
-                f"spec:\n  type: {set_type}\n  family: {family}\n  maxElem: {len(members) + 10}\n  members:\n")
-        f.writelines(f"  - {m}\n" for m in members)
-    with open(os.path.join(d, f"{name}.json"), "w") as f:
-        json.dump({"apiVersion": "ipsetmgr.io/v1alpha1", "kind": "IPSetPolicy", "metadata": {"name": name},
-                   "spec": {"type": set_type, "family": family, "maxElem": len(members) + 10, "members": members}}, f)
-    kfam = "inet" if family == "IPv4" else "inet6"
-    letter = "4" if family == "IPv4" else "6"
-    with open(script, "w") as f:
-        f.write(f"create raw-{name} {set_type} family {kfam} maxelem {len(members) + 10}\n")
-        f.writelines(f"add raw-{name} {m}\n" for m in members)
-    return policy, script, f"ipm{letter}-{name}"
+def changed(members):
+    """The same list with its first CHANGES members replaced."""
+    if ":" in members[0]:
+        fresh = [f"2001:db8:ffff:{i:x}::/64" for i in range(CHANGES)]
+    else:
+        fresh = [f"192.0.2.{i}" for i in range(CHANGES)]
+    return fresh + members[CHANGES:]
+
+
+class Inputs:
+    """One policy's members written as YAML, JSON, a plain list and a
+    restore script."""
+
+    def __init__(self, d, name, set_type, family, members, suffix=""):
+        self.name, self.set_type, self.family = name, set_type, family
+        stem = os.path.join(d, name + suffix)
+        self.max_elem = len(members) + 2 * CHANGES
+        spec = {"type": set_type, "family": family, "maxElem": self.max_elem}
+        head = (f"apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata:\n  name: {name}\n"
+                f"spec:\n  type: {set_type}\n  family: {family}\n  maxElem: {self.max_elem}\n")
+        self.yaml = stem + ".yaml"
+        with open(self.yaml, "w") as f:
+            f.write(head + "  members:\n")
+            f.writelines(f"  - {m}\n" for m in members)
+        self.json = stem + ".json"
+        with open(self.json, "w") as f:
+            json.dump({"apiVersion": "ipsetmgr.io/v1alpha1", "kind": "IPSetPolicy", "metadata": {"name": name},
+                       "spec": {**spec, "members": members}}, f)
+        # The plain list, and a policy without members for `--members`.
+        self.text = stem + ".txt"
+        with open(self.text, "w") as f:
+            f.write(f"# {name}: {len(members)} members, one per line (FireHOL netset style)\n")
+            f.writelines(f"{m}\n" for m in members)
+        self.bare = stem + ".bare.yaml"
+        with open(self.bare, "w") as f:
+            f.write(head)
+        self.restore = stem + ".restore"
+        kfam = "inet" if family == "IPv4" else "inet6"
+        with open(self.restore, "w") as f:
+            f.write(f"create raw-{name} {set_type} family {kfam} maxelem {self.max_elem}\n")
+            f.writelines(f"add raw-{name} {m}\n" for m in members)
+        self.kernel_name = f"ipm{'4' if family == 'IPv4' else '6'}-{name}"
+
+    def apply_cmd(self, ns, fmt, backend):
+        base = [BIN, "--netns", ns, "--backend", backend, "apply"]
+        if fmt == "text":
+            return base + ["-f", self.bare, "--members", f"{self.name}={self.text}"]
+        return base + ["-f", getattr(self, fmt)]
+
+
+def median_rounds(repeat, variants):
+    """variants: {label: fn() -> seconds}; alternated, rotated each round."""
+    times = {k: [] for k in variants}
+    labels = list(variants)
+    for r in range(repeat):
+        for label in labels[r % len(labels):] + labels[: r % len(labels)]:
+            times[label].append(variants[label]())
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def new_set_rows(nss, inp, formats, backends, repeat):
+    def restore():
+        ns = nss.fresh()
+        try:
+            return timed(in_ns(ns) + ["ipset", "restore", "-f", inp.restore])
+        finally:
+            nss.drop(ns)
+
+    def ipsetmgr(fmt, backend):
+        def go():
+            ns = nss.fresh()
+            try:
+                return timed(inp.apply_cmd(ns, fmt, backend))
+            finally:
+                nss.drop(ns)
+        return go
+
+    variants = {"restore": restore}
+    for b in backends:
+        for fmt in formats:
+            variants[f"{fmt} ({b})"] = ipsetmgr(fmt, b)
+    med = median_rounds(repeat, variants)
+    what = f"new {inp.set_type} {inp.family} {inp.max_elem - 2 * CHANGES:,}"
+    rows = [(f"{what}: ipset restore", med.pop("restore"), None)]
+    raw = rows[0][1]
+    rows += [(f"{what}: ipsetmgr apply {k}", t, t / raw) for k, t in med.items()]
+    return rows
+
+
+def change_rows(nss, base, after, formats, backend, repeat):
+    def change(fmt):
+        def go():
+            ns = nss.fresh()
+            try:
+                run(base.apply_cmd(ns, fmt, backend))
+                return timed(after.apply_cmd(ns, fmt, backend))
+            finally:
+                nss.drop(ns)
+        return go
+
+    med = median_rounds(repeat, {fmt: change(fmt) for fmt in formats})
+    n = base.max_elem - 2 * CHANGES
+    return [(f"{CHANGES}-member change of {n:,}: ipsetmgr apply {fmt} ({backend}), wall", t, None)
+            for fmt, t in med.items()]
+
+
+def delta_stats(nss, n, backend, repeat):
+    """Median diff, update and resync milliseconds from examples/delta.rs."""
+    samples = []
+    for _ in range(repeat):
+        ns = nss.fresh()
+        try:
+            out = subprocess.run([DELTA, "--netns", ns, "--backend", backend, "--members", str(n),
+                                  "--changes", str(CHANGES)], check=True, capture_output=True, text=True).stdout
+        finally:
+            nss.drop(ns)
+        samples.append(dict(kv.split("=", 1) for kv in out.split()))
+    return {k: statistics.median(float(s[k]) for s in samples) for k in ("diff_ms", "update_ms", "resync_ms")}
+
+
+def save_time(nss, inp, repeat):
+    times = []
+    for _ in range(repeat):
+        ns = nss.fresh()
+        try:
+            run(in_ns(ns) + ["ipset", "restore", "-f", inp.restore])
+            times.append(timed(in_ns(ns) + ["ipset", "save", f"raw-{inp.name}"]))
+        finally:
+            nss.drop(ns)
+    return statistics.median(times)
+
+
+def rss_kb(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def run_memory(nss, d, inp, fmt, backend, settle):
+    """Peak and steady RSS (MiB) of `ipsetmgr run` holding the set."""
+    pdir = tempfile.mkdtemp(dir=d)
+    if fmt == "yaml":
+        os.symlink(inp.yaml, os.path.join(pdir, "policy.yaml"))
+    else:
+        with open(inp.bare) as f:
+            policy = f.read()
+        with open(os.path.join(pdir, "policy.yaml"), "w") as f:
+            f.write(policy + f"  membersFrom:\n  - file:\n      path: {inp.text}\n")
+    ns = nss.fresh()
+    proc = subprocess.Popen([BIN, "--netns", ns, "--backend", backend, "run", "--policy-dir", pdir],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        want = inp.max_elem - 2 * CHANGES
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"ipsetmgr run exited: {proc.stderr.read()[-2000:]}")
+            out = subprocess.run(in_ns(ns) + ["ipset", "list", "-t", inp.kernel_name],
+                                 capture_output=True, text=True).stdout
+            if f"Number of entries: {want}" in out:
+                break
+            time.sleep(0.2)
+        else:
+            raise RuntimeError("the set never reached its size")
+        time.sleep(settle)
+        return rss_kb(proc.pid, "VmHWM") / 1024, rss_kb(proc.pid, "VmRSS") / 1024
+    finally:
+        proc.terminate()
+        proc.wait()
+        nss.drop(ns)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="100000,1000000")
-    ap.add_argument("--backends", default="cli,netlink")
+    ap.add_argument("--sizes", default="100000,1000000", help="hash:ip IPv4 sizes")
+    ap.add_argument("--v6", type=int, default=1_000_000, help="hash:net IPv6 size (0: skip)")
+    ap.add_argument("--formats", default="yaml,json,text")
+    ap.add_argument("--backends", default="netlink", help="netlink and/or cli")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--settle", type=float, default=5.0, help="seconds before reading steady RSS")
+    ap.add_argument("--skip-memory", action="store_true")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (ipsets live in the kernel); run with sudo")
     run(["cargo", "build", "--release", "--quiet", "--bin", "ipsetmgr", "--example", "delta"], cwd=ROOT)
+    formats = [f for f in args.formats.split(",") if f]
     backends = [b for b in args.backends.split(",") if b]
-    ns = f"ipsetmgr-bench-{os.getpid()}"
-    run(["ip", "netns", "add", ns])
-    nsx = ["ip", "netns", "exec", ns]
-    rows = []
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            cases = [(f"v4-{n}", "hash:ip", "IPv4", members_v4(int(n))) for n in args.sizes.split(",")]
-            cases.append(("v6net-1000000", "hash:net", "IPv6", members_v6_nets(1_000_000)))
-            for name, set_type, family, members in cases:
-                policy, script, kname = write_inputs(d, name, set_type, family, members)
-                raw = best(args.repeat, lambda: timed(nsx + ["ipset", "restore", "-f", script]),
-                           lambda: run(nsx + ["ipset", "destroy", f"raw-{name}"]))
-                rows.append((f"new {set_type} {family} {len(members)}: ipset restore", raw, None))
-                for b in backends:
-                    for fmt in ["yaml", "json"]:
-                        path = policy[: -len("yaml")] + fmt
-                        t = best(args.repeat,
-                                 lambda: timed([BIN, "--netns", ns, "--backend", b, "apply", "-f", path]),
-                                 lambda: run(nsx + ["ipset", "destroy", kname]))
-                        rows.append((f"new {set_type} {family} {len(members)}: ipsetmgr apply {fmt} ({b})", t, t / raw))
-            # Listing a 1M-member set.
-            policy, script, kname = write_inputs(d, "list", "hash:ip", "IPv4", members_v4(1_000_000))
-            run(nsx + ["ipset", "restore", "-f", script])
-            run(nsx + ["ipset", "rename", "raw-list", kname])
-            save = best(args.repeat, lambda: timed(nsx + ["ipset", "save", kname]), lambda: None)
-            rows.append(("list 1M hash:ip: ipset save", save, None))
-            for b in backends:
-                t = best(args.repeat, lambda: timed([BIN, "--netns", ns, "--backend", b, "sets"]), lambda: None)
-                rows.append((f"list 1M hash:ip: ipsetmgr sets ({b})", t, t / save))
-            run(nsx + ["ipset", "destroy", kname])
-            # A 10-member change to a 1M-member set, manager already running.
-            for b in backends:
-                out = subprocess.run([DELTA, "--netns", ns, "--backend", b, "--members", "1000000", "--changes", "10"],
-                                     check=True, capture_output=True, text=True).stdout
-                print(out.strip())
-    finally:
-        subprocess.run(["ip", "netns", "del", ns])
-    print(f"{'case':<62} {'seconds':>9} {'ratio':>7}")
+    nss = Namespaces()
+    rows, notes = [], []
+    with tempfile.TemporaryDirectory() as d:
+        sizes = [int(n) for n in args.sizes.split(",") if n]
+        cases = [(f"v4-{n}", "hash:ip", "IPv4", members_v4(n)) for n in sizes]
+        if args.v6:
+            cases.append((f"v6net-{args.v6}", "hash:net", "IPv6", members_v6_nets(args.v6)))
+        for name, set_type, family, members in cases:
+            inp = Inputs(d, name, set_type, family, members)
+            rows += new_set_rows(nss, inp, formats, backends, args.repeat)
+            if set_type == "hash:ip":
+                after = Inputs(d, name, set_type, family, changed(members), suffix=".changed")
+                rows += change_rows(nss, inp, after, formats, backends[0], args.repeat)
+                stats = delta_stats(nss, len(members), backends[0], args.repeat)
+                notes.append(f"{len(members):,}: diff {stats['diff_ms']:.2f} ms, kernel write "
+                             f"{stats['update_ms']:.3f} ms, resync {stats['resync_ms']:.0f} ms")
+                if len(members) == max(sizes):
+                    save = save_time(nss, inp, args.repeat)
+                    rows.append((f"read back {len(members):,} hash:ip: ipset save", save, None))
+                    rows.append((f"resync {len(members):,} hash:ip: read back + diff (in process)",
+                                 stats["resync_ms"] / 1e3, stats["resync_ms"] / 1e3 / save))
+                    if not args.skip_memory:
+                        for fmt in [f for f in ("yaml", "text") if f in formats]:
+                            peak, steady = run_memory(nss, d, inp, fmt, backends[0], args.settle)
+                            notes.append(f"ipsetmgr run, {len(members):,} members from {fmt}: "
+                                         f"peak RSS {peak:.1f} MiB, steady {steady:.1f} MiB")
+    print(f"{'case':<78} {'seconds':>9} {'ratio':>7}")
     for label, t, ratio in rows:
-        print(f"{label:<62} {t:>9.3f} {'' if ratio is None else f'{ratio:.2f}x':>7}")
+        print(f"{label:<78} {t:>9.3f} {'' if ratio is None else f'{ratio:.2f}':>7}")
+    print(f"(median of {args.repeat}; ratio = ipsetmgr / ipset)")
+    for n in notes:
+        print(n)
 
 
 if __name__ == "__main__":

@@ -110,6 +110,7 @@ pub enum Command {
     /// Keep the kernel in line with a policy directory: react to file
     /// changes and SIGHUP, resync periodically.
     Run {
+        /// Directory of policy files (*.yaml, *.yml, *.json), watched for changes
         #[arg(long, value_name = "DIR")]
         policy_dir: PathBuf,
         #[command(flatten)]

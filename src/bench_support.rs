@@ -6,3 +6,5 @@
 pub use crate::agent::store::Store;
 pub use crate::cluster::tolerant::decode;
 pub use crate::policy::compile::MemberCache;
+pub use crate::policy::load::{parse_json_policies, parse_policies};
+pub use crate::policy::member_list::{ListFormat, parse_member_list};

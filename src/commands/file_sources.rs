@@ -106,7 +106,9 @@ fn stamp(path: &Path) -> Option<Stamp> {
 
 struct Tracked {
     wanted: Wanted,
-    good: Option<Arc<Vec<String>>>,
+    /// The last good members, one per line: a million members kept as one
+    /// text cost a fifth of a million strings.
+    good: Option<Arc<str>>,
     /// Why the last read or fetch failed.
     error: Option<String>,
     /// The file's stamp when it was last read.
@@ -131,7 +133,7 @@ impl Tracked {
     }
 
     /// What the compiler sees of it.
-    fn view(&self) -> Result<Arc<Vec<String>>, SourceProblem> {
+    fn view(&self) -> Result<Arc<str>, SourceProblem> {
         if let Job::Refused { file, reason } = &self.wanted.job {
             return Err(SourceProblem::Refused {
                 file: file.clone(),
@@ -155,7 +157,8 @@ pub(crate) struct SourceSlice {
     /// `membersFrom[i] (kind)`, as messages name it.
     pub name: String,
     /// `Err` holds the policy.
-    pub members: Result<Arc<Vec<String>>, SourceProblem>,
+    /// One member per line.
+    pub members: Result<Arc<str>, SourceProblem>,
 }
 
 /// The HTTP client and the runtime its requests run on, made on first use.
@@ -310,7 +313,7 @@ impl LocalSources {
                     if t.error.take().is_some() {
                         tracing::info!(policy = %key.0, source = key.1, "url source fetched again");
                     }
-                    t.good = t.feed.good.clone();
+                    t.good = t.feed.good.as_deref().map(|g| lines_of(g));
                     t.retry = FIRST_RETRY;
                     t.due = done + spec.interval;
                 }
@@ -371,9 +374,14 @@ impl LocalSources {
             .collect()
     }
 
-    fn views(&self) -> Vec<Result<Arc<Vec<String>>, SourceProblem>> {
+    fn views(&self) -> Vec<Result<Arc<str>, SourceProblem>> {
         self.tracked.values().map(Tracked::view).collect()
     }
+}
+
+/// Members (canonical, so without line breaks) as one text, one per line.
+fn lines_of(members: &[String]) -> Arc<str> {
+    Arc::from(members.join("\n"))
 }
 
 /// Read and check one member list file; on failure its last good members
@@ -391,7 +399,7 @@ fn read_file(key: &Key, t: &mut Tracked, f: &FileSpec, current: Option<Stamp>) {
             if t.error.take().is_some() && t.good.is_some() {
                 tracing::info!(policy = %key.0, source = key.1, file = %path.display(), "file source reads again");
             }
-            t.good = Some(Arc::new(content.members));
+            t.good = Some(lines_of(&content.members));
             t.read = current;
         }
         Err(e) => {
@@ -573,7 +581,10 @@ mod tests {
         sources.want(&inputs.policies);
         assert!(sources.refresh(Instant::now(), true));
         let got = &sources.slices()[0];
-        assert_eq!(got.members.as_ref().map(|m| m.len()), Ok(N as usize));
+        assert_eq!(
+            got.members.as_ref().map(|m| m.lines().count()),
+            Ok(N as usize)
+        );
 
         // An explicit maxMembers still refuses a longer list.
         write_policy(
@@ -655,7 +666,7 @@ mod tests {
         assert_eq!(sources.files(), BTreeSet::from([list.clone()]));
         assert!(!sources.files_changed());
         let good = sources.slices()[0].members.clone().unwrap();
-        assert_eq!(*good, ["192.0.2.1"]);
+        assert_eq!(&*good, "192.0.2.1");
 
         std::fs::write(&list, "192.0.2.1\nnot-an-ip\n").unwrap();
         assert!(sources.files_changed());
@@ -680,7 +691,7 @@ mod tests {
 
         std::fs::write(&list, "192.0.2.2\n").unwrap();
         assert!(sources.refresh(Instant::now(), false));
-        assert_eq!(*sources.slices()[0].members.clone().unwrap(), ["192.0.2.2"]);
+        assert_eq!(&*sources.slices()[0].members.clone().unwrap(), "192.0.2.2");
         // The same policies again keep the state; a changed source starts afresh.
         sources.want(&inputs.policies);
         assert!(sources.slices()[0].members.is_ok());
@@ -762,7 +773,15 @@ mod tests {
         }
         let due = sources.next_due().unwrap();
         assert!(!sources.refresh(due, false));
-        assert_eq!(sources.slices()[0].members.as_ref().unwrap().len(), 3);
+        assert_eq!(
+            sources.slices()[0]
+                .members
+                .as_ref()
+                .unwrap()
+                .lines()
+                .count(),
+            3
+        );
         let t = sources.tracked.values().next().unwrap();
         assert!(
             t.error.as_deref().unwrap().contains("HTTP 500"),

@@ -181,7 +181,7 @@ fn compile_with_slices(
             name: &s.name,
             version: "",
             members: match &s.members {
-                Ok(m) => Ok(MemberList::Strings(m)),
+                Ok(m) => Ok(MemberList::Lines(m)),
                 Err(SourceProblem::Failed(why)) => Err(NoMembers::Unreadable(why)),
                 Err(SourceProblem::Refused { file, reason }) => {
                     Err(NoMembers::Refused { file, reason })

@@ -337,10 +337,14 @@ impl Source<'_> {
             tracing::error!("{e}");
         }
         self.seq += 1;
+        let (sets, held) = (files.compiled.sets, files.compiled.held);
+        // The texts and member strings go before the kernel side trims the
+        // heap after taking the sets (a million members are tens of MB).
+        drop(files.policies);
         kernel.send(Command::Desired {
             seq: self.seq,
-            sets: files.compiled.sets,
-            held: files.compiled.held,
+            sets,
+            held,
         });
     }
 }

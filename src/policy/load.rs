@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use super::yaml_lift;
 use crate::api::member_source::MemberSource;
 use crate::api::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, integer};
 use crate::api::{IPSetMemberSlice, IPSetMemberSliceSpec, POLICY_LABEL};
@@ -312,13 +313,16 @@ pub fn policy_files(path: &Path) -> Found {
     found
 }
 
+/// The most YAML nodes a file may hold (members are one node each).
+const MAX_YAML_NODES: usize = 20_000_000;
+
 pub(crate) fn yaml_options() -> serde_saphyr::Options {
     // Policies may carry millions of members: raise the node and scalar
     // budgets (the defaults protect configs of a few hundred thousand nodes)
     // while keeping every other protection of the parser.
     let mut budget = serde_saphyr::Budget::default();
     budget.max_events = 40_000_000;
-    budget.max_nodes = 20_000_000;
+    budget.max_nodes = MAX_YAML_NODES;
     budget.max_total_scalar_bytes = 1 << 30;
     budget.max_reader_input_bytes = Some(1 << 30);
     let mut options = serde_saphyr::Options::default();
@@ -343,16 +347,42 @@ pub(crate) fn strip_bom(text: &str) -> &str {
 /// Parse every `IPSetPolicy` and `IPSetMemberSlice` document of one YAML
 /// text.
 pub fn parse_policies(text: &str, path: &Path) -> Result<Loaded, LoadError> {
+    let text = strip_bom(text);
+    if let Some(docs) = parse_lifted(text) {
+        return policies_of(docs, path);
+    }
+    let docs = parse_yaml_documents(text).map_err(|e| LoadError::Yaml {
+        path: path.to_path_buf(),
+        message: bounded(e.to_string()),
+    })?;
+    policies_of(docs, path)
+}
+
+/// The documents of a YAML text. Empty documents (`---` alone, `~`) are not
+/// policies; a file of nothing but those is refused later like an empty
+/// file.
+fn parse_yaml_documents(text: &str) -> Result<Vec<Document>, serde_saphyr::Error> {
     let docs: Vec<Option<Document>> =
-        serde_saphyr::from_multiple_with_options(strip_bom(text), yaml_options()).map_err(|e| {
-            LoadError::Yaml {
-                path: path.to_path_buf(),
-                message: bounded(e.to_string()),
-            }
-        })?;
-    // Empty documents (`---` alone, `~`) are not policies; a file of
-    // nothing but those is refused below like an empty file.
-    policies_of(docs.into_iter().flatten().collect(), path)
+        serde_saphyr::from_multiple_with_options(text, yaml_options())?;
+    Ok(docs.into_iter().flatten().collect())
+}
+
+/// The documents, parsed with their big member blocks lifted out (see
+/// `yaml_lift`); `None` when there is nothing to lift or anything is not
+/// as expected, and the text as written must be parsed instead.
+fn parse_lifted(text: &str) -> Option<Vec<Document>> {
+    parse_lifted_from(text, yaml_lift::MIN_LIFTED)
+}
+
+/// [`parse_lifted`] for blocks of at least `min` members.
+fn parse_lifted_from(text: &str, min: usize) -> Option<Vec<Document>> {
+    let lifted = yaml_lift::lift(text, min, MAX_YAML_NODES)?;
+    let mut docs = parse_yaml_documents(&lifted.text).ok()?;
+    let members = docs
+        .iter_mut()
+        .filter_map(|d| d.spec.as_mut())
+        .map(|s| &mut s.members);
+    lifted.put_back(members).then_some(docs)
 }
 
 /// Parse a JSON text: one policy (or slice) object, or an array of them.
@@ -785,5 +815,107 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("x.yaml"), "{e}");
+    }
+}
+
+/// The lifted fast path against the parser, on texts built to sit on every
+/// edge of what may be lifted: whenever the fast path gives documents, the
+/// parser gives the same from the text as written.
+#[cfg(test)]
+mod lift_agrees_with_the_parser {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn item() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => Just("10.0.0.1".to_string()),
+            2 => Just("2001:db8::1".to_string()),
+            2 => Just("10.0.0.0/8 nomatch".to_string()),
+            2 => Just("1.2.3.4,tcp:80".to_string()),
+            1 => Just("00:11:22:33:44:55".to_string()),
+            // What the parser reads otherwise, or refuses.
+            1 => prop::sample::select(vec![
+                "null", "Null", "~", "", "1.5", "true", "a: b", "a:", "#x", "x #c", "'q'",
+                "\"d\"", "&a x", "*a", "- y", "!!str 1", "x\ty", "[a]", "{a: 1}", "? a",
+                "| x", "> x", "%x", "@x", "`x", "a  b", " x", "x ", "-1", ":x", "a,b",
+            ])
+            .prop_map(str::to_string),
+            2 => "[a-z0-9.:/_, #'\"-]{1,12}",
+        ]
+    }
+
+    /// One line of a member block: an item at some indentation, a blank or
+    /// comment line, or a line that continues or breaks the block.
+    fn line() -> impl Strategy<Value = String> {
+        prop_oneof![
+            12 => (prop::sample::select(vec![0usize, 2, 4]), item())
+                .prop_map(|(i, v)| format!("{}- {v}", " ".repeat(i))),
+            1 => Just(String::new()),
+            1 => Just("  # a comment".to_string()),
+            1 => Just("      continued".to_string()),
+            1 => Just("  - 10.0.0.9\r".to_string()),
+            1 => Just("\t- 10.0.0.9".to_string()),
+            1 => Just("  hashSize: 1024".to_string()),
+        ]
+    }
+
+    fn document() -> impl Strategy<Value = String> {
+        (
+            prop::sample::select(vec!["members:", "members:  ", "members: # c", "members: []"]),
+            prop::collection::vec(line(), 0..12),
+            prop::bool::ANY,
+        )
+            .prop_map(|(key, lines, slice)| {
+                let head = if slice {
+                    "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetMemberSlice\nmetadata:\n  name: s\n  labels:\n    ipsetmgr.io/policy: p\nspec:\n"
+                } else {
+                    "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata:\n  name: p\nspec:\n  type: hash:ip\n"
+                };
+                format!("{head}  {key}\n{}\n", lines.join("\n"))
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn lifted_documents_are_the_parsers(docs in prop::collection::vec(document(), 1..3)) {
+            let text = docs.join("---\n");
+            let path = Path::new("p.yaml");
+            if let Some(fast) = parse_lifted_from(&text, 1) {
+                let slow = parse_yaml_documents(&text);
+                prop_assert!(slow.is_ok(), "lifted, but the parser refuses: {text:?}: {slow:?}", slow = slow.err());
+                let slow = policies_of(slow.unwrap(), path);
+                let fast = policies_of(fast, path);
+                prop_assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "{:?}", text);
+            }
+        }
+    }
+
+    #[test]
+    fn a_generated_list_takes_the_fast_path_and_a_quoted_one_does_not() {
+        let list: String = (0..300)
+            .map(|i| format!("  - 10.0.{}.{}\n", i / 256, i % 256))
+            .collect();
+        let text = format!(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata:\n  name: p\nspec:\n  type: hash:ip\n  members:\n{list}"
+        );
+        let fast = parse_lifted(&text).expect("lifted");
+        assert_eq!(fast[0].spec.as_ref().unwrap().members.len(), 300);
+        assert!(parse_lifted(&text.replace("- 10.0.1.7", "- \"10.0.1.7\"")).is_none());
+    }
+
+    #[test]
+    fn errors_after_a_lifted_block_name_the_line_as_written() {
+        let list: String = (0..300)
+            .map(|i| format!("  - 10.0.{}.{}\n", i / 256, i % 256))
+            .collect();
+        let text = format!(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata:\n  name: p\nspec:\n  type: hash:ip\n  members:\n{list}  maxElem: many\n"
+        );
+        let e = parse_policies(&text, Path::new("p.yaml"))
+            .unwrap_err()
+            .to_string();
+        // The bad value is on line 308 of the file (7 lines of head, 300 members).
+        assert!(e.contains("line 308"), "{e}");
     }
 }

@@ -28,7 +28,7 @@ const MAX_QUOTED: usize = 100;
 
 /// The syntax of a member list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum ListFormat {
+pub enum ListFormat {
     /// One member per line; `#` and ` ;` start comments.
     Text,
     /// A YAML sequence of strings, or a mapping with a `members:` sequence.
@@ -51,7 +51,7 @@ impl ListFormat {
 
 /// One member as written, and the 1-based line it is on.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ListedMember {
+pub struct ListedMember {
     pub line: usize,
     pub text: String,
 }
@@ -64,7 +64,7 @@ pub(crate) struct MemberList {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum MemberListError {
+pub enum MemberListError {
     /// Missing, unreadable or too big.
     #[error(transparent)]
     Read(LoadError),
@@ -138,7 +138,7 @@ fn line_at(bytes: &[u8], from: usize, line: usize) -> usize {
 }
 
 /// Parse a member list of the given format; `path` names it in errors.
-pub(crate) fn parse_member_list(
+pub fn parse_member_list(
     text: &str,
     format: ListFormat,
     path: &Path,

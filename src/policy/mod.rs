@@ -7,6 +7,7 @@ pub mod compile;
 pub mod load;
 pub(crate) mod member_list;
 pub(crate) mod selector;
+pub(crate) mod yaml_lift;
 
 pub use crate::api::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec};
 pub use compile::{Compiled, DesiredSet, PolicyError, PolicyErrorKind, compile};

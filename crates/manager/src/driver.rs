@@ -125,6 +125,8 @@ pub fn run<D: Dataplane>(
         }
         let Some(s) = seq else { continue };
         let outcome = manager.apply_updates();
+        // Kernel listings read during the apply are freed by now.
+        ipsetmgr_dataplane::memory::release_free_memory();
         retry_at = (!outcome.applied).then(|| Instant::now() + config.retry_after_failure);
         let report = Report {
             seq: s,

@@ -54,6 +54,7 @@ pub struct SetState {
 impl SetState {
     pub fn new(policy: String, header: SetHeader, members: Arc<MemberSet>) -> SetState {
         let kind = header.kind;
+        let header = header.sized_for(members.len());
         SetState {
             policy,
             header,
@@ -73,6 +74,8 @@ impl SetState {
     /// rewrite when the header changed. Returns whether anything changed.
     pub fn update(&mut self, policy: String, header: SetHeader, members: Arc<MemberSet>) -> bool {
         self.policy = policy;
+        // Only a creation hint, so never a reason to rewrite a set.
+        let header = header.sized_for(members.len());
         // Any difference that matters on resync (type, family, size, the
         // options: a bitmap's range, the comment extension) is a rewrite.
         if header.kind != self.header.kind
