@@ -43,7 +43,10 @@ use ipsetmgr::policy::{
     Compiled, DesiredSet, FamilySpec, IPSetPolicy, IPSetPolicySpec, PolicyError, compile,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+
+#[path = "common/kernel_props.rs"]
+mod kernel_props;
 
 const SKIP: &str = "skipped: needs root (kernel tests run in a fresh network namespace)";
 
@@ -1057,26 +1060,13 @@ fn skip(why: &str) {
     eprintln!("{msg}");
 }
 
-/// `Config::default()` honours the `PROPTEST_*` variables. No regression
-/// files: a failure prints its seed instead, so runs leave the tree clean.
-/// Shrink steps are bounded because each kernel step costs a namespace and
-/// two applies.
+/// The shared configuration; shrink steps are bounded because each kernel
+/// step costs a namespace and two applies.
 fn config() -> Config {
-    let mut config = Config {
-        failure_persistence: None,
+    Config {
         max_shrink_iters: 2048,
-        ..Config::default()
-    };
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = 24;
+        ..kernel_props::config(24)
     }
-    if config.rng_seed == RngSeed::Random {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64);
-        config.rng_seed = RngSeed::Fixed(now);
-    }
-    config
 }
 
 fn run_property<S: Strategy>(

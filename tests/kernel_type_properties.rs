@@ -24,7 +24,10 @@ use ipsetmgr::ipset::{
     SetHeader, SetKind, SetRange, SetType, mask,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+
+#[path = "common/kernel_props.rs"]
+mod kernel_props;
 
 #[path = "common/kernel_gate.rs"]
 mod kernel_gate;
@@ -393,15 +396,7 @@ fn listed(name: &str) -> Result<Vec<String>, String> {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
     let text = String::from_utf8(out.stdout).map_err(|e| e.to_string())?;
-    let mut lines: Vec<String> = text
-        .lines()
-        .skip_while(|l| *l != "Members:")
-        .skip(1)
-        .take_while(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect();
-    lines.sort();
-    Ok(lines)
+    Ok(kernel_props::listed_members(&text))
 }
 
 fn check_kernel(dp: &mut dyn Dataplane, case: &Case, name: &str) -> Result<(), String> {
@@ -457,23 +452,9 @@ fn check_kernel(dp: &mut dyn Dataplane, case: &Case, name: &str) -> Result<(), S
 
 // ---- running ---------------------------------------------------------------
 
-/// No regression files (a failure prints its seed instead); 64 cases unless
-/// `PROPTEST_CASES` says otherwise.
+/// 64 cases unless `PROPTEST_CASES` says otherwise.
 fn config() -> Config {
-    let mut config = Config {
-        failure_persistence: None,
-        ..Config::default()
-    };
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = 64;
-    }
-    if config.rng_seed == RngSeed::Random {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64);
-        config.rng_seed = RngSeed::Fixed(now);
-    }
-    config
+    kernel_props::config(64)
 }
 
 fn run(label: &str, strategy: BoxedStrategy<Case>, test: impl Fn(&Case) -> Result<(), String>) {

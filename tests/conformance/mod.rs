@@ -103,6 +103,8 @@ macro_rules! conformance_tests {
 
 #[path = "../common/kernel_gate.rs"]
 mod kernel_gate;
+#[path = "../common/kernel_props.rs"]
+mod kernel_props;
 
 mod types;
 pub use types::*;
@@ -226,15 +228,7 @@ fn kernel_listing(name: &str) -> Option<Vec<String>> {
     let out = Command::new("ipset").args(["list", name]).output().ok()?;
     assert!(out.status.success(), "ipset list {name} failed");
     let text = String::from_utf8(out.stdout).expect("utf-8 listing");
-    let mut lines: Vec<String> = text
-        .lines()
-        .skip_while(|l| *l != "Members:")
-        .skip(1)
-        .take_while(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect();
-    lines.sort();
-    Some(lines)
+    Some(kernel_props::listed_members(&text))
 }
 
 fn sorted_display(m: &MemberSet) -> Vec<String> {
