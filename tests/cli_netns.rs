@@ -1298,7 +1298,7 @@ fn url_sources_apply_from_a_loopback_server() {
 }
 
 #[test]
-fn run_follows_a_member_list_file_and_keeps_its_last_good_members() {
+fn run_follows_a_member_list_file_and_holds_its_sets_while_it_is_broken() {
     let Some(ns) = Netns::new("run-fsrc") else {
         return;
     };
@@ -1336,7 +1336,8 @@ fn run_follows_a_member_list_file_and_keeps_its_last_good_members() {
     eventually(10, "renamed list applied", || {
         members(&ns) == Some(vec!["192.0.2.3".into()])
     });
-    // A broken list keeps the last good members; fixed, it applies.
+    // A broken list holds the policy: the kernel keeps the last good
+    // members; fixed, it applies.
     std::fs::write(&list, "192.0.2.3\n192.0.2.300\n").unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(members(&ns), Some(vec!["192.0.2.3".into()]));

@@ -9,9 +9,13 @@
 //!   policy's type and family, so a bad line is named with its number.
 //! - A `url` is fetched with the controller's feed code (conditional
 //!   requests, bounded bodies, no redirects).
-//! - A source that fails keeps its last good members in force (`run`); one
-//!   that never worked holds its policy: the policy's kernel sets are left
-//!   as they are, never emptied or deleted (`apply` reports it and fails).
+//! - A `url` that fails keeps its last good members in force (`run`).
+//!   A `file` that fails, or any source that never worked, holds its
+//!   policy: the policy's kernel sets are left as they are, never emptied
+//!   or deleted (`apply` reports it and fails). A file's list is not kept
+//!   in memory between loads (a million members are 12 MB of text): it is
+//!   read again for each compile, and only a digest is kept to tell
+//!   whether it changed.
 //! - Kubernetes sources (nodes, pods, services) hold the policy too, with a
 //!   message naming the file, the policy, the source and why.
 //!
@@ -107,8 +111,12 @@ fn stamp(path: &Path) -> Option<Stamp> {
 struct Tracked {
     wanted: Wanted,
     /// The last good members, one per line: a million members kept as one
-    /// text cost a fifth of a million strings.
+    /// text cost a fifth of a million strings. A file's is dropped after
+    /// each compile (see [`LocalSources::forget_file_texts`]).
     good: Option<Arc<str>>,
+    /// A digest of the last good members, kept while `good` is dropped: what
+    /// tells whether what the compiler sees changed.
+    digest: Option<u64>,
     /// Why the last read or fetch failed.
     error: Option<String>,
     /// The file's stamp when it was last read.
@@ -124,12 +132,36 @@ impl Tracked {
         Tracked {
             wanted,
             good: None,
+            digest: None,
             error: None,
             read: None,
             feed: FeedState::default(),
             due: now,
             retry: FIRST_RETRY,
         }
+    }
+
+    /// What the compiler sees of it, for telling changes: the digest of its
+    /// members, or why it has none.
+    fn state(&self) -> Result<u64, SourceProblem> {
+        if let Job::Refused { file, reason } = &self.wanted.job {
+            return Err(SourceProblem::Refused {
+                file: file.clone(),
+                reason: reason.clone(),
+            });
+        }
+        self.digest.ok_or_else(|| {
+            SourceProblem::Failed(
+                self.error
+                    .clone()
+                    .unwrap_or_else(|| "not read yet".to_string()),
+            )
+        })
+    }
+
+    fn keep(&mut self, good: Arc<str>) {
+        self.digest = Some(digest(&good));
+        self.good = Some(good);
     }
 
     /// What the compiler sees of it.
@@ -250,7 +282,7 @@ impl LocalSources {
                         t.due = now + every;
                     }
                     let current = stamp(&f.path);
-                    if force_files || t.error.is_some() || t.good.is_none() || current != t.read {
+                    if force_files || t.error.is_some() || t.digest.is_none() || current != t.read {
                         read_file(key, t, &f, current);
                     }
                 }
@@ -308,14 +340,17 @@ impl LocalSources {
             let Job::Url(spec) = &t.wanted.job else {
                 continue;
             };
+            let interval = spec.interval;
             match outcome {
                 Ok(()) => {
                     if t.error.take().is_some() {
                         tracing::info!(policy = %key.0, source = key.1, "url source fetched again");
                     }
-                    t.good = t.feed.good.as_deref().map(|g| lines_of(g));
+                    if let Some(g) = t.feed.good.as_deref().map(|g| lines_of(g)) {
+                        t.keep(g);
+                    }
                     t.retry = FIRST_RETRY;
-                    t.due = done + spec.interval;
+                    t.due = done + interval;
                 }
                 Err(e) => {
                     let e = crate::logging::bounded(&e, 1024).into_owned();
@@ -323,8 +358,8 @@ impl LocalSources {
                         tracing::warn!(policy = %key.0, source = key.1, error = %e, "url source failed; its last good members stay in force");
                     }
                     t.error = Some(e);
-                    t.due = done + t.retry.min(spec.interval);
-                    t.retry = (t.retry * 2).min(spec.interval);
+                    t.due = done + t.retry.min(interval);
+                    t.retry = (t.retry * 2).min(interval);
                 }
             }
         }
@@ -374,8 +409,32 @@ impl LocalSources {
             .collect()
     }
 
-    fn views(&self) -> Vec<Result<Arc<str>, SourceProblem>> {
-        self.tracked.values().map(Tracked::view).collect()
+    fn views(&self) -> Vec<Result<u64, SourceProblem>> {
+        self.tracked.values().map(Tracked::state).collect()
+    }
+
+    /// Read again the files whose text was dropped after the last compile,
+    /// before the next one. One that fails now holds its policy.
+    pub(crate) fn load_file_texts(&mut self) {
+        for (key, t) in &mut self.tracked {
+            if let Job::File(f) = t.wanted.job.clone()
+                && t.good.is_none()
+                && t.digest.is_some()
+            {
+                let current = stamp(&f.path);
+                read_file(key, t, &f, current);
+            }
+        }
+    }
+
+    /// Drop the files' texts once compiled: the kernel side holds the
+    /// members now, and the next compile reads the files again.
+    pub(crate) fn forget_file_texts(&mut self) {
+        for t in self.tracked.values_mut() {
+            if matches!(t.wanted.job, Job::File(_)) {
+                t.good = None;
+            }
+        }
     }
 }
 
@@ -384,8 +443,15 @@ fn lines_of(members: &[String]) -> Arc<str> {
     Arc::from(members.join("\n"))
 }
 
-/// Read and check one member list file; on failure its last good members
-/// (if any) stay in force.
+fn digest(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+/// Read and check one member list file; on failure its policy is held (the
+/// kernel keeps what the last good read put there).
 fn read_file(key: &Key, t: &mut Tracked, f: &FileSpec, current: Option<Stamp>) {
     let path = &f.path;
     // No cap unless asked: see FileSpec::max_members.
@@ -396,17 +462,19 @@ fn read_file(key: &Key, t: &mut Tracked, f: &FileSpec, current: Option<Stamp>) {
         .map_err(|e| e.to_string());
     match result {
         Ok(content) => {
-            if t.error.take().is_some() && t.good.is_some() {
+            if t.error.take().is_some() {
                 tracing::info!(policy = %key.0, source = key.1, file = %path.display(), "file source reads again");
             }
-            t.good = Some(lines_of(&content.members));
+            t.keep(lines_of(&content.members));
             t.read = current;
         }
         Err(e) => {
             let e = crate::logging::bounded(&e, 1024).into_owned();
-            if t.good.is_some() && t.error.as_ref() != Some(&e) {
-                tracing::warn!(policy = %key.0, source = key.1, error = %e, "file source failed; its last good members stay in force");
+            if t.digest.is_some() || t.error.as_ref() != Some(&e) {
+                tracing::warn!(policy = %key.0, source = key.1, error = %e, "file source failed; its policy is held, its kernel sets stay as they are");
             }
+            t.good = None;
+            t.digest = None;
             t.error = Some(e);
             // Not marked read: it is tried again at the next look.
         }
@@ -646,7 +714,7 @@ mod tests {
     }
 
     #[test]
-    fn a_failing_file_keeps_its_last_good_members_and_a_change_is_seen() {
+    fn a_failing_file_holds_its_policy_and_a_change_is_seen() {
         let d = tempfile::tempdir().unwrap();
         let list = d.path().join("l.txt");
         std::fs::write(&list, "192.0.2.1\n").unwrap();
@@ -668,26 +736,28 @@ mod tests {
         let good = sources.slices()[0].members.clone().unwrap();
         assert_eq!(&*good, "192.0.2.1");
 
+        // Compiled, the text is dropped; an unchanged file is not read
+        // again by a look, only before the next compile.
+        sources.forget_file_texts();
+        assert!(!sources.refresh(Instant::now(), false), "nothing changed");
+        assert!(
+            sources.slices()[0].members.is_err(),
+            "not read again by a look"
+        );
+        sources.load_file_texts();
+        assert_eq!(sources.slices()[0].members.as_ref().unwrap(), &good);
+
+        // A broken list holds the policy (its kernel sets stay as the last
+        // good read made them), naming the line.
         std::fs::write(&list, "192.0.2.1\nnot-an-ip\n").unwrap();
         assert!(sources.files_changed());
-        assert!(
-            !sources.refresh(Instant::now(), false),
-            "nothing the compiler sees changed"
-        );
-        assert_eq!(sources.slices()[0].members.as_ref().unwrap(), &good);
-        let e = sources
-            .tracked
-            .values()
-            .next()
-            .unwrap()
-            .error
-            .clone()
-            .unwrap();
+        assert!(sources.refresh(Instant::now(), false), "good -> failing");
+        let e = sources.slices()[0].members.clone().unwrap_err().to_string();
         assert!(e.contains("l.txt: line 2: \"not-an-ip\""), "{e}");
 
         std::fs::remove_file(&list).unwrap();
-        assert!(!sources.refresh(Instant::now(), true));
-        assert_eq!(sources.slices()[0].members.as_ref().unwrap(), &good);
+        sources.refresh(Instant::now(), true);
+        assert!(sources.slices()[0].members.is_err());
 
         std::fs::write(&list, "192.0.2.2\n").unwrap();
         assert!(sources.refresh(Instant::now(), false));

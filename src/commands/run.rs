@@ -331,8 +331,10 @@ impl Source<'_> {
         if refresh {
             self.sources.refresh(Instant::now(), true);
         }
+        self.sources.load_file_texts();
         self.lists.follow(self.sources.files());
         let files = inputs.compile(self.naming, self.args.labels.as_ref(), &self.sources);
+        self.sources.forget_file_texts();
         for e in &files.compiled.errors {
             tracing::error!("{e}");
         }
