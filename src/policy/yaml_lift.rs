@@ -19,8 +19,6 @@
 //! was put, so errors always come from the parser reading what was written.
 //! A differential test checks that both paths agree.
 
-use std::ops::Range;
-
 /// Blocks shorter than this are left to the parser: lifting them saves
 /// nothing measurable.
 pub(crate) const MIN_LIFTED: usize = 256;
@@ -83,43 +81,39 @@ pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted<'_
     if text.contains(MARKER_PREFIX) {
         return None;
     }
-    let lines = Lines::of(text);
     let mut out = String::new();
     let mut lists: Vec<Vec<&str>> = Vec::new();
     let mut copied = 0;
     let mut total = 0usize;
-    let mut i = 0;
-    while i < lines.len() {
-        let Some(key_indent) = members_key(lines.get(text, i)) else {
-            i += 1;
+    // Byte offset of the line looked at.
+    let mut at = 0;
+    while at < text.len() {
+        let (line, next) = line_at(text, at);
+        let block =
+            members_key(line).and_then(|indent| Some((indent, scan_block(text, next, indent)?)));
+        let Some((key_indent, block)) = block else {
+            at = next;
             continue;
         };
-        let Some(block) = scan_block(text, &lines, i + 1, key_indent) else {
-            i += 1;
-            continue;
-        };
-        if block.items.len() < min {
-            i = block.end;
-            continue;
+        if block.items.len() >= min {
+            total += block.items.len();
+            if total > max_items {
+                return None;
+            }
+            if out.is_empty() {
+                out.reserve(text.len());
+            }
+            out.push_str(&text[copied..at]);
+            out.push_str(&" ".repeat(key_indent));
+            out.push_str("members: [");
+            out.push_str(&marker(lists.len()));
+            out.push(']');
+            let breaks = text[at..block.end].bytes().filter(|b| *b == b'\n').count();
+            out.extend(std::iter::repeat_n('\n', breaks));
+            copied = block.end;
+            lists.push(block.items);
         }
-        total += block.items.len();
-        if total > max_items {
-            return None;
-        }
-        if out.is_empty() {
-            out.reserve(text.len());
-        }
-        let region = lines.span(i, block.end);
-        out.push_str(&text[copied..region.start]);
-        out.push_str(&" ".repeat(key_indent));
-        out.push_str("members: [");
-        out.push_str(&marker(lists.len()));
-        out.push(']');
-        let breaks = text[region.clone()].bytes().filter(|b| *b == b'\n').count();
-        out.extend(std::iter::repeat_n('\n', breaks));
-        copied = region.end;
-        lists.push(block.items);
-        i = block.end;
+        at = block.end;
     }
     if lists.is_empty() {
         return None;
@@ -128,43 +122,13 @@ pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted<'_
     Some(Lifted { text: out, lists })
 }
 
-/// Line starts of a text; line `i` is `starts[i]..starts[i + 1]` (with its
-/// line break).
-struct Lines {
-    starts: Vec<usize>,
-    end: usize,
-}
-
-impl Lines {
-    fn of(text: &str) -> Lines {
-        let mut starts = vec![0];
-        starts.extend(
-            text.bytes()
-                .enumerate()
-                .filter(|(_, b)| *b == b'\n')
-                .map(|(i, _)| i + 1)
-                .filter(|&s| s < text.len()),
-        );
-        Lines {
-            starts,
-            end: text.len(),
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.starts.len()
-    }
-
-    /// Lines `from..to` as a byte range, line breaks included.
-    fn span(&self, from: usize, to: usize) -> Range<usize> {
-        let end = self.starts.get(to).copied().unwrap_or(self.end);
-        self.starts[from]..end
-    }
-
-    /// Line `i` without its line break.
-    fn get<'t>(&self, text: &'t str, i: usize) -> &'t str {
-        let line = &text[self.span(i, i + 1)];
-        line.strip_suffix('\n').unwrap_or(line)
+/// The line starting at byte `at`, without its line break, and the offset
+/// of the next line.
+fn line_at(text: &str, at: usize) -> (&str, usize) {
+    let rest = &text[at..];
+    match rest.find('\n') {
+        Some(i) => (&rest[..i], at + i + 1),
+        None => (rest, text.len()),
     }
 }
 
@@ -177,23 +141,20 @@ fn members_key(line: &str) -> Option<usize> {
 
 struct Block<'t> {
     items: Vec<&'t str>,
-    /// The line after the last item.
+    /// Byte offset of the line after the last item.
     end: usize,
 }
 
 /// The block sequence after a `members:` key at `key_indent`, starting at
-/// line `from`, if every line of it is a plain item, blank or a comment.
-fn scan_block<'t>(
-    text: &'t str,
-    lines: &Lines,
-    from: usize,
-    key_indent: usize,
-) -> Option<Block<'t>> {
+/// byte `from`, if every line of it is a plain item, blank or a comment.
+fn scan_block(text: &str, from: usize, key_indent: usize) -> Option<Block<'_>> {
     let mut items = Vec::new();
     let mut item_indent = None;
     let mut end = from;
-    for i in from..lines.len() {
-        let line = lines.get(text, i);
+    let mut at = from;
+    while at < text.len() {
+        let (line, next) = line_at(text, at);
+        at = next;
         let body = line.trim_start_matches(' ');
         let indent = line.len() - body.len();
         if body.contains(['\t', '\r']) {
@@ -220,7 +181,7 @@ fn scan_block<'t>(
             return None;
         }
         items.push(value);
-        end = i + 1;
+        end = next;
     }
     (!items.is_empty()).then_some(Block { items, end })
 }
