@@ -112,11 +112,8 @@ fn parse_ip_range(s: &str) -> Result<SetRange, RangeError> {
     let IpAddr::V4(from) = mask(IpAddr::V4(v4(a)?), prefix) else {
         return Err(RangeError::Syntax(IP_SYNTAX));
     };
-    let host_bits = if prefix == 0 {
-        u32::MAX
-    } else {
-        u32::MAX >> prefix
-    };
+    // A /32 has no host bits (a plain shift by 32 would overflow).
+    let host_bits = u32::MAX.checked_shr(prefix.into()).unwrap_or(0);
     let to = Ipv4Addr::from(u32::from(from) | host_bits);
     Ok(SetRange::Ipv4 { from, to })
 }
@@ -140,6 +137,11 @@ mod tests {
         let r = SetRange::parse(SetType::BitmapIp, "10.0.0.5/24").unwrap();
         assert_eq!(r.to_string(), "10.0.0.0-10.0.0.255");
         assert_eq!(r.len(), 256);
+        let host = SetRange::parse(SetType::BitmapIp, "10.0.0.5/32").unwrap();
+        assert_eq!(
+            (host.to_string(), host.len()),
+            ("10.0.0.5-10.0.0.5".into(), 1)
+        );
         let r = SetRange::parse(SetType::BitmapIp, "10.0.0.3-10.0.0.9").unwrap();
         assert_eq!((r.to_string(), r.len()), ("10.0.0.3-10.0.0.9".into(), 7));
         assert!(r.contains(&Member::Ip("10.0.0.9".parse().unwrap())));
