@@ -34,7 +34,7 @@ use crate::api::FamilySpec;
 use crate::ipset::SetType;
 use crate::policy::load::LoadedPolicy;
 use crate::policy::member_list::{MemberListError, read_member_list};
-use crate::sources::content::{ContentError, check_list};
+use crate::sources::content::{ContentError, check_list, digest};
 use crate::sources::feed::{
     FETCH_TIMEOUT, FIRST_RETRY, FeedState, Fetcher, MAX_FEED_BYTES, refresh_feed,
 };
@@ -116,7 +116,7 @@ struct Tracked {
     good: Option<Arc<str>>,
     /// A digest of the last good members, kept while `good` is dropped: what
     /// tells whether what the compiler sees changed.
-    digest: Option<u64>,
+    digest: Option<[u8; 8]>,
     /// Why the last read or fetch failed.
     error: Option<String>,
     /// The file's stamp when it was last read.
@@ -143,42 +143,38 @@ impl Tracked {
 
     /// What the compiler sees of it, for telling changes: the digest of its
     /// members, or why it has none.
-    fn state(&self) -> Result<u64, SourceProblem> {
-        if let Job::Refused { file, reason } = &self.wanted.job {
-            return Err(SourceProblem::Refused {
-                file: file.clone(),
-                reason: reason.clone(),
-            });
+    fn state(&self) -> Result<[u8; 8], SourceProblem> {
+        match (&self.wanted.job, self.digest) {
+            (Job::Refused { .. }, _) | (_, None) => Err(self.problem()),
+            (_, Some(d)) => Ok(d),
         }
-        self.digest.ok_or_else(|| {
-            SourceProblem::Failed(
-                self.error
-                    .clone()
-                    .unwrap_or_else(|| "not read yet".to_string()),
-            )
-        })
     }
 
     fn keep(&mut self, good: Arc<str>) {
-        self.digest = Some(digest(&good));
+        self.digest = Some(digest(good.split('\n')));
         self.good = Some(good);
     }
 
     /// What the compiler sees of it.
     fn view(&self) -> Result<Arc<str>, SourceProblem> {
-        if let Job::Refused { file, reason } = &self.wanted.job {
-            return Err(SourceProblem::Refused {
+        match (&self.wanted.job, &self.good) {
+            (Job::Refused { .. }, _) | (_, None) => Err(self.problem()),
+            (_, Some(g)) => Ok(g.clone()),
+        }
+    }
+
+    /// Why it gives no members.
+    fn problem(&self) -> SourceProblem {
+        match &self.wanted.job {
+            Job::Refused { file, reason } => SourceProblem::Refused {
                 file: file.clone(),
                 reason: reason.clone(),
-            });
-        }
-        match &self.good {
-            Some(g) => Ok(g.clone()),
-            None => Err(SourceProblem::Failed(
+            },
+            _ => SourceProblem::Failed(
                 self.error
                     .clone()
                     .unwrap_or_else(|| "not read yet".to_string()),
-            )),
+            ),
         }
     }
 }
@@ -409,7 +405,7 @@ impl LocalSources {
             .collect()
     }
 
-    fn views(&self) -> Vec<Result<u64, SourceProblem>> {
+    fn views(&self) -> Vec<Result<[u8; 8], SourceProblem>> {
         self.tracked.values().map(Tracked::state).collect()
     }
 
@@ -441,13 +437,6 @@ impl LocalSources {
 /// Members (canonical, so without line breaks) as one text, one per line.
 fn lines_of(members: &[String]) -> Arc<str> {
     Arc::from(members.join("\n"))
-}
-
-fn digest(text: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    text.hash(&mut h);
-    h.finish()
 }
 
 /// Read and check one member list file; on failure its policy is held (the

@@ -242,9 +242,11 @@ impl Controller {
             return;
         }
         self.sources_dirty = false;
-        let out = evaluate_sources(&self.store, &self.fetched, &mut self.memory, now);
+        let mut out = evaluate_sources(&self.store, &self.fetched, &mut self.memory, now);
         self.fetched.retain(|k, _| out.feeds.contains_key(k));
-        let plan = out.plan.clone();
+        // The plan (every slice's body) and the feed jobs go to the writers;
+        // only the statuses and refusals are kept here.
+        let plan = std::mem::take(&mut out.plan);
         self.channels.slices.send_if_modified(|current| {
             if **current == plan {
                 return false;
@@ -257,7 +259,7 @@ impl Controller {
             *n = out.needs;
             changed
         });
-        let feeds = out.feeds.clone();
+        let feeds = std::mem::take(&mut out.feeds);
         self.channels.feeds.send_if_modified(|current| {
             if **current == feeds {
                 return false;

@@ -17,6 +17,7 @@ use super::store::Store;
 use crate::api::SourceStatus;
 use crate::api::member_source::MAX_SOURCES;
 use crate::sources::cluster::{node_members, pod_members, service_members};
+use crate::sources::content::digest;
 use crate::sources::spec::{Setting, Source, SourceError, parse_sources};
 
 /// Status entries' errors are cut to this many bytes (the CRD's maxLength).
@@ -44,16 +45,6 @@ pub(crate) struct Outcome {
     pub needs: Needs,
     /// Url sources to fetch: (policy, index) and what to fetch.
     pub feeds: BTreeMap<(String, usize), super::feeds::FeedJob>,
-}
-
-fn digest(members: &[String]) -> [u8; 8] {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    for m in members {
-        h.update(m.as_bytes());
-        h.update(b"\n");
-    }
-    h.finalize()[..8].try_into().expect("8 bytes")
 }
 
 fn needs_of(sources: &[Source], needs: &mut Needs) {
@@ -232,7 +223,7 @@ fn status_entry(
 ) -> SourceStatus {
     let key = (policy.to_string(), index);
     if let Some(members) = members {
-        let d = digest(members);
+        let d = digest(members.iter().map(String::as_str));
         let changed = memory
             .get(&key)
             .is_none_or(|r| r.digest != d || r.kind != kind);

@@ -94,6 +94,17 @@ pub(crate) fn check_list(
     })
 }
 
+/// A digest of a member list, to tell whether it changed.
+pub(crate) fn digest<'a>(members: impl IntoIterator<Item = &'a str>) -> [u8; 8] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for m in members {
+        h.update(m.as_bytes());
+        h.update(b"\n");
+    }
+    h.finalize()[..8].try_into().expect("8 bytes")
+}
+
 fn keeps(family: FamilySpec, member: &Member) -> bool {
     !matches!(
         (member.family(), family),

@@ -290,6 +290,10 @@ impl Member {
     /// itself: without its `nomatch` flag and its comment. `ipset del`
     /// refuses both.
     pub fn key_only(&self) -> Option<Member> {
+        // Most members are their own key: no clone for them.
+        if !self.is_nomatch() && self.comment().is_none() {
+            return None;
+        }
         let bare = self.without_comment();
         match bare.nomatch_twin() {
             Some(plain) if bare.is_nomatch() => Some(plain),
@@ -350,10 +354,9 @@ impl Member {
         // first such word starts the comment, which runs to the end.
         if let Some((member, text)) = input.split_once(" comment:") {
             let comment = Comment::parse(text)?;
+            // `member` holds no " comment:" (split at the first), so it
+            // parses to members without one.
             let parsed = Member::parse_user(set_type, member)?;
-            if parsed.members.iter().any(|m| m.comment().is_some()) {
-                return Err(MemberError::BadComment("a member has one comment"));
-            }
             let OneOrTwo { first, second } = parsed.members;
             return Ok(Parsed {
                 family: parsed.family,

@@ -103,8 +103,8 @@ pub fn run<D: Dataplane>(
                     break;
                 };
                 seq = Some(s);
+                // The heap is trimmed after the apply that follows.
                 manager.set_desired(sets, held);
-                ipsetmgr_dataplane::memory::release_free_memory();
             }
             Err(RecvTimeoutError::Timeout) => {
                 if Instant::now() >= next_resync {

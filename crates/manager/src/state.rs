@@ -78,10 +78,7 @@ impl SetState {
         let header = header.sized_for(members.len());
         // Any difference that matters on resync (type, family, size, the
         // options: a bitmap's range, the comment extension) is a rewrite.
-        if header.kind != self.header.kind
-            || header.max_elem != self.header.max_elem
-            || header.options != self.header.options
-        {
+        if !header.compatible_with(&self.header) {
             self.header = header;
             self.pending_adds = MemberSet::new(self.header.kind);
             self.pending_dels = MemberSet::new(self.header.kind);
