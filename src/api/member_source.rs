@@ -197,8 +197,8 @@ pub struct FileSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     pub interval: Option<String>,
-    /// More members than this refuse the file; the last good content stays
-    /// in force. No default: the file's size limit (256 MiB) and the
+    /// More members than this refuse the file, which holds its policy (its
+    /// sets stay as they are). No default: the file's size limit (256 MiB) and the
     /// policy's maxElem bound it, so a million-member blocklist can be
     /// used as it is.
     #[serde(

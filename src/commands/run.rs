@@ -6,8 +6,9 @@
 //!
 //! `membersFrom` sources are kept across reloads (`file_sources.rs`): a
 //! `file` is read again when it changes (watched, and stat'ed at every
-//! resync and every `interval`), a `url` on its own interval; one that
-//! fails keeps its last good members in force.
+//! resync and every `interval`), a `url` on its own interval. A url that
+//! fails keeps its last good members in force; a file that fails holds its
+//! policy.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
