@@ -351,8 +351,14 @@ impl Member {
             return Err(MemberError::Empty);
         }
         // ` comment:TEXT` comes last; a member itself has no spaces, so the
-        // first such word starts the comment, which runs to the end.
-        if let Some((member, text)) = input.split_once(" comment:") {
+        // first such word starts the comment, which runs to the end. (Most
+        // members have no space at all: a byte search rules that out before
+        // a substring searcher is built for every member of a big list.)
+        if let Some((member, text)) = input
+            .contains(' ')
+            .then(|| input.split_once(" comment:"))
+            .flatten()
+        {
             let comment = Comment::parse(text)?;
             // `member` holds no " comment:" (split at the first), so it
             // parses to members without one.

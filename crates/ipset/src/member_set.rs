@@ -6,24 +6,35 @@
 //! [`Member`] values. Packing is private: callers only see [`Member`].
 //!
 //! Sets built in bulk (compiled policies, sets read back from the kernel) go
-//! through [`MemberSetBuilder`] into a sorted vector instead: appending and
-//! sorting a million integers is several times cheaper than a million
-//! random-access hash inserts, and such sets are only ever looked up,
-//! iterated and diffed. Any mutation turns one into a hash set.
+//! through [`MemberSetBuilder`] into a sorted vector instead, packed or not:
+//! appending and sorting a million values (on the threads that parsed them,
+//! then merged) is several times cheaper than a million random-access hash
+//! inserts, such sets are only ever looked up, iterated and diffed, and two
+//! sorted sets diff in one merge. Any mutation turns one into a hash set.
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use rustc_hash::FxHashSet;
+/// The hasher of every member hash set. foldhash, seeded per process:
+/// FxHash (used before) hashes an IPv6 address through its byte-slice path
+/// so badly that 2^20 sequential /64 networks share one 7-bit tag and 16,384
+/// of 2^20 bucket indexes, and every insert compared against dozens of
+/// members (a sixth of a 1M IPv6 hash:net apply went to `Member::eq`). A per-process seed also keeps a crafted
+/// list (a url source is someone else's file) from choosing its collisions.
+type MemberHasher = foldhash::fast::RandomState;
+type HashSet<T> = std::collections::HashSet<T, MemberHasher>;
+type HashMap<K, V> = std::collections::HashMap<K, V, MemberHasher>;
 
 use crate::member::{Member, Proto};
 use crate::types::{Family, SetKind, SetType};
 
 #[derive(Clone, Debug)]
 enum Store {
-    Packed(FxHashSet<u64>),
+    Packed(HashSet<u64>),
     /// Packed, sorted and without duplicates (a kernel snapshot).
     Sorted(Vec<u64>),
-    Full(FxHashSet<Member>),
+    Full(HashSet<Member>),
+    /// Full, sorted and without duplicates (a snapshot of a wide kind).
+    SortedFull(Vec<Member>),
 }
 
 /// The members of one set of a known [`SetKind`].
@@ -127,9 +138,9 @@ impl MemberSet {
 
     pub fn with_capacity(kind: SetKind, n: usize) -> MemberSet {
         let store = if packable(kind) {
-            Store::Packed(FxHashSet::with_capacity_and_hasher(n, Default::default()))
+            Store::Packed(HashSet::with_capacity_and_hasher(n, Default::default()))
         } else {
-            Store::Full(FxHashSet::with_capacity_and_hasher(n, Default::default()))
+            Store::Full(HashSet::with_capacity_and_hasher(n, Default::default()))
         };
         MemberSet { kind, store }
     }
@@ -151,6 +162,7 @@ impl MemberSet {
             Store::Packed(s) => s.len(),
             Store::Sorted(v) => v.len(),
             Store::Full(s) => s.len(),
+            Store::SortedFull(v) => v.len(),
         }
     }
 
@@ -159,7 +171,7 @@ impl MemberSet {
     fn spill(&mut self) {
         let kind = self.kind;
         let values: Vec<u64> = match &mut self.store {
-            Store::Full(_) => return,
+            Store::Full(_) | Store::SortedFull(_) => return,
             Store::Packed(s) => s.drain().collect(),
             Store::Sorted(v) => std::mem::take(v),
         };
@@ -168,9 +180,16 @@ impl MemberSet {
 
     /// A sorted snapshot becomes a hash set before its first mutation.
     fn thaw(&mut self) {
-        if let Store::Sorted(v) = &mut self.store {
-            let set: FxHashSet<u64> = std::mem::take(v).into_iter().collect();
-            self.store = Store::Packed(set);
+        match &mut self.store {
+            Store::Sorted(v) => {
+                let set: HashSet<u64> = std::mem::take(v).into_iter().collect();
+                self.store = Store::Packed(set);
+            }
+            Store::SortedFull(v) => {
+                let set: HashSet<Member> = std::mem::take(v).into_iter().collect();
+                self.store = Store::Full(set);
+            }
+            Store::Packed(_) | Store::Full(_) => {}
         }
     }
 
@@ -189,13 +208,8 @@ impl MemberSet {
             Store::Packed(s) => pack(self.kind, &m).is_some_and(|v| s.insert(v)),
             Store::Full(s) => s.insert(m),
             // Not reached after thaw(); kept correct rather than panicking.
-            Store::Sorted(v) => pack(self.kind, &m).is_some_and(|x| match v.binary_search(&x) {
-                Ok(_) => false,
-                Err(i) => {
-                    v.insert(i, x);
-                    true
-                }
-            }),
+            Store::Sorted(v) => pack(self.kind, &m).is_some_and(|x| sorted_insert(v, x)),
+            Store::SortedFull(v) => sorted_insert(v, m),
         }
     }
 
@@ -209,6 +223,7 @@ impl MemberSet {
                 .and_then(|x| v.binary_search(&x).ok())
                 .map(|i| v.remove(i))
                 .is_some(),
+            Store::SortedFull(v) => v.binary_search(m).map(|i| v.remove(i)).is_ok(),
         }
     }
 
@@ -217,6 +232,7 @@ impl MemberSet {
             Store::Packed(s) => pack(self.kind, m).is_some_and(|v| s.contains(&v)),
             Store::Sorted(v) => pack(self.kind, m).is_some_and(|x| v.binary_search(&x).is_ok()),
             Store::Full(s) => s.contains(m),
+            Store::SortedFull(v) => v.binary_search(m).is_ok(),
         }
     }
 
@@ -225,7 +241,7 @@ impl MemberSet {
         match &self.store {
             Store::Packed(s) => s.contains(&v),
             Store::Sorted(sorted) => sorted.binary_search(&v).is_ok(),
-            Store::Full(_) => false,
+            Store::Full(_) | Store::SortedFull(_) => false,
         }
     }
 
@@ -234,22 +250,35 @@ impl MemberSet {
             Store::Packed(s) => s.clear(),
             Store::Sorted(v) => v.clear(),
             Store::Full(s) => s.clear(),
+            Store::SortedFull(v) => v.clear(),
         }
     }
 
     /// Members in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = Member> + '_ {
         let kind = self.kind;
-        let (packed, sorted, full) = match &self.store {
-            Store::Packed(s) => (Some(s.iter().map(move |v| unpack(kind, *v))), None, None),
-            Store::Sorted(v) => (None, Some(v.iter().map(move |v| unpack(kind, *v))), None),
-            Store::Full(s) => (None, None, Some(s.iter().cloned())),
+        let (packed, sorted, full, sorted_full) = match &self.store {
+            Store::Packed(s) => (
+                Some(s.iter().map(move |v| unpack(kind, *v))),
+                None,
+                None,
+                None,
+            ),
+            Store::Sorted(v) => (
+                None,
+                Some(v.iter().map(move |v| unpack(kind, *v))),
+                None,
+                None,
+            ),
+            Store::Full(s) => (None, None, Some(s.iter().cloned()), None),
+            Store::SortedFull(v) => (None, None, None, Some(v.iter().cloned())),
         };
         packed
             .into_iter()
             .flatten()
             .chain(sorted.into_iter().flatten())
             .chain(full.into_iter().flatten())
+            .chain(sorted_full.into_iter().flatten())
     }
 
     /// Members of `self` that are not in `other`, without unpacking when both
@@ -276,47 +305,17 @@ impl MemberSet {
     /// (sorted), the other is sorted once and both are merged in one pass:
     /// far cheaper for a million members than a million lookups each way.
     pub fn diff_both(&self, other: &MemberSet) -> (Vec<Member>, Vec<Member>) {
-        let any_sorted =
-            matches!(self.store, Store::Sorted(_)) || matches!(other.store, Store::Sorted(_));
-        let (Some(a), Some(b)) = (self.sorted_packed(), other.sorted_packed()) else {
-            return (self.difference(other), other.difference(self));
-        };
-        if !any_sorted || self.kind != other.kind {
-            return (self.difference(other), other.difference(self));
-        }
-        let kind = self.kind;
-        let (mut only_a, mut only_b) = (Vec::new(), Vec::new());
-        let (mut i, mut j) = (0, 0);
-        // A change to a big set leaves long equal runs: skip them a block at
-        // a time (a memcmp), so a 10-member change of a million-member set
-        // costs a scan at memory speed rather than a million comparisons.
-        const BLOCK: usize = 64;
-        while i < a.len() && j < b.len() {
-            if let (Some(x), Some(y)) = (a.get(i..i + BLOCK), b.get(j..j + BLOCK))
-                && x == y
-            {
-                i += BLOCK;
-                j += BLOCK;
-                continue;
+        let sorted = |s: &MemberSet| matches!(s.store, Store::Sorted(_) | Store::SortedFull(_));
+        if self.kind == other.kind && (sorted(self) || sorted(other)) {
+            let kind = self.kind;
+            if let (Some(a), Some(b)) = (self.sorted_packed(), other.sorted_packed()) {
+                return merge_diff(&a, &b, |v| unpack(kind, *v));
             }
-            match a[i].cmp(&b[j]) {
-                std::cmp::Ordering::Less => {
-                    only_a.push(unpack(kind, a[i]));
-                    i += 1;
-                }
-                std::cmp::Ordering::Greater => {
-                    only_b.push(unpack(kind, b[j]));
-                    j += 1;
-                }
-                std::cmp::Ordering::Equal => {
-                    i += 1;
-                    j += 1;
-                }
+            if let (Some(a), Some(b)) = (self.sorted_full(), other.sorted_full()) {
+                return merge_diff(&a, &b, Member::clone);
             }
         }
-        only_a.extend(a[i..].iter().map(|v| unpack(kind, *v)));
-        only_b.extend(b[j..].iter().map(|v| unpack(kind, *v)));
-        (only_a, only_b)
+        (self.difference(other), other.difference(self))
     }
 
     /// The packed values in ascending order (borrowed for snapshots).
@@ -328,7 +327,21 @@ impl MemberSet {
                 v.sort_unstable();
                 Some(std::borrow::Cow::Owned(v))
             }
-            Store::Full(_) => None,
+            Store::Full(_) | Store::SortedFull(_) => None,
+        }
+    }
+
+    /// The members of a full store in ascending order (borrowed for
+    /// snapshots).
+    fn sorted_full(&self) -> Option<std::borrow::Cow<'_, [Member]>> {
+        match &self.store {
+            Store::SortedFull(v) => Some(std::borrow::Cow::Borrowed(v)),
+            Store::Full(s) => {
+                let mut v: Vec<Member> = s.iter().cloned().collect();
+                v.sort_unstable();
+                Some(std::borrow::Cow::Owned(v))
+            }
+            Store::Packed(_) | Store::Sorted(_) => None,
         }
     }
 
@@ -338,8 +351,12 @@ impl MemberSet {
     /// every write would flip the flag. At most `limit` pairs, each as
     /// (without nomatch, with nomatch).
     pub fn nomatch_conflicts(&self, limit: usize) -> Vec<(Member, Member)> {
-        if let Store::Full(set) = &self.store {
-            return key_conflicts(set, limit);
+        match &self.store {
+            Store::Full(set) => return key_conflicts(set.iter(), |k| set.contains(k), limit),
+            Store::SortedFull(v) => {
+                return key_conflicts(v.iter(), |k| v.binary_search(k).is_ok(), limit);
+            }
+            Store::Packed(_) | Store::Sorted(_) => {}
         }
         if !self.kind.set_type.has_nomatch() {
             return Vec::new();
@@ -368,7 +385,7 @@ impl MemberSet {
                     }
                 }
             }
-            Store::Full(_) => {}
+            Store::Full(_) | Store::SortedFull(_) => {}
         }
         out
     }
@@ -381,14 +398,14 @@ impl MemberSet {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let all_packed = parts
             .iter()
-            .all(|p| p.kind == kind && !matches!(p.store, Store::Full(_)));
+            .all(|p| p.kind == kind && matches!(p.store, Store::Packed(_) | Store::Sorted(_)));
         if packable(kind) && all_packed {
             let mut v: Vec<u64> = Vec::with_capacity(total);
             for p in parts {
                 match &p.store {
                     Store::Sorted(s) => v.extend_from_slice(s),
                     Store::Packed(s) => v.extend(s.iter().copied()),
-                    Store::Full(_) => {}
+                    Store::Full(_) | Store::SortedFull(_) => {}
                 }
             }
             v.sort_unstable();
@@ -401,6 +418,18 @@ impl MemberSet {
                 },
                 dups,
             );
+        }
+        if !packable(kind) && parts.iter().all(|p| p.kind == kind) {
+            // Wide members are merged the same way, as values.
+            let mut v: Vec<Member> = Vec::with_capacity(total);
+            for p in parts {
+                v.extend(p.iter());
+            }
+            v.sort_unstable();
+            v.dedup();
+            let dups = total - v.len();
+            let store = Store::SortedFull(v);
+            return (MemberSet { kind, store }, dups);
         }
         let mut out = MemberSet::with_capacity(kind, total);
         for p in parts {
@@ -416,6 +445,7 @@ impl MemberSet {
     pub fn has_comments(&self) -> bool {
         match &self.store {
             Store::Full(s) => s.iter().any(|m| m.comment().is_some()),
+            Store::SortedFull(v) => v.iter().any(|m| m.comment().is_some()),
             Store::Packed(_) | Store::Sorted(_) => false,
         }
     }
@@ -431,10 +461,15 @@ impl MemberSet {
 /// Pairs of members that are one kernel entry (the same key with another
 /// nomatch flag or comment), at most `limit`: only members with such an
 /// attribute can be one side of a pair, so only they are looked at.
-fn key_conflicts(set: &FxHashSet<Member>, limit: usize) -> Vec<(Member, Member)> {
+/// `contains` is membership in the set `members` come from.
+fn key_conflicts<'a>(
+    members: impl Iterator<Item = &'a Member>,
+    contains: impl Fn(&Member) -> bool,
+    limit: usize,
+) -> Vec<(Member, Member)> {
     let mut out = Vec::new();
-    let mut seen: rustc_hash::FxHashMap<Member, &Member> = Default::default();
-    let mut attributed: Vec<&Member> = set.iter().filter(|m| m.key_only().is_some()).collect();
+    let mut seen: HashMap<Member, &Member> = Default::default();
+    let mut attributed: Vec<&Member> = members.filter(|m| m.key_only().is_some()).collect();
     // Stable pairs whatever the hash order.
     attributed.sort();
     for m in attributed {
@@ -442,7 +477,7 @@ fn key_conflicts(set: &FxHashSet<Member>, limit: usize) -> Vec<(Member, Member)>
             break;
         }
         let key = m.key();
-        if set.contains(&key) {
+        if contains(&key) {
             out.push((key, m.clone()));
         } else if let Some(first) = seen.get(&key) {
             out.push(((*first).clone(), m.clone()));
@@ -453,27 +488,117 @@ fn key_conflicts(set: &FxHashSet<Member>, limit: usize) -> Vec<(Member, Member)>
     out
 }
 
+/// Insert `x` into the sorted, duplicate-free `v`; whether it was new.
+fn sorted_insert<T: Ord>(v: &mut Vec<T>, x: T) -> bool {
+    match v.binary_search(&x) {
+        Ok(_) => false,
+        Err(i) => {
+            v.insert(i, x);
+            true
+        }
+    }
+}
+
+/// `(a - b, b - a)` of two sorted, duplicate-free slices in one merge.
+fn merge_diff<T: Ord>(
+    a: &[T],
+    b: &[T],
+    member: impl Fn(&T) -> Member,
+) -> (Vec<Member>, Vec<Member>) {
+    let (mut only_a, mut only_b) = (Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    // A change to a big set leaves long equal runs: skip them a block at a
+    // time (a memcmp for packed values), so a 10-member change of a
+    // million-member set costs a scan at memory speed rather than a million
+    // comparisons.
+    const BLOCK: usize = 64;
+    while i < a.len() && j < b.len() {
+        if let (Some(x), Some(y)) = (a.get(i..i + BLOCK), b.get(j..j + BLOCK))
+            && x == y
+        {
+            i += BLOCK;
+            j += BLOCK;
+            continue;
+        }
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => {
+                only_a.push(member(&a[i]));
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                only_b.push(member(&b[j]));
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    only_a.extend(a[i..].iter().map(&member));
+    only_b.extend(b[j..].iter().map(&member));
+    (only_a, only_b)
+}
+
+/// Sort `v` and drop its duplicates; how many were dropped.
+fn sort_dedup<T: Ord>(v: &mut Vec<T>) -> usize {
+    let before = v.len();
+    v.sort_unstable();
+    v.dedup();
+    before - v.len()
+}
+
+/// Merge two sorted, duplicate-free vectors into one; how many values were
+/// in both.
+fn merge_sorted<T: Ord>(a: Vec<T>, b: Vec<T>) -> (Vec<T>, usize) {
+    if a.is_empty() || b.is_empty() {
+        return (if a.is_empty() { b } else { a }, 0);
+    }
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let mut dups = 0;
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
+        match x.cmp(y) {
+            std::cmp::Ordering::Less => out.extend(a.next()),
+            std::cmp::Ordering::Greater => out.extend(b.next()),
+            std::cmp::Ordering::Equal => {
+                dups += 1;
+                b.next();
+                out.extend(a.next());
+            }
+        }
+    }
+    out.extend(a);
+    out.extend(b);
+    (out, dups)
+}
+
 /// Builds a [`MemberSet`] in bulk (a compiled policy, a kernel listing).
+///
+/// Members are appended, then sorted and deduplicated once: by
+/// [`MemberSetBuilder::presort`] on the thread that pushed them (the policy
+/// compiler parses big lists on several threads), so that
+/// [`MemberSetBuilder::absorb`] only merges sorted runs; otherwise by
+/// [`MemberSetBuilder::finish`].
 #[derive(Debug)]
 pub struct MemberSetBuilder {
     kind: SetKind,
     packed: Vec<u64>,
-    full: FxHashSet<Member>,
+    full: Vec<Member>,
     refused: usize,
     /// A commented member arrived: everything is in `full` from then on.
     spilled: bool,
+    /// `packed` and `full` are sorted and without duplicates.
+    sorted: bool,
 }
 
 impl MemberSetBuilder {
     /// `n` is a capacity hint (the kernel's announced entry count).
     pub fn with_capacity(kind: SetKind, n: usize) -> MemberSetBuilder {
         let (packed, full) = if packable(kind) {
-            (Vec::with_capacity(n), FxHashSet::default())
+            (Vec::with_capacity(n), Vec::new())
         } else {
-            (
-                Vec::new(),
-                FxHashSet::with_capacity_and_hasher(n, Default::default()),
-            )
+            (Vec::new(), Vec::with_capacity(n))
         };
         MemberSetBuilder {
             kind,
@@ -481,6 +606,7 @@ impl MemberSetBuilder {
             full,
             refused: 0,
             spilled: false,
+            sorted: true,
         }
     }
 
@@ -499,9 +625,10 @@ impl MemberSetBuilder {
                 Some(v) => self.packed.push(v),
                 None => self.refused += 1,
             }
-        } else if !self.full.insert(m) {
-            self.refused += 1;
+        } else {
+            self.full.push(m);
         }
+        self.sorted = false;
     }
 
     /// Move what is packed to the full store (see [`MemberSet::spill`]).
@@ -511,10 +638,18 @@ impl MemberSetBuilder {
         }
         self.spilled = true;
         let kind = self.kind;
-        for v in std::mem::take(&mut self.packed) {
-            if !self.full.insert(unpack(kind, v)) {
-                self.refused += 1;
-            }
+        let packed = std::mem::take(&mut self.packed);
+        self.full
+            .extend(packed.into_iter().map(|v| unpack(kind, v)));
+        self.sorted = false;
+    }
+
+    /// Sort and deduplicate what was pushed so far (duplicates are counted
+    /// as refused). Cheap to call again.
+    pub fn presort(&mut self) {
+        if !self.sorted {
+            self.refused += sort_dedup(&mut self.packed) + sort_dedup(&mut self.full);
+            self.sorted = true;
         }
     }
 
@@ -527,37 +662,32 @@ impl MemberSetBuilder {
         if self.spilled {
             other.spill();
         }
-        self.packed.extend(other.packed);
         self.refused += other.refused;
-        for m in other.full {
-            self.push(m);
+        if self.sorted && other.sorted {
+            let (packed, dups) = merge_sorted(std::mem::take(&mut self.packed), other.packed);
+            let (full, more) = merge_sorted(std::mem::take(&mut self.full), other.full);
+            (self.packed, self.full) = (packed, full);
+            self.refused += dups + more;
+        } else {
+            self.packed.extend(other.packed);
+            self.full.extend(other.full);
+            self.sorted = false;
         }
     }
 
     /// The set, and how many members were refused (wrong kind or duplicate).
     pub fn finish(mut self) -> (MemberSet, usize) {
-        if !packable(self.kind) || self.spilled {
-            let store = Store::Full(self.full);
-            return (
-                MemberSet {
-                    kind: self.kind,
-                    store,
-                },
-                self.refused,
-            );
-        }
-        self.packed.sort_unstable();
-        let before = self.packed.len();
-        self.packed.dedup();
-        let refused = self.refused + before - self.packed.len();
-        let store = Store::Sorted(self.packed);
-        (
-            MemberSet {
-                kind: self.kind,
-                store,
-            },
-            refused,
-        )
+        self.presort();
+        let store = if !packable(self.kind) || self.spilled {
+            Store::SortedFull(self.full)
+        } else {
+            Store::Sorted(self.packed)
+        };
+        let set = MemberSet {
+            kind: self.kind,
+            store,
+        };
+        (set, self.refused)
     }
 }
 
@@ -578,6 +708,38 @@ mod tests {
 
     fn v4(t: SetType) -> SetKind {
         SetKind::new(t, Some(Family::V4))
+    }
+
+    /// The member hasher must spread members that differ in a few middle
+    /// bytes of an IPv6 address (sequential /64 networks, a common shape of
+    /// generated lists) over buckets and tags: FxHash put these 65,536
+    /// networks on 1 tag and 64 bucket indexes.
+    #[test]
+    fn member_hashes_spread_sequential_ipv6_networks() {
+        use std::hash::BuildHasher;
+        let hasher = MemberHasher::default();
+        let n: u64 = 1 << 16;
+        let base = u128::from(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0));
+        let mut buckets = HashSet::default();
+        let mut tags = HashSet::default();
+        for i in 0..n {
+            let m = Member::Net {
+                addr: IpAddr::V6(std::net::Ipv6Addr::from(base + (u128::from(i) << 64))),
+                prefix: 64,
+                nomatch: false,
+            };
+            let h = hasher.hash_one(&m);
+            buckets.insert(h & (n - 1));
+            // hashbrown's tag: the top seven bits.
+            tags.insert(h >> 57);
+        }
+        // A random function fills about 63% of n buckets with n keys.
+        assert!(
+            buckets.len() as u64 > n / 2,
+            "{} buckets of {n}",
+            buckets.len()
+        );
+        assert_eq!(tags.len(), 128, "{} tags of 128", tags.len());
     }
 
     proptest! {
@@ -634,6 +796,91 @@ mod tests {
             prop_assert_eq!(only_new, want_new);
             prop_assert_eq!(only_old, want_old);
         }
+    }
+
+    proptest! {
+        /// Builders split across "threads" (presorted or not, absorbed in
+        /// either state) and finished equal the set of what was pushed, with
+        /// every duplicate counted; snapshots of wide members diff by merge
+        /// exactly like hash sets; for IPv4 and IPv6, with comments (which
+        /// spill packed kinds to the full store).
+        #[test]
+        fn built_snapshots_equal_their_model(
+            v6 in any::<bool>(),
+            values in prop::collection::vec((0u16..400, any::<bool>()), 0..600),
+            other in prop::collection::vec((0u16..400, any::<bool>()), 0..600),
+            split in any::<prop::sample::Index>(),
+            presort in any::<(bool, bool)>(),
+        ) {
+            let kind = SetKind::new(SetType::HashNet, Some(if v6 { Family::V6 } else { Family::V4 }));
+            let member = |&(v, commented): &(u16, bool)| {
+                let text = if v6 { format!("2001:db8:{v:x}::/48") } else { format!("10.{}.{}.0/24", v >> 8, v & 0xff) };
+                let text = if commented { format!("{text} comment:c{}", v % 3) } else { text };
+                Member::parse_user(SetType::HashNet, &text).unwrap().members.into_iter().next().unwrap()
+            };
+            let build = |vals: &[(u16, bool)]| {
+                let cut = if vals.is_empty() { 0 } else { split.index(vals.len()) };
+                let (mut a, mut b) = (MemberSetBuilder::with_capacity(kind, 0), MemberSetBuilder::with_capacity(kind, 0));
+                vals[..cut].iter().for_each(|v| a.push(member(v)));
+                vals[cut..].iter().for_each(|v| b.push(member(v)));
+                if presort.0 { a.presort(); }
+                if presort.1 { b.presort(); }
+                a.absorb(b);
+                a.finish()
+            };
+            let model = |vals: &[(u16, bool)]| vals.iter().map(member).collect::<std::collections::BTreeSet<Member>>();
+            let (set, refused) = build(&values);
+            let want = model(&values);
+            prop_assert_eq!(refused, values.len() - want.len());
+            prop_assert_eq!(set.iter().collect::<std::collections::BTreeSet<Member>>(), want.clone());
+            prop_assert!(want.iter().all(|m| set.contains(m)));
+
+            let (snap, _) = build(&other);
+            let hashed = MemberSet::from_members(kind, other.iter().map(member));
+            let want_other = model(&other);
+            let expect_a: Vec<Member> = want.difference(&want_other).cloned().collect();
+            let expect_b: Vec<Member> = want_other.difference(&want).cloned().collect();
+            for b in [&snap, &hashed] {
+                let (mut only_a, mut only_b) = set.diff_both(b);
+                only_a.sort();
+                only_b.sort();
+                prop_assert_eq!(&only_a, &expect_a);
+                prop_assert_eq!(&only_b, &expect_b);
+            }
+            let (u, dups) = MemberSet::union(kind, &[&set, &snap]);
+            prop_assert_eq!(u.len() + dups, set.len() + snap.len());
+            prop_assert_eq!(u.iter().collect::<std::collections::BTreeSet<Member>>(), want.union(&want_other).cloned().collect());
+        }
+    }
+
+    #[test]
+    fn wide_snapshots_find_conflicts_and_thaw_on_mutation() {
+        let v6 = SetKind::new(SetType::HashNet, Some(Family::V6));
+        let net = |s: &str| {
+            Member::parse_user(SetType::HashNet, s)
+                .unwrap()
+                .members
+                .into_iter()
+                .next()
+                .unwrap()
+        };
+        let mut b = MemberSetBuilder::with_capacity(v6, 3);
+        for m in ["2001:db8::/32 nomatch", "2001:db8::/32", "2001:db9::/32"] {
+            b.push(net(m));
+        }
+        let (mut snap, refused) = b.finish();
+        assert_eq!(refused, 0);
+        let found = snap.nomatch_conflicts(10);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].0.to_string(), "2001:db8::/32");
+        assert!(snap.contains(&net("2001:db9::/32")));
+        assert!(snap.insert(net("2001:dba::/32")));
+        assert!(!snap.insert(net("2001:dba::/32")));
+        assert!(snap.remove(&net("2001:db8::/32")));
+        assert_eq!(
+            snap.sorted_strings(),
+            ["2001:db8::/32 nomatch", "2001:db9::/32", "2001:dba::/32"]
+        );
     }
 
     #[test]

@@ -121,5 +121,7 @@ fn parse_chunk(
             out.rejected.push((offset + i, kind));
         }
     }
+    // Sorted here, on this chunk's thread: the chunks are then merged.
+    out.builders.iter_mut().for_each(MemberSetBuilder::presort);
     out
 }
