@@ -18,7 +18,10 @@ of --repeat rounds. Ratios below 1 mean ipsetmgr is faster.
     new policy is compiled, as in `ipsetmgr run` and the agent), at 100k and
     1M.
   * resync: reading a 1M-member set back and diffing it with the desired
-    members (examples/delta.rs) against `ipset save` of the same set.
+    members (examples/delta.rs) against `ipset save` of the same set, and
+    the floor under both: the kernel's own dump of the set to a receiver
+    that reads the datagrams and decodes nothing (--kernel-dump, run in the
+    set's namespace by this script).
   * memory: peak and steady resident memory of `ipsetmgr run` holding a
     1M-member set from YAML and from a plain list (a `membersFrom` file).
 Needs root and the ipset binary.
@@ -27,6 +30,8 @@ import argparse
 import ipaddress
 import json
 import os
+import socket
+import struct
 import statistics
 import subprocess
 import sys
@@ -200,16 +205,56 @@ def delta_stats(nss, n, backend, repeat):
     return {k: statistics.median(float(s[k]) for s in samples) for k in ("diff_ms", "update_ms", "resync_ms")}
 
 
-def save_time(nss, inp, repeat):
-    times = []
-    for _ in range(repeat):
+def kernel_dump(set_name):
+    """Seconds the kernel takes to dump `set_name` (ipset LIST over
+    netlink) to a receiver that decodes nothing: what any reader of the set
+    pays. Prints them; runs inside the set's namespace."""
+    def attr(kind, data):
+        size = 4 + len(data)
+        return struct.pack("HH", size, kind) + data + b"\0" * (-size % 4)
+    # nfgenmsg (AF_UNSPEC, version 0, res_id 0), IPSET_ATTR_PROTOCOL 7,
+    # IPSET_ATTR_SETNAME.
+    body = struct.pack("BBH", 0, 0, 0) + attr(1, bytes([7])) + attr(2, set_name.encode() + b"\0")
+    ipset_list = (6 << 8) | 7  # NFNL_SUBSYS_IPSET, IPSET_CMD_LIST
+    request = struct.pack("IHHII", 16 + len(body), ipset_list, 0x301, 1, 0) + body  # REQUEST|DUMP
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)  # NETLINK_NETFILTER
+    sock.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE, as the netlink backend
+    sock.bind((0, 0))
+    buf = bytearray(256 << 10)
+    start = time.perf_counter()
+    sock.send(request)
+    done = False
+    while not done:
+        n = sock.recv_into(buf)
+        off = 0
+        while off < n:
+            size, kind = struct.unpack_from("IH", buf, off)
+            if kind == 2 and struct.unpack_from("i", buf, off + 16)[0] != 0:  # NLMSG_ERROR
+                sys.exit(f"dump of {set_name} failed: errno {-struct.unpack_from('i', buf, off + 16)[0]}")
+            done = done or kind in (2, 3)  # NLMSG_ERROR (ack) or NLMSG_DONE
+            off += (size + 3) & ~3
+    print(f"{time.perf_counter() - start:.6f}")
+
+
+def save_times(nss, inp, repeat):
+    """Median seconds of `ipset save` and of the bare kernel dump of one set,
+    alternating in the same namespace."""
+    saves, dumps = [], []
+    for r in range(repeat):
         ns = nss.fresh()
         try:
             run(in_ns(ns) + ["ipset", "restore", "-f", inp.restore])
-            times.append(timed(in_ns(ns) + ["ipset", "save", f"raw-{inp.name}"]))
+            name = f"raw-{inp.name}"
+            dump = in_ns(ns) + [sys.executable, os.path.abspath(__file__), "--kernel-dump", name]
+            for which in (["save", "dump"] if r % 2 == 0 else ["dump", "save"]):
+                if which == "save":
+                    saves.append(timed(in_ns(ns) + ["ipset", "save", name]))
+                else:
+                    out = subprocess.run(dump, check=True, capture_output=True, text=True).stdout
+                    dumps.append(float(out))
         finally:
             nss.drop(ns)
-    return statistics.median(times)
+    return statistics.median(saves), statistics.median(dumps)
 
 
 def rss_kb(pid, field):
@@ -263,7 +308,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--settle", type=float, default=5.0, help="seconds before reading steady RSS")
     ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--kernel-dump", metavar="SET", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.kernel_dump:
+        return kernel_dump(args.kernel_dump)
     if os.geteuid() != 0:
         sys.exit("needs root (ipsets live in the kernel); run with sudo")
     run(["cargo", "build", "--release", "--quiet", "--bin", "ipsetmgr", "--example", "delta"], cwd=ROOT)
@@ -286,8 +334,10 @@ def main():
                 notes.append(f"{len(members):,}: diff {stats['diff_ms']:.2f} ms, kernel write "
                              f"{stats['update_ms']:.3f} ms, resync {stats['resync_ms']:.0f} ms")
                 if len(members) == max(sizes):
-                    save = save_time(nss, inp, args.repeat)
+                    save, dump = save_times(nss, inp, args.repeat)
                     rows.append((f"read back {len(members):,} hash:ip: ipset save", save, None))
+                    rows.append((f"read back {len(members):,} hash:ip: the kernel's dump alone (decoding nothing)",
+                                 dump, dump / save))
                     rows.append((f"resync {len(members):,} hash:ip: read back + diff (in process)",
                                  stats["resync_ms"] / 1e3, stats["resync_ms"] / 1e3 / save))
                     if not args.skip_memory:
