@@ -575,11 +575,14 @@ fn merge_sorted<T: Ord>(a: Vec<T>, b: Vec<T>) -> (Vec<T>, usize) {
 
 /// Builds a [`MemberSet`] in bulk (a compiled policy, a kernel listing).
 ///
-/// Members are appended, then sorted and deduplicated once: by
-/// [`MemberSetBuilder::presort`] on the thread that pushed them (the policy
-/// compiler parses big lists on several threads), so that
-/// [`MemberSetBuilder::absorb`] only merges sorted runs; otherwise by
-/// [`MemberSetBuilder::finish`].
+/// Members are appended, then sorted and deduplicated once, by
+/// [`MemberSetBuilder::finish`]. Wide (unpacked) members, which are slow to
+/// sort, can be sorted earlier by [`MemberSetBuilder::presort`] on the
+/// thread that pushed them (the policy compiler parses big lists on several
+/// threads), so that [`MemberSetBuilder::absorb`] only merges sorted runs.
+/// Packed values are always sorted by `finish`: a million of them sort in
+/// tens of milliseconds, and merging presorted packed runs was measured to
+/// leave `ipsetmgr run` 4 MiB more resident with 1M IPv4 members.
 #[derive(Debug)]
 pub struct MemberSetBuilder {
     kind: SetKind,
@@ -588,8 +591,8 @@ pub struct MemberSetBuilder {
     refused: usize,
     /// A commented member arrived: everything is in `full` from then on.
     spilled: bool,
-    /// `packed` and `full` are sorted and without duplicates.
-    sorted: bool,
+    /// `full` is sorted and without duplicates.
+    full_sorted: bool,
 }
 
 impl MemberSetBuilder {
@@ -606,7 +609,7 @@ impl MemberSetBuilder {
             full,
             refused: 0,
             spilled: false,
-            sorted: true,
+            full_sorted: true,
         }
     }
 
@@ -627,8 +630,8 @@ impl MemberSetBuilder {
             }
         } else {
             self.full.push(m);
+            self.full_sorted = false;
         }
-        self.sorted = false;
     }
 
     /// Move what is packed to the full store (see [`MemberSet::spill`]).
@@ -641,15 +644,15 @@ impl MemberSetBuilder {
         let packed = std::mem::take(&mut self.packed);
         self.full
             .extend(packed.into_iter().map(|v| unpack(kind, v)));
-        self.sorted = false;
+        self.full_sorted = false;
     }
 
-    /// Sort and deduplicate what was pushed so far (duplicates are counted
-    /// as refused). Cheap to call again.
+    /// Sort and deduplicate the wide members pushed so far (duplicates are
+    /// counted as refused). Cheap to call again.
     pub fn presort(&mut self) {
-        if !self.sorted {
-            self.refused += sort_dedup(&mut self.packed) + sort_dedup(&mut self.full);
-            self.sorted = true;
+        if !self.full_sorted {
+            self.refused += sort_dedup(&mut self.full);
+            self.full_sorted = true;
         }
     }
 
@@ -663,21 +666,21 @@ impl MemberSetBuilder {
             other.spill();
         }
         self.refused += other.refused;
-        if self.sorted && other.sorted {
-            let (packed, dups) = merge_sorted(std::mem::take(&mut self.packed), other.packed);
-            let (full, more) = merge_sorted(std::mem::take(&mut self.full), other.full);
-            (self.packed, self.full) = (packed, full);
-            self.refused += dups + more;
+        self.packed.extend(other.packed);
+        if self.full_sorted && other.full_sorted {
+            let (full, dups) = merge_sorted(std::mem::take(&mut self.full), other.full);
+            self.full = full;
+            self.refused += dups;
         } else {
-            self.packed.extend(other.packed);
             self.full.extend(other.full);
-            self.sorted = false;
+            self.full_sorted = false;
         }
     }
 
     /// The set, and how many members were refused (wrong kind or duplicate).
     pub fn finish(mut self) -> (MemberSet, usize) {
         self.presort();
+        self.refused += sort_dedup(&mut self.packed);
         let store = if !packable(self.kind) || self.spilled {
             Store::SortedFull(self.full)
         } else {
