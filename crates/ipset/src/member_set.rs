@@ -12,6 +12,7 @@
 //! inserts, such sets are only ever looked up, iterated and diffed, and two
 //! sorted sets diff in one merge. Any mutation turns one into a hash set.
 
+use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr};
 
 /// The hasher of every member hash set. foldhash, seeded per process:
@@ -319,28 +320,20 @@ impl MemberSet {
     }
 
     /// The packed values in ascending order (borrowed for snapshots).
-    fn sorted_packed(&self) -> Option<std::borrow::Cow<'_, [u64]>> {
+    fn sorted_packed(&self) -> Option<Cow<'_, [u64]>> {
         match &self.store {
-            Store::Sorted(v) => Some(std::borrow::Cow::Borrowed(v)),
-            Store::Packed(s) => {
-                let mut v: Vec<u64> = s.iter().copied().collect();
-                v.sort_unstable();
-                Some(std::borrow::Cow::Owned(v))
-            }
+            Store::Sorted(v) => Some(Cow::Borrowed(v)),
+            Store::Packed(s) => Some(sorted_copy(s)),
             Store::Full(_) | Store::SortedFull(_) => None,
         }
     }
 
     /// The members of a full store in ascending order (borrowed for
     /// snapshots).
-    fn sorted_full(&self) -> Option<std::borrow::Cow<'_, [Member]>> {
+    fn sorted_full(&self) -> Option<Cow<'_, [Member]>> {
         match &self.store {
-            Store::SortedFull(v) => Some(std::borrow::Cow::Borrowed(v)),
-            Store::Full(s) => {
-                let mut v: Vec<Member> = s.iter().cloned().collect();
-                v.sort_unstable();
-                Some(std::borrow::Cow::Owned(v))
-            }
+            Store::SortedFull(v) => Some(Cow::Borrowed(v)),
+            Store::Full(s) => Some(sorted_copy(s)),
             Store::Packed(_) | Store::Sorted(_) => None,
         }
     }
@@ -486,6 +479,13 @@ fn key_conflicts<'a>(
         }
     }
     out
+}
+
+/// The values of a hash set, sorted.
+fn sorted_copy<'a, T: Ord + Clone + 'a>(set: &HashSet<T>) -> Cow<'a, [T]> {
+    let mut v: Vec<T> = set.iter().cloned().collect();
+    v.sort_unstable();
+    Cow::Owned(v)
 }
 
 /// Insert `x` into the sorted, duplicate-free `v`; whether it was new.
