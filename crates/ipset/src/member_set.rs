@@ -713,6 +713,12 @@ mod tests {
         SetKind::new(t, Some(Family::V4))
     }
 
+    /// The (first) member `text` parses to.
+    fn first(set_type: SetType, text: &str) -> Member {
+        let parsed = Member::parse_user(set_type, text).unwrap();
+        parsed.members.into_iter().next().unwrap()
+    }
+
     /// The member hasher must spread members that differ in a few middle
     /// bytes of an IPv6 address (sequential /64 networks, a common shape of
     /// generated lists) over buckets and tags: FxHash put these 65,536
@@ -819,7 +825,7 @@ mod tests {
             let member = |&(v, commented): &(u16, bool)| {
                 let text = if v6 { format!("2001:db8:{v:x}::/48") } else { format!("10.{}.{}.0/24", v >> 8, v & 0xff) };
                 let text = if commented { format!("{text} comment:c{}", v % 3) } else { text };
-                Member::parse_user(SetType::HashNet, &text).unwrap().members.into_iter().next().unwrap()
+                first(SetType::HashNet, &text)
             };
             let build = |vals: &[(u16, bool)]| {
                 let cut = if vals.is_empty() { 0 } else { split.index(vals.len()) };
@@ -859,14 +865,7 @@ mod tests {
     #[test]
     fn wide_snapshots_find_conflicts_and_thaw_on_mutation() {
         let v6 = SetKind::new(SetType::HashNet, Some(Family::V6));
-        let net = |s: &str| {
-            Member::parse_user(SetType::HashNet, s)
-                .unwrap()
-                .members
-                .into_iter()
-                .next()
-                .unwrap()
-        };
+        let net = |s: &str| first(SetType::HashNet, s);
         let mut b = MemberSetBuilder::with_capacity(v6, 3);
         for m in ["2001:db8::/32 nomatch", "2001:db8::/32", "2001:db9::/32"] {
             b.push(net(m));
@@ -1016,14 +1015,7 @@ mod tests {
     #[test]
     fn a_commented_member_moves_a_packed_set_to_the_full_store() {
         let k = v4(SetType::HashIp);
-        let parse = |s: &str| {
-            Member::parse_user(SetType::HashIp, s)
-                .unwrap()
-                .members
-                .into_iter()
-                .next()
-                .unwrap()
-        };
+        let parse = |s: &str| first(SetType::HashIp, s);
         let mut b = MemberSetBuilder::with_capacity(k, 3);
         b.push(parse("10.0.0.1"));
         b.push(parse("10.0.0.2 comment:two"));
