@@ -1,13 +1,14 @@
 //! Times what a running manager does with a big set: create a set of
-//! `--members` IPv4 addresses, change `--changes` of them, and resync it.
+//! `--members` IPv4 addresses (hash:ip) or, with `--ipv6`, IPv6 /64
+//! networks (hash:net), change `--changes` of them, and resync it.
 //! Used by scripts/bench_vs_restore.py; prints one line of key=value pairs.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
 use clap::Parser;
 use ipsetmgr::dataplane::{Backend, open};
-use ipsetmgr::ipset::Naming;
+use ipsetmgr::ipset::{Naming, SetType};
 use ipsetmgr::manager::{Manager, ManagerConfig};
 use ipsetmgr::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
 
@@ -21,14 +22,45 @@ struct Args {
     members: u32,
     #[arg(long, default_value_t = 10)]
     changes: u32,
+    /// IPv6 /64 networks in a hash:net set instead of IPv4 addresses.
+    #[arg(long)]
+    ipv6: bool,
 }
 
-fn policy(members: Vec<String>, max: u32) -> IPSetPolicy {
+/// Member `i` of the set, and replacement `i` for a change.
+fn member(ipv6: bool, i: u32) -> String {
+    if ipv6 {
+        format!(
+            "{}/64",
+            Ipv6Addr::from((0x2001_0db8_u128 << 96) + (u128::from(i) << 64))
+        )
+    } else {
+        Ipv4Addr::from(0x0a00_0000 + i).to_string()
+    }
+}
+
+fn replacement(ipv6: bool, i: u32) -> String {
+    if ipv6 {
+        format!("2001:db8:ffff:{i:x}::/64")
+    } else {
+        Ipv4Addr::from(0xc000_0200 + i).to_string()
+    }
+}
+
+fn policy(members: Vec<String>, max: u32, ipv6: bool) -> IPSetPolicy {
     IPSetPolicy::new(
         "delta-bench",
         IPSetPolicySpec {
-            set_type: ipsetmgr::ipset::SetType::HashIp,
-            family: FamilySpec::IPv4,
+            set_type: if ipv6 {
+                SetType::HashNet
+            } else {
+                SetType::HashIp
+            },
+            family: if ipv6 {
+                FamilySpec::IPv6
+            } else {
+                FamilySpec::IPv4
+            },
             members,
             node_selector: None,
             max_elem: Some(max),
@@ -58,21 +90,19 @@ fn main() -> anyhow::Result<()> {
     let mut mgr = Manager::new(dp, ManagerConfig::default());
     let naming = Naming::default();
     let max = args.members + args.changes + 10;
-    let base: Vec<String> = (0..args.members)
-        .map(|i| Ipv4Addr::from(0x0a00_0000 + i).to_string())
-        .collect();
-    let c = compile(&[policy(base.clone(), max)], &naming, None);
+    let base: Vec<String> = (0..args.members).map(|i| member(args.ipv6, i)).collect();
+    let c = compile(&[policy(base.clone(), max, args.ipv6)], &naming, None);
     mgr.set_desired(c.sets, c.held);
     let out = mgr.apply_updates();
     anyhow::ensure!(out.applied, "initial apply failed: {:?}", out.error);
 
     let mut changed = base;
     for (i, m) in changed.iter_mut().take(args.changes as usize).enumerate() {
-        *m = Ipv4Addr::from(0xc000_0200 + i as u32).to_string();
+        *m = replacement(args.ipv6, i as u32);
     }
     // The in-process part of a change: what `run` and the agent do once the
     // new policy is compiled (the manager's diff and the kernel write).
-    let c = compile(&[policy(changed, max)], &naming, None);
+    let c = compile(&[policy(changed, max, args.ipv6)], &naming, None);
     // The policy's million strings were freed just now; glibc sorts its
     // free lists on the next allocation (about 9 ms here), which belongs to
     // the loader, not to the update: in `run` and the agent the loader

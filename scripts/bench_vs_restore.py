@@ -17,8 +17,9 @@ of --repeat rounds. Ratios below 1 mean ipsetmgr is faster.
     part (examples/delta.rs: the manager's diff and the kernel write once the
     new policy is compiled, as in `ipsetmgr run` and the agent), at 100k and
     1M.
-  * resync: reading a 1M-member set back and diffing it with the desired
-    members (examples/delta.rs) against `ipset save` of the same set, and
+  * resync: reading a 1M-member set back (IPv4 hash:ip and IPv6 hash:net)
+    and diffing it with the desired members (examples/delta.rs) against
+    `ipset save` of the same set, and
     the floor under both: the kernel's own dump of the set to a receiver
     that reads the datagrams and decodes nothing (--kernel-dump, run in the
     set's namespace by this script).
@@ -191,14 +192,15 @@ def change_rows(nss, base, after, formats, backend, repeat):
             for fmt, t in med.items()]
 
 
-def delta_stats(nss, n, backend, repeat):
+def delta_stats(nss, n, backend, repeat, ipv6=False):
     """Median diff, update and resync milliseconds from examples/delta.rs."""
     samples = []
     for _ in range(repeat):
         ns = nss.fresh()
         try:
-            out = subprocess.run([DELTA, "--netns", ns, "--backend", backend, "--members", str(n),
-                                  "--changes", str(CHANGES)], check=True, capture_output=True, text=True).stdout
+            cmd = [DELTA, "--netns", ns, "--backend", backend, "--members", str(n), "--changes", str(CHANGES)]
+            out = subprocess.run(cmd + (["--ipv6"] if ipv6 else []),
+                                 check=True, capture_output=True, text=True).stdout
         finally:
             nss.drop(ns)
         samples.append(dict(kv.split("=", 1) for kv in out.split()))
@@ -327,24 +329,27 @@ def main():
         for name, set_type, family, members in cases:
             inp = Inputs(d, name, set_type, family, members)
             rows += new_set_rows(nss, inp, formats, backends, args.repeat)
+            what = f"{len(members):,} {set_type}{' IPv6' if family == 'IPv6' else ''}"
+            ipv6 = family == "IPv6"
             if set_type == "hash:ip":
                 after = Inputs(d, name, set_type, family, changed(members), suffix=".changed")
                 rows += change_rows(nss, inp, after, formats, backends[0], args.repeat)
-                stats = delta_stats(nss, len(members), backends[0], args.repeat)
-                notes.append(f"{len(members):,}: diff {stats['diff_ms']:.2f} ms, kernel write "
-                             f"{stats['update_ms']:.3f} ms, resync {stats['resync_ms']:.0f} ms")
-                if len(members) == max(sizes):
-                    save, dump = save_times(nss, inp, args.repeat)
-                    rows.append((f"read back {len(members):,} hash:ip: ipset save", save, None))
-                    rows.append((f"read back {len(members):,} hash:ip: the kernel's dump alone (decoding nothing)",
-                                 dump, dump / save))
-                    rows.append((f"resync {len(members):,} hash:ip: read back + diff (in process)",
-                                 stats["resync_ms"] / 1e3, stats["resync_ms"] / 1e3 / save))
-                    if not args.skip_memory:
-                        for fmt in [f for f in ("yaml", "text") if f in formats]:
-                            peak, steady = run_memory(nss, d, inp, fmt, backends[0], args.settle)
-                            notes.append(f"ipsetmgr run, {len(members):,} members from {fmt}: "
-                                         f"peak RSS {peak:.1f} MiB, steady {steady:.1f} MiB")
+            stats = delta_stats(nss, len(members), backends[0], args.repeat, ipv6)
+            notes.append(f"{what}: diff {stats['diff_ms']:.2f} ms, kernel write "
+                         f"{stats['update_ms']:.3f} ms, resync {stats['resync_ms']:.0f} ms")
+            biggest_v4 = set_type == "hash:ip" and len(members) == max(sizes, default=0)
+            if biggest_v4 or ipv6:
+                save, dump = save_times(nss, inp, args.repeat)
+                rows.append((f"read back {what}: ipset save", save, None))
+                rows.append((f"read back {what}: the kernel's dump alone (decoding nothing)",
+                             dump, dump / save))
+                rows.append((f"resync {what}: read back + diff (in process)",
+                             stats["resync_ms"] / 1e3, stats["resync_ms"] / 1e3 / save))
+            if biggest_v4 and not args.skip_memory:
+                for fmt in [f for f in ("yaml", "text") if f in formats]:
+                    peak, steady = run_memory(nss, d, inp, fmt, backends[0], args.settle)
+                    notes.append(f"ipsetmgr run, {len(members):,} members from {fmt}: "
+                                 f"peak RSS {peak:.1f} MiB, steady {steady:.1f} MiB")
     print(f"{'case':<78} {'seconds':>9} {'ratio':>7}")
     for label, t, ratio in rows:
         print(f"{label:<78} {t:>9.3f} {'' if ratio is None else f'{ratio:.2f}':>7}")
