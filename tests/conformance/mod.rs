@@ -34,33 +34,16 @@ macro_rules! conformance_tests {
     // The in-memory model: every body but those that set the kernel up with
     // the real `ipset` binary.
     (model: $factory:expr) => {
-        $crate::conformance_tests!(@each Model, $factory;
-            create_and_read_back_each_type,
-            rendering_matches_kernel_listing,
-            add_del_are_idempotent,
-            nomatch_flag_is_not_part_of_the_key,
-            flush_empties_a_set,
-            swap_exchanges_contents,
-            swap_type_mismatch,
-            destroy_in_use_by_list_set,
-            nested_list_set_is_refused,
-            hash_mac_not_supported,
-            hash_ip_mark_not_supported,
-            new_types_through_the_manager,
-            nomatch_flag_of_new_types,
-            bitmap_limits,
-            comments_through_the_manager,
-            masks_through_the_manager,
-            batch_failing_midway_names_op_and_member,
-            create_existing_and_missing_sets,
-            list_owned_filters_and_leaves_foreign_sets,
-            read_missing_set_is_none,
-            empty_batches,
-            large_round_trip_100k,
-        );
+        $crate::conformance_tests!(@shared Model, $factory;);
     };
     ($factory:expr) => {
-        $crate::conformance_tests!(@each Kernel, $factory;
+        $crate::conformance_tests!(@shared Kernel, $factory;
+            header_options_never_set_are_reported,
+        );
+    };
+    // The bodies both kinds of backend run, and `$extra`.
+    (@shared $mode:ident, $factory:expr; $($extra:ident),* $(,)?) => {
+        $crate::conformance_tests!(@each $mode, $factory;
             create_and_read_back_each_type,
             rendering_matches_kernel_listing,
             add_del_are_idempotent,
@@ -80,10 +63,10 @@ macro_rules! conformance_tests {
             batch_failing_midway_names_op_and_member,
             create_existing_and_missing_sets,
             list_owned_filters_and_leaves_foreign_sets,
-            header_options_never_set_are_reported,
             read_missing_set_is_none,
             empty_batches,
             large_round_trip_100k,
+            $($extra,)*
         );
     };
     (@each $mode:ident, $factory:expr; $($name:ident),* $(,)?) => {
