@@ -495,13 +495,23 @@ pub(crate) fn plain_decimal(s: &str, max_len: usize) -> Option<u32> {
     s.parse().ok()
 }
 
-fn parse_prefix(p: &str, family: Family) -> Result<u8, MemberError> {
-    if p.len() > 1 && p.starts_with('0') && p.bytes().all(|b| b.is_ascii_digit()) {
+/// A decimal field of a member: a [`plain_decimal`] that fits `T`, or
+/// `bad`; a leading zero gets its own error, which says why.
+fn decimal_field<T: TryFrom<u32>>(
+    s: &str,
+    max_len: usize,
+    bad: MemberError,
+) -> Result<T, MemberError> {
+    if s.len() > 1 && s.starts_with('0') && s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(MemberError::LeadingZero);
     }
-    let n = plain_decimal(p, 3)
-        .and_then(|n| u8::try_from(n).ok())
-        .ok_or(MemberError::BadCidr("prefix length must be a number"))?;
+    plain_decimal(s, max_len)
+        .and_then(|n| T::try_from(n).ok())
+        .ok_or(bad)
+}
+
+fn parse_prefix(p: &str, family: Family) -> Result<u8, MemberError> {
+    let n: u8 = decimal_field(p, 3, MemberError::BadCidr("prefix length must be a number"))?;
     if n > family.max_prefix() {
         return Err(MemberError::BadCidr(
             "prefix length too long for the family",
@@ -640,17 +650,14 @@ fn parse_ip_mark(s: &str) -> Result<Member, MemberError> {
         .ok_or(MemberError::BadSyntax(IP_MARK_SYNTAX))?;
     // As in hash:ip: the all-zero address is refused.
     let addr = non_null(parse_host(a)?)?;
+    let bad = MemberError::BadSyntax(IP_MARK_SYNTAX);
     let mark = match m.strip_prefix("0x").or_else(|| m.strip_prefix("0X")) {
         Some(hex) if (1..=8).contains(&hex.len()) && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
-            u32::from_str_radix(hex, 16).ok()
+            u32::from_str_radix(hex, 16).map_err(|_| bad)?
         }
-        Some(_) => None,
-        None if m.len() > 1 && m.starts_with('0') && m.bytes().all(|b| b.is_ascii_digit()) => {
-            return Err(MemberError::LeadingZero);
-        }
-        None => plain_decimal(m, 10),
-    }
-    .ok_or(MemberError::BadSyntax(IP_MARK_SYNTAX))?;
+        Some(_) => return Err(bad),
+        None => decimal_field(m, 10, bad)?,
+    };
     Ok(Member::IpMark { addr, mark })
 }
 
@@ -747,12 +754,7 @@ fn parse_proto_port(rest: &str, family: Family) -> Result<(Proto, u16), MemberEr
 
 /// One ICMP type or code: 0-255, no leading zero.
 fn icmp_number(s: &str) -> Result<u8, MemberError> {
-    if s.len() > 1 && s.starts_with('0') && s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(MemberError::LeadingZero);
-    }
-    plain_decimal(s, 3)
-        .and_then(|n| u8::try_from(n).ok())
-        .ok_or(MemberError::BadIcmp)
+    decimal_field(s, 3, MemberError::BadIcmp)
 }
 
 /// A single port: 0-65535, no leading zero. `a-b` with two numbers is a
@@ -765,12 +767,7 @@ fn parse_port(s: &str) -> Result<u16, MemberError> {
     if is_range {
         return Err(MemberError::PortRange);
     }
-    if s.len() > 1 && s.starts_with('0') && s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(MemberError::LeadingZero);
-    }
-    plain_decimal(s, 5)
-        .and_then(|n| u16::try_from(n).ok())
-        .ok_or(MemberError::BadPort)
+    decimal_field(s, 5, MemberError::BadPort)
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6], MemberError> {

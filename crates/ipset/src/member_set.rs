@@ -458,14 +458,14 @@ fn key_conflicts<'a>(
 ) -> Vec<(Member, Member)> {
     let mut out = Vec::new();
     let mut seen: HashMap<Member, &Member> = Default::default();
-    let mut attributed: Vec<&Member> = members.filter(|m| m.key_only().is_some()).collect();
+    let mut attributed: Vec<(Member, &Member)> =
+        members.filter_map(|m| Some((m.key_only()?, m))).collect();
     // Stable pairs whatever the hash order.
-    attributed.sort();
-    for m in attributed {
+    attributed.sort_by(|a, b| a.1.cmp(b.1));
+    for (key, m) in attributed {
         if out.len() == limit {
             break;
         }
-        let key = m.key();
         if contains(&key) {
             out.push((key, m.clone()));
         } else if let Some(first) = seen.get(&key) {
