@@ -41,6 +41,11 @@ impl AddrMask {
     /// `bitmask ADDR` for `family`; `None` for all ones (the default).
     pub fn bits(s: &str, family: Family) -> Result<Option<AddrMask>, MaskError> {
         let a: IpAddr = s.parse().map_err(|_| MaskError::Bits(family))?;
+        AddrMask::bits_of(a, family)
+    }
+
+    /// [`AddrMask::bits`] of an address already parsed (a kernel listing's).
+    pub fn bits_of(a: IpAddr, family: Family) -> Result<Option<AddrMask>, MaskError> {
         if Family::of(&a) != family {
             return Err(MaskError::Bits(family));
         }

@@ -454,7 +454,7 @@ impl RawHeader {
             .and_then(|n| AddrMask::prefix(n, family).ok().flatten());
         let bitmask = self
             .bitmask
-            .and_then(|b| AddrMask::bits(&b.to_string(), family).ok().flatten());
+            .and_then(|b| AddrMask::bits_of(b, family).ok().flatten());
         netmask.or(bitmask)
     }
 
