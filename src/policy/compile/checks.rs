@@ -127,41 +127,48 @@ pub(crate) fn check_header_fields(name: &str, p: &IPSetPolicy) -> Vec<PolicyErro
 /// network with and without `nomatch`, the same entry with two comments or
 /// with and without one), naming both as the user wrote them when the
 /// spelling is still at hand (`raw`).
-pub(crate) fn nomatch_conflict_errors(
+pub(crate) fn nomatch_conflict_errors<'a>(
     name: &str,
     set_type: SetType,
     sets: &[Arc<MemberSet>],
-    raw: &[&str],
+    raw: impl FnOnce() -> Vec<&'a str>,
 ) -> Vec<PolicyError> {
     let mut errors = Vec::new();
-    for set in sets {
-        for (plain, flagged) in set.nomatch_conflicts(MAX_MEMBER_ERRORS) {
-            let network = plain.to_string();
-            // Only on this error path: find the user's spelling of each side.
-            let spelling = |want: &Member| {
-                raw.iter()
-                    .find(|r| {
-                        Member::parse_user(set_type, r)
-                            .is_ok_and(|p| p.members.iter().any(|m| m == want))
-                    })
-                    .map_or_else(|| want.to_string(), |r| r.to_string())
-            };
-            let other = spelling(&flagged);
-            let kind = if plain.is_nomatch() != flagged.is_nomatch() {
-                PolicyErrorKind::NomatchConflict { other, network }
-            } else {
-                PolicyErrorKind::CommentConflict {
-                    other,
-                    entry: plain.key().to_string(),
-                }
-            };
-            errors.push(PolicyError {
-                policy: name.to_string(),
-                slice: None,
-                member: Some(spelling(&plain)),
-                kind,
-            });
-        }
+    let conflicts: Vec<(Member, Member)> = sets
+        .iter()
+        .flat_map(|set| set.nomatch_conflicts(MAX_MEMBER_ERRORS))
+        .collect();
+    if conflicts.is_empty() {
+        return errors;
+    }
+    // Only on this error path: the members as written, to quote them.
+    let raw = raw();
+    for (plain, flagged) in conflicts {
+        let network = plain.to_string();
+        // The user's spelling of each side.
+        let spelling = |want: &Member| {
+            raw.iter()
+                .find(|r| {
+                    Member::parse_user(set_type, r)
+                        .is_ok_and(|p| p.members.iter().any(|m| m == want))
+                })
+                .map_or_else(|| want.to_string(), |r| r.to_string())
+        };
+        let other = spelling(&flagged);
+        let kind = if plain.is_nomatch() != flagged.is_nomatch() {
+            PolicyErrorKind::NomatchConflict { other, network }
+        } else {
+            PolicyErrorKind::CommentConflict {
+                other,
+                entry: plain.key().to_string(),
+            }
+        };
+        errors.push(PolicyError {
+            policy: name.to_string(),
+            slice: None,
+            member: Some(spelling(&plain)),
+            kind,
+        });
     }
     errors.truncate(MAX_MEMBER_ERRORS);
     errors

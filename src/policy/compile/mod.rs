@@ -363,8 +363,8 @@ fn compile_hash(
     };
     let comments = sets.iter().any(|s| s.has_comments());
     if bad == 0 && (p.spec.set_type.has_nomatch() || comments) {
-        let raw: Vec<&str> = input_strings(input);
-        errors.extend(nomatch_conflict_errors(name, p.spec.set_type, &sets, &raw));
+        let raw = || input_strings(input);
+        errors.extend(nomatch_conflict_errors(name, p.spec.set_type, &sets, raw));
     }
     if bad == 0
         && let Some(range) = bitmap::range(p)
@@ -488,7 +488,8 @@ fn compile_list_set(
         .collect();
     let mut errors = Vec::new();
     let mut bad = 0usize;
-    let mut lists: Vec<(Option<&str>, Vec<&str>)> = vec![(None, input_strings_inline(p))];
+    let mut lists: Vec<(Option<&str>, Vec<&str>)> =
+        vec![(None, MemberList::Strings(&p.spec.members).strs())];
     for s in &input.slices {
         match s.members {
             Ok(m) => lists.push((Some(s.name), m.strs())),
@@ -528,8 +529,4 @@ fn compile_list_set(
     }
     // list:set members (policy names) have no comments.
     Ok(desired_sets(name, p, naming, sets, false))
-}
-
-fn input_strings_inline(p: &IPSetPolicy) -> Vec<&str> {
-    p.spec.members.iter().map(String::as_str).collect()
 }
