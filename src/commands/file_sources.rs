@@ -338,11 +338,12 @@ impl LocalSources {
             };
             let interval = spec.interval;
             match outcome {
-                Ok(()) => {
+                Ok(new_content) => {
                     if t.error.take().is_some() {
                         tracing::info!(policy = %key.0, source = key.1, "url source fetched again");
                     }
-                    if let Some(g) = t.feed.good.as_deref().map(|g| lines_of(g)) {
+                    // Not modified: what was kept from the last download stands.
+                    if new_content && let Some(g) = t.feed.good.as_deref().map(|g| lines_of(g)) {
                         t.keep(g);
                     }
                     t.retry = FIRST_RETRY;

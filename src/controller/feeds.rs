@@ -83,7 +83,7 @@ async fn refresh(
     job: &FeedJob,
     fetcher: &Fetcher,
     headers: &HeaderSource,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let h = match &job.spec.headers_secret {
         Some(s) => headers.headers(s).await?,
         None => HeaderMap::new(),

@@ -193,6 +193,8 @@ pub(crate) struct FeedState {
 
 /// One fetch: new content replaces the last good only when all of it
 /// parses; anything else leaves it in force and says why (naming the URL).
+/// `Ok(true)` when new content was taken, `Ok(false)` when it was not
+/// modified.
 pub(crate) async fn refresh_feed(
     state: &mut FeedState,
     spec: &UrlSpec,
@@ -200,14 +202,14 @@ pub(crate) async fn refresh_feed(
     family: FamilySpec,
     fetcher: &Fetcher,
     headers: &HeaderMap,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let origin = spec.url.to_string();
     match fetcher
         .fetch(&spec.url, headers, &state.validators)
         .await
         .map_err(|e| format!("{origin}: {e}"))?
     {
-        Fetched::NotModified if state.good.is_some() => Ok(()),
+        Fetched::NotModified if state.good.is_some() => Ok(false),
         // A 304 to a request without validators: fetch it whole next time.
         Fetched::NotModified => {
             state.validators = Validators::default();
@@ -227,7 +229,7 @@ pub(crate) async fn refresh_feed(
             .map_err(|e| e.to_string())?;
             state.good = Some(Arc::new(c.members));
             state.validators = validators;
-            Ok(())
+            Ok(true)
         }
     }
 }
