@@ -211,6 +211,18 @@ fn addresses_fit(policy: &IPSetPolicy) -> Result<(), String> {
     ))
 }
 
+/// The values listed, sorted and each once, or `default` when none are.
+fn distinct_or<T: Ord + Clone>(listed: &[T], default: T) -> Vec<T> {
+    let mut v = if listed.is_empty() {
+        vec![default]
+    } else {
+        listed.to_vec()
+    };
+    v.sort();
+    v.dedup();
+    v
+}
+
 fn cluster_only(setting: Setting) -> Result<(), String> {
     match setting {
         Setting::Cluster => Ok(()),
@@ -231,15 +243,9 @@ fn parse_one(
     if let Some(n) = &source.nodes {
         cluster_only(setting)?;
         addresses_fit(policy)?;
-        let mut address_types = n.address_types.clone();
-        if address_types.is_empty() {
-            address_types.push(NodeAddressType::InternalIP);
-        }
-        address_types.sort();
-        address_types.dedup();
         return Ok(Source::Nodes(NodesSpec {
             selector: selector(n.selector.as_ref(), "selector")?,
-            address_types,
+            address_types: distinct_or(&n.address_types, NodeAddressType::InternalIP),
         }));
     }
     if let Some(p) = &source.pods {
@@ -254,16 +260,10 @@ fn parse_one(
     if let Some(s) = &source.services {
         cluster_only(setting)?;
         addresses_fit(policy)?;
-        let mut fields = s.fields.clone();
-        if fields.is_empty() {
-            fields.push(ServiceField::ClusterIps);
-        }
-        fields.sort();
-        fields.dedup();
         return Ok(Source::Services(ServicesSpec {
             namespaces: selector(s.namespace_selector.as_ref(), "namespaceSelector")?,
             services: selector(s.selector.as_ref(), "selector")?,
-            fields,
+            fields: distinct_or(&s.fields, ServiceField::ClusterIps),
         }));
     }
     if let Some(u) = &source.url {
