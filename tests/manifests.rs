@@ -7,13 +7,12 @@
 //! role, and each ServiceAccount's grants must equal the API calls of its
 //! component, no more and no less.
 //!
-//! No cluster, helm or docker is needed:
-//! - The chart is rendered by a small Go-template evaluator
-//!   (`support/gotmpl.rs`) that supports only the subset the chart uses and
-//!   fails on anything else. It is not Helm; it checks the chart's data and
-//!   structure, not every Helm nuance (see the limitations in that file).
-//!   As Helm does, every rendering first checks its values against
-//!   `values.schema.json` (tests/chart_schema.rs tests the schema itself).
+//! No cluster or docker is needed (tests/chart_server.rs applies what is
+//! checked here to a real API server):
+//! - The chart is rendered by real Helm (`support/helm.rs`), which also
+//!   checks the values against `values.schema.json` first
+//!   (tests/chart_schema.rs tests the schema itself). Without Helm the chart
+//!   tests skip with a message naming the package; under `CI=true` they fail.
 //! - The kustomize base is checked twice: loaded directly by this file (which
 //!   understands only `resources` and `namespace`, and fails on any other
 //!   kustomization field), and rendered by the real kustomize through
@@ -42,8 +41,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-
-use support::gotmpl::Templates;
 
 const NAMESPACE: &str = "ipsetmgr-system";
 /// Where the controller's Events go: they are about IPSetPolicy objects, which
@@ -218,10 +215,7 @@ fn check_all_typed(docs: &[Value], what: &str) {
 
 // ---------------------------------------------------------------- chart ----
 
-struct Rendered {
-    docs: Vec<Value>,
-    notes: String,
-}
+use support::helm::Rendered;
 
 /// What `.Capabilities.APIVersions` holds on a cluster without the
 /// Prometheus Operator (and for `helm template` without `--api-versions`):
@@ -265,57 +259,24 @@ fn try_render_chart_on(
     api_versions: &[&str],
     overrides: &[(&str, Value)],
 ) -> Result<Rendered, String> {
-    let chart: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/Chart.yaml")).unwrap();
-    let values = support::values::with(overrides);
-    // As Helm does before rendering anything.
-    let refused = support::values::schema_errors(&values);
-    if !refused.is_empty() {
-        return Err(format!(
-            "values.schema.json refuses the values {overrides:?}: {refused:#?}"
-        ));
-    }
-    let root = json!({
-        "Values": values,
-        "Release": {"Name": RELEASE, "Namespace": NAMESPACE, "Service": "Helm"},
-        "Chart": {"Name": chart["name"], "Version": chart["version"], "AppVersion": chart["appVersion"]},
-        "Capabilities": {"APIVersions": api_versions},
-    });
-    let dir = repo("charts/ipsetmgr/templates");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    let helpers: Vec<String> = files
-        .iter()
-        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with('_'))
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
-    let helper_refs: Vec<&str> = helpers.iter().map(String::as_str).collect();
-    let mut t = Templates::new(&helper_refs).map_err(|e| format!("_helpers.tpl: {e}"))?;
-    let mut docs = Vec::new();
-    let mut notes = String::new();
-    for p in &files {
-        let name = p.file_name().unwrap().to_str().unwrap().to_string();
-        if name.starts_with('_') {
-            continue;
+    support::helm::template(&support::helm::Render {
+        release: RELEASE,
+        namespace: NAMESPACE,
+        api_versions,
+        kube_version: None,
+        overrides,
+        include_crds: false,
+    })
+}
+
+/// Whether Helm is here for `test` (after a skip message when not; under
+/// `CI=true` its absence fails the test).
+macro_rules! needs_helm {
+    ($test:literal) => {
+        if support::helm::available($test).is_none() {
+            return;
         }
-        let src = std::fs::read_to_string(p).unwrap();
-        let out = t
-            .render(&src, &root)
-            .map_err(|e| format!("templates/{name}: {e}"))?;
-        if name == "NOTES.txt" {
-            notes = out;
-        } else if name.ends_with(".yaml") {
-            docs.extend(yaml_docs(
-                &out,
-                &format!("rendered templates/{name}:\n{out}"),
-            ));
-        } else {
-            panic!("unexpected file templates/{name}");
-        }
-    }
-    Ok(Rendered { docs, notes })
+    };
 }
 
 // ------------------------------------------------------------ kustomize ----
@@ -1571,6 +1532,7 @@ fn chart_metadata_matches_the_crate() {
 
 #[test]
 fn chart_renders_with_default_values() {
+    needs_helm!("chart_renders_with_default_values");
     let r = render_chart(&[]);
     check_all_typed(&r.docs, "chart");
     let kinds: BTreeSet<&str> = r.docs.iter().map(kind_of).collect();
@@ -1629,6 +1591,7 @@ fn chart_renders_with_default_values() {
 
 #[test]
 fn chart_values_reach_the_agent() {
+    needs_helm!("chart_values_reach_the_agent");
     let r = render_chart(&[
         ("image.repository", json!("registry.example/ipsetmgr")),
         ("image.tag", json!("dev")),
@@ -1710,6 +1673,7 @@ fn chart_values_reach_the_agent() {
 
 #[test]
 fn chart_values_reach_the_controller() {
+    needs_helm!("chart_values_reach_the_controller");
     let r = render_chart(&[
         ("controller.replicas", json!(2)),
         ("controller.metrics.port", json!(9600)),
@@ -1742,12 +1706,14 @@ fn chart_values_reach_the_controller() {
         pod.priority_class_name.as_deref(),
         Some("system-cluster-critical")
     );
+    // Helm merges a map given in values into the default map (to drop a
+    // default key, set it to null).
     assert_eq!(
         pod.node_selector,
-        Some(BTreeMap::from([(
-            "node-role.example/infra".to_string(),
-            "true".to_string()
-        )]))
+        Some(BTreeMap::from([
+            ("kubernetes.io/os".to_string(), "linux".to_string()),
+            ("node-role.example/infra".to_string(), "true".to_string())
+        ]))
     );
     assert_eq!(pod.tolerations.unwrap()[0].key.as_deref(), Some("infra"));
     let c = controller_container(&d);
@@ -1763,6 +1729,7 @@ fn chart_values_reach_the_controller() {
 
 #[test]
 fn chart_controller_can_be_disabled() {
+    needs_helm!("chart_controller_can_be_disabled");
     let r = render_chart(&[("controller.enabled", json!(false))]);
     let what = "chart without controller";
     check_all_typed(&r.docs, what);
@@ -1785,6 +1752,7 @@ fn probe(p: Option<k8s_openapi::api::core::v1::Probe>) -> Value {
 
 #[test]
 fn chart_listeners_and_probe_timings_are_values() {
+    needs_helm!("chart_listeners_and_probe_timings_are_values");
     // Health on the metrics listener (one listener serves every path), and
     // probe timings changed one field at a time (Helm merges the rest).
     let r = render_chart(&[
@@ -1841,6 +1809,7 @@ fn chart_listeners_and_probe_timings_are_values() {
 
 #[test]
 fn chart_refuses_one_port_on_two_addresses() {
+    needs_helm!("chart_refuses_one_port_on_two_addresses");
     // The same port on two addresses: the second bind would fail at start.
     for (port, addr, other) in [
         ("health.port", "health.address", "9477"),
@@ -1855,7 +1824,7 @@ fn chart_refuses_one_port_on_two_addresses() {
             .err()
             .unwrap_or_else(|| panic!("{port}={other}, {addr}=10.1.2.3 rendered"));
         assert!(
-            e.contains("fail: metrics.port and health.port are equal but their addresses differ"),
+            e.contains("metrics.port and health.port are equal but their addresses differ"),
             "{e}"
         );
     }
@@ -1863,6 +1832,7 @@ fn chart_refuses_one_port_on_two_addresses() {
 
 #[test]
 fn chart_extra_args_and_env_are_appended_and_change_nothing_else() {
+    needs_helm!("chart_extra_args_and_env_are_appended_and_change_nothing_else");
     let agent_env = json!([
         {"name": "RUST_LOG", "value": "info,ipsetmgr=debug"},
         {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
@@ -1911,6 +1881,7 @@ fn chart_extra_args_and_env_are_appended_and_change_nothing_else() {
 
 #[test]
 fn chart_update_strategies_are_values() {
+    needs_helm!("chart_update_strategies_are_values");
     let r = render_chart(&[
         ("updateStrategy.rollingUpdate.maxUnavailable", json!("10%")),
         ("controller.updateStrategy.type", json!("Recreate")),
@@ -1944,6 +1915,7 @@ fn labels_of(v: &Value) -> BTreeMap<String, String> {
 
 #[test]
 fn chart_service_monitors_are_optional_and_select_their_component() {
+    needs_helm!("chart_service_monitors_are_optional_and_select_their_component");
     assert!(
         !render_chart(&[])
             .docs
@@ -2078,6 +2050,7 @@ fn with_monitoring() -> Vec<&'static str> {
 
 #[test]
 fn chart_monitoring_objects_need_their_crd_or_force() {
+    needs_helm!("chart_monitoring_objects_need_their_crd_or_force");
     // (value prefix, the kinds it renders, the API version it needs)
     let cases = [
         (
@@ -2264,6 +2237,7 @@ fn alerts(docs: &[Value], what: &str) -> BTreeMap<String, Value> {
 
 #[test]
 fn chart_prometheus_rule_alerts_on_the_binarys_metrics() {
+    needs_helm!("chart_prometheus_rule_alerts_on_the_binarys_metrics");
     let what = "chart with prometheusRule";
     let r = render_chart_on(
         &with_monitoring(),
@@ -2406,6 +2380,7 @@ fn metric_name_tokenizer_finds_names_and_refuses_odd_ones() {
 #[test]
 #[ignore = "prints the rendered chart; run by hand"]
 fn print_rendered_chart() {
+    needs_helm!("print_rendered_chart");
     let r = render_chart_on(
         &with_monitoring(),
         &[
@@ -2437,6 +2412,7 @@ fn kustomize_base_is_complete_and_hardened() {
 
 #[test]
 fn rbac_has_one_source_and_the_chart_renders_it() {
+    needs_helm!("rbac_has_one_source_and_the_chart_renders_it");
     // config/rbac/role.yaml is the source of truth.
     let what = "config/rbac/role.yaml";
     let source = yaml_docs(&read(what), what);
@@ -2489,6 +2465,7 @@ fn rbac_has_one_source_and_the_chart_renders_it() {
 
 #[test]
 fn chart_and_kustomize_deploy_the_same_agent() {
+    needs_helm!("chart_and_kustomize_deploy_the_same_agent");
     let chart: DaemonSet = one_of(&render_chart(&[]).docs, "DaemonSet", "chart");
     let kust: DaemonSet = one_of(&kustomize_default(), "DaemonSet", "config/default");
     let (a, b) = (chart.spec, kust.spec);
@@ -2503,6 +2480,7 @@ fn chart_and_kustomize_deploy_the_same_agent() {
 
 #[test]
 fn chart_and_kustomize_deploy_the_same_controller() {
+    needs_helm!("chart_and_kustomize_deploy_the_same_controller");
     let chart: Deployment = one_of(&render_chart(&[]).docs, "Deployment", "chart");
     let kust: Deployment = one_of(&kustomize_default(), "Deployment", "config/default");
     let (a, b) = (chart.spec, kust.spec);
@@ -2672,6 +2650,7 @@ fn check_node_state_policy(docs: &[Value], names: &Names, what: &str) {
 
 #[test]
 fn node_state_admission_policy_is_optional_and_holds_agents_to_their_node() {
+    needs_helm!("node_state_admission_policy_is_optional_and_holds_agents_to_their_node");
     let what = "chart with nodeStateAdmissionPolicy";
     let values: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/values.yaml")).unwrap();
     assert_eq!(

@@ -1,4 +1,4 @@
 //! Helpers shared by integration tests.
 
-pub mod gotmpl;
+pub mod helm;
 pub mod values;

@@ -1,10 +1,7 @@
 {{/*
-Helpers. The templates of this chart use a deliberately small subset of the
-Go-template language (fields, include, if/else, parentheses, raw strings,
-.Capabilities.APIVersions.Has, and the functions default, trunc, trimSuffix,
-quote, toYaml, toString, nindent, eq, ne, and, or, not, fail), because
-tests/manifests.rs renders them without a helm binary (tests/support/gotmpl.rs
-lists the subset). Keep to that subset.
+Helpers. tests/manifests.rs renders this chart with real Helm and checks the
+objects; tests/chart_server.rs lints it (helm lint --strict) and applies it
+to a real API server.
 */}}
 
 {{/* Object name: the release name unless fullnameOverride is set. */}}
