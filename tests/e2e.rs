@@ -41,7 +41,7 @@ use ipsetmgr::api::{
     IPSetPolicySpec, POLICY_LABEL, PolicyState, StatusSummary,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Namespace, Node};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -92,8 +92,8 @@ struct Env {
 }
 
 impl Env {
-    fn from_env() -> Option<Env> {
-        let kubeconfig = std::env::var("IPSETMGR_E2E_KUBECONFIG").ok()?;
+    /// From the environment, for the cluster of `kubeconfig`.
+    fn from_env(kubeconfig: String) -> Env {
         let mode = match std::env::var("IPSETMGR_E2E_MODE").as_deref() {
             Ok("kind") => Mode::Kind,
             Ok("local") | Err(_) => Mode::Local,
@@ -115,7 +115,7 @@ impl Env {
                 .unwrap_or_else(|_| panic!("IPSETMGR_E2E_TIMEOUT={s}: seconds")),
             Err(_) => 90,
         };
-        Some(Env {
+        Env {
             kubeconfig,
             mode,
             nodes: [v[0].clone(), v[1].clone()],
@@ -125,7 +125,7 @@ impl Env {
                 .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ipsetmgr").into()),
             timeout: Duration::from_secs(timeout),
             log_dir: Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e-logs"),
-        })
+        }
     }
 }
 
@@ -350,6 +350,7 @@ fn cleanup(env: &Env, procs: Vec<Proc>, holds: &[(String, String)]) {
             )
             .await;
             step("deleting test slices", "", s.delete_collection(&dp, &owned)).await;
+            delete_pods(c).await;
         });
     }
     // 2. Outside references to this suite's sets: without them the agents
@@ -449,14 +450,19 @@ struct Harness {
     states: Api<IPSetNodeState>,
     nodes: Api<Node>,
     guard: Guard,
+    /// The suite's own API server (local mode without a kubeconfig), which
+    /// the restart scenario stops and starts. Declared after `guard`: fields
+    /// drop in order, and the clean-up needs the server.
+    plane: Option<ipsetmgr_envtest::ControlPlane>,
 }
 
 impl Harness {
-    async fn new(env: Env) -> Harness {
+    async fn new(env: Env, plane: Option<ipsetmgr_envtest::ControlPlane>) -> Harness {
         let client = client(&env.kubeconfig)
             .await
             .unwrap_or_else(|e| panic!("kubeconfig: {e}"));
         Harness {
+            plane,
             policies: Api::all(client.clone()),
             slices: Api::all(client.clone()),
             states: Api::all(client.clone()),
@@ -597,6 +603,7 @@ impl Harness {
         if let Err(e) = self.slices.delete_collection(&dp, &owned).await {
             self.fail(format!("deleting leftover slices: {e}"));
         }
+        delete_pods(&self.client).await;
         if self.env.mode == Mode::Local {
             for n in self
                 .env
@@ -722,6 +729,10 @@ impl Harness {
                 kubeconfig,
                 "--listen",
                 &listen,
+                // One listener for metrics and health (several processes
+                // share this network namespace: no default port).
+                "--health-listen",
+                &listen,
                 "--namespace",
                 &self.env.namespace,
                 "--identity",
@@ -743,6 +754,8 @@ impl Harness {
                     "--kubeconfig",
                     kubeconfig,
                     "--listen",
+                    &listen,
+                    "--health-listen",
                     &listen,
                     "--resync-interval",
                     RESYNC,
@@ -855,6 +868,25 @@ impl Harness {
             .patch(name, &apply(), &Patch::Apply(&s))
             .await
             .unwrap_or_else(|e| self.fail(format!("applying slice {name}: {e}")))
+    }
+
+    /// Server-side apply of slice objects, a few at a time (as `kubectl
+    /// apply` of a file of them would, one request each).
+    async fn apply_slices(&self, slices: &[&IPSetMemberSlice]) {
+        use futures::StreamExt;
+        let results: Vec<_> = futures::stream::iter(slices.iter().map(|s| async move {
+            let name = s.name_any();
+            self.slices
+                .patch(&name, &apply(), &Patch::Apply(*s))
+                .await
+                .map_err(|e| format!("applying slice {name}: {e}"))
+        }))
+        .buffer_unordered(8)
+        .collect()
+        .await;
+        if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
+            self.fail(e);
+        }
     }
 
     async fn policy(&self, name: &str) -> Result<IPSetPolicy, String> {
@@ -1888,20 +1920,595 @@ async fn nodes_source(h: &Harness) {
     .await;
 }
 
+// --- scenarios on the suite's own control plane -----------------------------
+
+/// The number of entries of a kernel set (`ipset list -t`), `None` when it
+/// does not exist.
+async fn kernel_count(h: &Harness, node: &str, set: &str) -> Result<Option<usize>, String> {
+    let out = ipset(&h.env, node, &["list", "-t", set]).await?;
+    if !out.status.success() {
+        return if h.kernel_names(node).await?.contains(set) {
+            Err(format!(
+                "{node}: ipset list -t {set}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        } else {
+            Ok(None)
+        };
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("Number of entries: "))
+        .and_then(|n| n.trim().parse().ok())
+        .map(Some)
+        .ok_or_else(|| format!("{node}: ipset list -t {set}: no entry count"))
+}
+
+/// `ipset test` of one member in a node's kernel.
+async fn kernel_has(h: &Harness, node: &str, set: &str, member: &str) -> Result<bool, String> {
+    Ok(ipset(&h.env, node, &["test", set, member])
+        .await?
+        .status
+        .success())
+}
+
+/// `ipsetmgr slice` of a member list, as a user runs it: the slice objects
+/// it prints, labelled as this suite's.
+fn slice_objects(h: &Harness, policy: &str, members: &[String]) -> Vec<IPSetMemberSlice> {
+    let list = h.env.log_dir.join(format!("{policy}.list"));
+    std::fs::write(&list, members.join("\n") + "\n").expect("writing the member list");
+    let out = Command::new(&h.env.bin)
+        .args([
+            "slice",
+            "--policy",
+            policy,
+            "--type",
+            "hash:ip",
+            "--output-format",
+            "json",
+            "-f",
+        ])
+        .arg(&list)
+        .output()
+        .unwrap_or_else(|e| h.fail(format!("running ipsetmgr slice: {e}")));
+    if !out.status.success() {
+        h.fail(format!(
+            "ipsetmgr slice: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    // One JSON List (a YAML stream of a million members is more than the
+    // suite's YAML parser's budget allows).
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| h.fail(format!("ipsetmgr slice printed what does not parse: {e}")));
+    let mut slices: Vec<IPSetMemberSlice> = serde_json::from_value(list["items"].clone())
+        .unwrap_or_else(|e| h.fail(format!("ipsetmgr slice printed no slices: {e}")));
+    for s in &mut slices {
+        s.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(OWNED.into(), "true".into());
+    }
+    slices
+}
+
+/// h. A million members, cut into slices by `ipsetmgr slice` and applied as
+/// a user would: both kernels hold all of them; then a 10-member change of
+/// the list touches few slices, and only those are applied again.
+async fn a_million_members_in_slices(h: &Harness) {
+    let (name, set) = ("e2e-million", "ipm4-e2e-million");
+    let n = 1_000_000u32;
+    let base = u32::from(std::net::Ipv4Addr::new(10, 128, 0, 0));
+    let mut members: Vec<String> = (0..n)
+        .map(|i| std::net::Ipv4Addr::from(base + i).to_string())
+        .collect();
+    let start = Instant::now();
+    let first = slice_objects(h, name, &members);
+    say(format!(
+        "{name}: ipsetmgr slice cut {n} members into {} slices in {:.1?}",
+        first.len(),
+        start.elapsed()
+    ));
+    let p = h
+        .apply_policy(
+            name,
+            json!({"type": "hash:ip", "maxElem": 2_000_000, "nodeSelector": selects(MEMBER, "yes")}),
+        )
+        .await;
+    let g = generation(&p);
+    let start = Instant::now();
+    h.apply_slices(&first.iter().collect::<Vec<_>>()).await;
+    say(format!(
+        "applied {} slices in {:.1?}",
+        first.len(),
+        start.elapsed()
+    ));
+    let converged = async |what: &str, count: usize, present: &str, absent: Option<&str>| {
+        h.eventually(what, async || {
+            for node in [h.node(0), h.node(1)] {
+                match kernel_count(h, node, set).await? {
+                    Some(c) if c == count => {}
+                    other => return Err(format!("{node}: {set} holds {other:?}, want {count}")),
+                }
+                if !kernel_has(h, node, set, present).await? {
+                    return Err(format!("{node}: {set} lacks {present}"));
+                }
+                if let Some(a) = absent
+                    && kernel_has(h, node, set, a).await?
+                {
+                    return Err(format!("{node}: {set} still has {a}"));
+                }
+                h.expect_entry(node, name, g, set, count).await?;
+            }
+            let p = h.policy(name).await?;
+            expect_condition(&p, "Ready", "True")?;
+            expect_summary(&p, 2, 2, Some(count)).map(|_| ())
+        })
+        .await
+    };
+    let last = members.last().cloned().expect("members");
+    let took = converged("a million members on both nodes", n as usize, &last, None).await;
+    say(format!("{n} members converged on both nodes in {took:.1?}"));
+
+    // Ten changes: five members go, five new ones come.
+    let gone = members.drain(0..5).collect::<Vec<_>>();
+    members.extend((0..5).map(|i| format!("10.200.0.{i}")));
+    let second = slice_objects(h, name, &members);
+    let changed: Vec<&IPSetMemberSlice> = second
+        .iter()
+        .filter(|s| {
+            first
+                .iter()
+                .find(|f| f.name_any() == s.name_any())
+                .is_none_or(|f| f.spec != s.spec)
+        })
+        .collect();
+    if changed.is_empty() || changed.len() > 10 {
+        h.fail(format!(
+            "a 10-member change changed {} of {} slices",
+            changed.len(),
+            second.len()
+        ));
+    }
+    let start = Instant::now();
+    h.apply_slices(&changed).await;
+    converged(
+        "the 10-member change on both nodes",
+        n as usize,
+        "10.200.0.4",
+        Some(&gone[0]),
+    )
+    .await;
+    say(format!(
+        "the 10-member change ({} slices applied) converged on both nodes in {:.1?}",
+        changed.len(),
+        start.elapsed()
+    ));
+    h.remove_policy(name, &[set]).await;
+}
+
+const PODS_NAMESPACE: &str = "ipsetmgr-e2e-pods";
+const PODS_LABEL: &str = "ipsetmgr-e2e/pods";
+
+/// A Pod as the scheduler and the kubelet would leave it: on a node, Running,
+/// with an address (written through the status subresource: no kubelet here).
+async fn running_pod(h: &Harness, name: &str, app: &str, node: &str, ip: &str) {
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), PODS_NAMESPACE);
+    let body = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": app, OWNED: "true"}},
+        "spec": {"nodeName": node, "serviceAccountName": "e2e", "automountServiceAccountToken": false,
+                 "containers": [{"name": "c", "image": "ipsetmgr-e2e:none"}]},
+    });
+    pods.patch(name, &apply(), &Patch::Apply(&body))
+        .await
+        .unwrap_or_else(|e| h.fail(format!("applying Pod {name}: {e}")));
+    let status = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]},
+    });
+    pods.patch_status(name, &apply(), &Patch::Apply(&status))
+        .await
+        .unwrap_or_else(|e| h.fail(format!("applying the status of Pod {name}: {e}")));
+}
+
+/// i. A `pods` source: the addresses of the selected Running pods reach both
+/// kernels; a pod relabelled out of the selector leaves them.
+async fn pods_source(h: &Harness) {
+    let (name, set) = ("e2e-pods", "ipm4-e2e-pods");
+    // Applied, never deleted (no namespace controller here); the Pods'
+    // ServiceAccount must exist (no controller creates "default" either).
+    let ns: Api<Namespace> = Api::all(h.client.clone());
+    let body = json!({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": PODS_NAMESPACE, "labels": {PODS_LABEL: "yes"}}});
+    ns.patch(PODS_NAMESPACE, &apply(), &Patch::Apply(&body))
+        .await
+        .unwrap_or_else(|e| h.fail(format!("applying Namespace {PODS_NAMESPACE}: {e}")));
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(h.client.clone(), PODS_NAMESPACE);
+    let body = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "e2e"}});
+    sas.patch("e2e", &apply(), &Patch::Apply(&body))
+        .await
+        .unwrap_or_else(|e| h.fail(format!("applying ServiceAccount e2e: {e}")));
+    running_pod(h, "web-1", "web", h.node(0), "10.90.0.1").await;
+    running_pod(h, "web-2", "web", h.node(1), "10.90.0.2").await;
+    running_pod(h, "db-1", "db", h.node(1), "10.90.0.3").await;
+    h.apply_policy(
+        name,
+        json!({"type": "hash:ip", "nodeSelector": selects(MEMBER, "yes"),
+               "membersFrom": [{"pods": {"namespaceSelector": selects(PODS_LABEL, "yes"),
+                                         "podSelector": {"matchLabels": {"app": "web"}}}}]}),
+    )
+    .await;
+    for (what, want) in [
+        (
+            "the web pods' addresses on both nodes",
+            strings(["10.90.0.1", "10.90.0.2"]),
+        ),
+        ("web-2 relabelled out", strings(["10.90.0.1"])),
+    ] {
+        let took = h
+            .eventually(what, async || {
+                for node in [h.node(0), h.node(1)] {
+                    h.expect_set(node, set, "hash:ip", &want).await?;
+                }
+                let p = h.policy(name).await?;
+                expect_condition(&p, "SourcesSynced", "True")?;
+                expect_condition(&p, "Ready", "True").map(|_| ())
+            })
+            .await;
+        say(format!("{what}: {took:.1?}"));
+        running_pod(h, "web-2", "db", h.node(1), "10.90.0.2").await;
+    }
+    h.remove_policy(name, &[set]).await;
+    delete_pods(&h.client).await;
+}
+
+/// Pods go at once (grace period 0): without a kubelet a graceful delete of
+/// a scheduled pod never completes.
+async fn delete_pods(client: &Client) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), PODS_NAMESPACE);
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let owned = ListParams::default().labels(&format!("{OWNED}=true"));
+    step(
+        "deleting test pods",
+        "",
+        pods.delete_collection(&dp, &owned),
+    )
+    .await;
+}
+
+/// A one-file HTTP server on loopback: every GET gets `body` as it is now.
+fn serve(body: std::sync::Arc<Mutex<String>>) -> String {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut req = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
+            let text = body.lock().unwrap().clone();
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                text.len()
+            );
+        }
+    });
+    format!("http://{addr}/list.netset")
+}
+
+/// j. A `url` source: the controller fetches the list and both kernels hold
+/// it (the controller is allowed loopback feeds here, see start_local).
+async fn url_source(h: &Harness) {
+    let (name, set) = ("e2e-url", "ipm4-e2e-url");
+    let body = std::sync::Arc::new(Mutex::new(
+        "# a feed\n10.80.0.0/16\n10.81.0.1 ; one\n".to_string(),
+    ));
+    let url = serve(body.clone());
+    h.apply_policy(
+        name,
+        json!({"type": "hash:net", "nodeSelector": selects(MEMBER, "yes"),
+               "membersFrom": [{"url": {"url": url}}]}),
+    )
+    .await;
+    let want = strings(["10.80.0.0/16", "10.81.0.1"]);
+    let took = h
+        .eventually("the feed's members on both nodes", async || {
+            for node in [h.node(0), h.node(1)] {
+                h.expect_set(node, set, "hash:net", &want).await?;
+            }
+            let p = h.policy(name).await?;
+            expect_condition(&p, "SourcesSynced", "True")?;
+            expect_condition(&p, "Ready", "True").map(|_| ())
+        })
+        .await;
+    say(format!("{name}: converged in {took:.1?}"));
+    h.remove_policy(name, &[set]).await;
+}
+
+/// The IPSetPolicy CRD with a schema that admits anything under `spec`, so
+/// that an object can be stored which today's types cannot read (as one
+/// stored under an older, looser schema would be).
+fn loose_policy_crd() -> CustomResourceDefinition {
+    let mut crd = IPSetPolicy::crd();
+    let v = &mut crd.spec.versions[0];
+    let schema = v
+        .schema
+        .as_mut()
+        .unwrap()
+        .open_api_v3_schema
+        .as_mut()
+        .unwrap();
+    let props = schema.properties.as_mut().unwrap();
+    props.insert(
+        "spec".into(),
+        serde_json::from_value(
+            json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        )
+        .unwrap(),
+    );
+    crd
+}
+
+/// k. A stored policy the agents cannot decode is held (its sets stay as
+/// they were) and does not stop the others: a neighbour's change still
+/// reaches both kernels; fixing it brings it back.
+async fn undecodable_policy_is_held(h: &Harness) {
+    let (name, set) = ("e2e-undecodable", "ipm4-e2e-undecodable");
+    let (other, other_set) = ("e2e-neighbour", "ipm4-e2e-neighbour");
+    let held = strings(["10.95.0.1", "10.95.0.2"]);
+    h.apply_policy(
+        name,
+        json!({"type": "hash:ip", "members": held, "nodeSelector": selects(MEMBER, "yes")}),
+    )
+    .await;
+    h.apply_policy(other, json!({"type": "hash:ip", "members": ["10.96.0.1"], "nodeSelector": selects(MEMBER, "yes")}))
+        .await;
+    h.eventually("both policies on both nodes", async || {
+        for node in [h.node(0), h.node(1)] {
+            h.expect_set(node, set, "hash:ip", &held).await?;
+            h.expect_set(node, other_set, "hash:ip", &strings(["10.96.0.1"]))
+                .await?;
+        }
+        Ok(())
+    })
+    .await;
+    let crds: Api<CustomResourceDefinition> = Api::all(h.client.clone());
+    let crd_name = IPSetPolicy::crd_name();
+    crds.patch(crd_name, &apply(), &Patch::Apply(&loose_policy_crd()))
+        .await
+        .unwrap_or_else(|e| h.fail(format!("loosening the CRD: {e}")));
+    // members as one string: no IPSetPolicySpec reads that.
+    let bad = json!({"apiVersion": "ipsetmgr.io/v1alpha1", "kind": "IPSetPolicy",
+                     "metadata": {"name": name, "labels": {OWNED: "true"}},
+                     "spec": {"type": "hash:ip", "members": "10.95.0.9"}});
+    let dynamic: Api<kube::api::DynamicObject> = Api::all_with(
+        h.client.clone(),
+        &kube::api::ApiResource::erase::<IPSetPolicy>(&()),
+    );
+    h.eventually("the undecodable policy stored", async || {
+        dynamic
+            .patch(name, &apply(), &Patch::Apply(&bad))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    h.install_crds().await;
+    h.apply_policy(other, json!({"type": "hash:ip", "members": ["10.96.0.2"], "nodeSelector": selects(MEMBER, "yes")}))
+        .await;
+    h.eventually("the neighbour's change on both nodes", async || {
+        for node in [h.node(0), h.node(1)] {
+            h.expect_set(node, other_set, "hash:ip", &strings(["10.96.0.2"]))
+                .await?;
+        }
+        Ok(())
+    })
+    .await;
+    h.steadily(
+        "the undecodable policy's sets held",
+        Duration::from_secs(2 * HEARTBEAT_SECONDS as u64),
+        async || {
+            for node in [h.node(0), h.node(1)] {
+                h.expect_set(node, set, "hash:ip", &held).await?;
+            }
+            Ok(())
+        },
+    )
+    .await;
+    // Fixed the way `kubectl apply` (client-side) or `kubectl edit` would:
+    // a merge patch. Server-side apply cannot start from a stored object
+    // that does not fit the schema ("failed to create typed live object").
+    let fixed = strings(["10.95.0.3"]);
+    h.policies
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"members": fixed}})),
+        )
+        .await
+        .unwrap_or_else(|e| h.fail(format!("fixing {name}: {e}")));
+    h.eventually("the fixed policy on both nodes", async || {
+        for node in [h.node(0), h.node(1)] {
+            h.expect_set(node, set, "hash:ip", &fixed).await?;
+        }
+        let p = h.policy(name).await?;
+        expect_condition(&p, "Ready", "True").map(|_| ())
+    })
+    .await;
+    h.remove_policy(name, &[set]).await;
+    h.remove_policy(other, &[other_set]).await;
+}
+
+/// l. The API server stops and starts again: the kernels keep their sets
+/// while it is away, and a change made after its return converges.
+async fn apiserver_restart(h: &Harness) {
+    let Some(plane) = &h.plane else {
+        say("l. skipped: the API server is not the suite's own (IPSETMGR_E2E_KUBECONFIG)");
+        return;
+    };
+    let (name, set) = ("e2e-restart", "ipm4-e2e-restart");
+    let before = strings(["10.97.0.1", "10.97.0.2"]);
+    h.apply_policy(
+        name,
+        json!({"type": "hash:ip", "members": before, "nodeSelector": selects(MEMBER, "yes")}),
+    )
+    .await;
+    h.eventually("the policy on both nodes, Ready", async || {
+        for node in [h.node(0), h.node(1)] {
+            h.expect_set(node, set, "hash:ip", &before).await?;
+        }
+        let p = h.policy(name).await?;
+        expect_condition(&p, "Ready", "True").map(|_| ())
+    })
+    .await;
+    plane.stop_apiserver();
+    say("the API server is stopped");
+    h.steadily(
+        "the kernels unchanged while the API server is away",
+        Duration::from_secs(2 * HEARTBEAT_SECONDS as u64),
+        async || {
+            for node in [h.node(0), h.node(1)] {
+                h.expect_set(node, set, "hash:ip", &before).await?;
+            }
+            Ok(())
+        },
+    )
+    .await;
+    plane
+        .start_apiserver()
+        .await
+        .unwrap_or_else(|e| h.fail(format!("restarting the API server: {e}")));
+    say("the API server is back");
+    let after = strings(["10.97.0.3"]);
+    let p = h
+        .apply_policy(
+            name,
+            json!({"type": "hash:ip", "members": after, "nodeSelector": selects(MEMBER, "yes")}),
+        )
+        .await;
+    let g = generation(&p);
+    let took = h
+        .eventually(
+            "the change after the restart on both nodes, Ready",
+            async || {
+                for node in [h.node(0), h.node(1)] {
+                    h.expect_set(node, set, "hash:ip", &after).await?;
+                    h.expect_entry(node, name, g, set, after.len()).await?;
+                }
+                let p = h.policy(name).await?;
+                expect_condition(&p, "Ready", "True").map(|_| ())
+            },
+        )
+        .await;
+    say(format!("converged after the restart in {took:.1?}"));
+    h.remove_policy(name, &[set]).await;
+}
+
+/// m. The IPSetPolicy CRD is deleted (which deletes every policy first): the
+/// agents read that as fail static and leave the kernels as they are; with
+/// the CRD back, a policy applied again converges.
+async fn crd_deletion_is_fail_static(h: &Harness) {
+    let (name, set) = ("e2e-crd", "ipm4-e2e-crd");
+    let members = strings(["10.98.0.1", "10.98.0.2"]);
+    let spec =
+        json!({"type": "hash:ip", "members": members, "nodeSelector": selects(MEMBER, "yes")});
+    h.apply_policy(name, spec.clone()).await;
+    h.eventually("the policy on both nodes", async || {
+        for node in [h.node(0), h.node(1)] {
+            h.expect_set(node, set, "hash:ip", &members).await?;
+        }
+        Ok(())
+    })
+    .await;
+    let crds: Api<CustomResourceDefinition> = Api::all(h.client.clone());
+    let crd_name = IPSetPolicy::crd_name();
+    crds.delete(crd_name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| h.fail(format!("deleting CRD {crd_name}: {e}")));
+    h.eventually("the CRD gone", async || {
+        match crds.get_opt(crd_name).await {
+            Ok(None) => Ok(()),
+            Ok(Some(_)) => Err(format!("CRD {crd_name} still there")),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    h.steadily(
+        "the kernels unchanged without the CRD",
+        Duration::from_secs(2 * HEARTBEAT_SECONDS as u64),
+        async || {
+            for node in [h.node(0), h.node(1)] {
+                h.expect_set(node, set, "hash:ip", &members).await?;
+            }
+            Ok(())
+        },
+    )
+    .await;
+    h.install_crds().await;
+    let p = h.apply_policy(name, spec).await;
+    let g = generation(&p);
+    h.eventually("the policy again, Ready", async || {
+        for node in [h.node(0), h.node(1)] {
+            h.expect_set(node, set, "hash:ip", &members).await?;
+            h.expect_entry(node, name, g, set, members.len()).await?;
+        }
+        let p = h.policy(name).await?;
+        expect_condition(&p, "Ready", "True").map(|_| ())
+    })
+    .await;
+    h.remove_policy(name, &[set]).await;
+}
+
 #[tokio::test]
 async fn e2e_controller_and_agents() {
-    let Some(env) = Env::from_env() else {
-        say(
-            "skipped: set IPSETMGR_E2E_KUBECONFIG to a cluster's kubeconfig \
-             (and IPSETMGR_E2E_MODE=local|kind) to run it; see e2e/README.md",
-        );
-        return;
+    const TEST: &str = "e2e_controller_and_agents";
+    // A cluster of the caller's, or the suite's own API server (local mode).
+    let (env, plane) = match std::env::var("IPSETMGR_E2E_KUBECONFIG") {
+        Ok(kubeconfig) => (Env::from_env(kubeconfig), None),
+        Err(_) => {
+            if !nix::unistd::geteuid().is_root() {
+                ipsetmgr_envtest::cannot_run(
+                    TEST,
+                    &"local mode needs root (network namespaces); or set \
+                      IPSETMGR_E2E_KUBECONFIG (e2e/README.md)",
+                );
+                return;
+            }
+            let Some(plane) = ipsetmgr_envtest::own(TEST, ipsetmgr_envtest::Server::Newest).await
+            else {
+                return;
+            };
+            say(format!(
+                "own API server {} at {}",
+                plane.version(),
+                plane.url()
+            ));
+            let env = Env::from_env(plane.kubeconfig().display().to_string());
+            assert_eq!(
+                env.mode,
+                Mode::Local,
+                "the suite's own API server runs in local mode"
+            );
+            (env, Some(plane))
+        }
     };
     say(format!(
         "{:?} mode, nodes {:?}, controller namespace {}, waits up to {:?}",
         env.mode, env.nodes, env.namespace, env.timeout
     ));
-    let h = Harness::new(env).await;
+    let h = Harness::new(env, plane).await;
     h.install_crds().await;
     h.remove_leftovers().await;
     match h.env.mode {
@@ -1955,6 +2562,34 @@ async fn e2e_controller_and_agents() {
         nodes_source(&h),
     )
     .await;
+    h.scenario(
+        "h",
+        "a million members cut by ipsetmgr slice, and a 10-member change",
+        a_million_members_in_slices(&h),
+    )
+    .await;
+    if h.env.mode == Mode::Local {
+        h.scenario("i", "a pods source", pods_source(&h)).await;
+        h.scenario("j", "a url source", url_source(&h)).await;
+        h.scenario(
+            "k",
+            "a stored policy the agents cannot decode is held",
+            undecodable_policy_is_held(&h),
+        )
+        .await;
+        h.scenario("l", "the API server restarts", apiserver_restart(&h))
+            .await;
+        h.scenario(
+            "m",
+            "the CRD deleted: fail static",
+            crd_deletion_is_fail_static(&h),
+        )
+        .await;
+    } else {
+        say(
+            "i-m. kind mode: skipped (they write Pods, CRDs and the API server of a cluster the suite does not own)",
+        );
+    }
     say("all scenarios passed; cleaning up");
 }
 
