@@ -427,10 +427,28 @@ async fn check_own_node_only(admin: &Client, plane: &ControlPlane, ns: &str, sa:
     )
     .await
     .unwrap_or_else(|e| panic!("{sa} bound to a Pod on {mine} may apply its status: {e}"));
-    let refused = api
-        .create(&PostParams::default(), &node_state(&other))
-        .await
-        .expect_err("an agent on node A must not create node B's state");
+    // A new admission policy takes effect once the API server has loaded
+    // it, a moment after it is created: until then the write goes through,
+    // and is undone here.
+    let start = std::time::Instant::now();
+    let refused = loop {
+        match api
+            .create(&PostParams::default(), &node_state(&other))
+            .await
+        {
+            Err(e) => break e,
+            Ok(_) if start.elapsed() < Duration::from_secs(30) => {
+                states(admin)
+                    .delete(&other, &Default::default())
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Ok(_) => {
+                panic!("an agent on node A still created node B's state 30 s after the policy")
+            }
+        }
+    };
     assert!(
         refused
             .to_string()
