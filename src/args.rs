@@ -15,6 +15,7 @@ use crate::ipset::SetType;
 use crate::logging::LogFormat;
 use crate::policy::FamilySpec;
 use crate::policy::member_list::ListFormat;
+use crate::sources::egress::{Cidr, EgressGuard, Setting as EgressSetting};
 
 /// Defaults shared by several flags, the chart and the docs.
 pub mod defaults {
@@ -106,6 +107,8 @@ pub enum Command {
         members: Vec<crate::commands::MembersFile>,
         #[command(flatten)]
         labels: NodeLabels,
+        #[command(flatten)]
+        egress: FeedEgress,
     },
     /// Keep the kernel in line with a policy directory: react to file
     /// changes and SIGHUP, resync periodically.
@@ -117,6 +120,8 @@ pub enum Command {
         resync: Resync,
         #[command(flatten)]
         labels: NodeLabels,
+        #[command(flatten)]
+        egress: FeedEgress,
     },
     /// List the owned sets in this kernel with their counts.
     Sets,
@@ -190,6 +195,30 @@ fn parse_family(s: &str) -> Result<FamilySpec, String> {
         .into_iter()
         .find(|f| format!("{f:?}").eq_ignore_ascii_case(s))
         .ok_or_else(|| format!("unknown family {s:?} (expected IPv4, IPv6 or Dual)"))
+}
+
+/// Where `url` sources may connect: `--feed-allow-cidr`, `--feed-deny-cidr`
+/// (the controller, `apply` and `run`; docs/member-sources.md, "Egress").
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct FeedEgress {
+    /// Let url sources connect to this range, which the egress guard
+    /// refuses by default (private, loopback, link-local, ...); repeatable
+    /// or comma-separated. The API server's own addresses need a CIDR that
+    /// names exactly that address.
+    #[arg(long = "feed-allow-cidr", env = "IPSETMGR_FEED_ALLOW_CIDRS", value_delimiter = ',', value_name = "CIDR", value_parser = Cidr::parse)]
+    pub allow: Vec<Vec<Cidr>>,
+    /// Never let url sources connect to this range, whatever else allows it;
+    /// repeatable or comma-separated.
+    #[arg(long = "feed-deny-cidr", env = "IPSETMGR_FEED_DENY_CIDRS", value_delimiter = ',', value_name = "CIDR", value_parser = Cidr::parse)]
+    pub deny: Vec<Vec<Cidr>>,
+}
+
+impl FeedEgress {
+    /// The guard these flags make, with the defaults of `setting`.
+    pub fn guard(&self, setting: EgressSetting) -> EgressGuard {
+        let flat = |v: &[Vec<Cidr>]| v.iter().flatten().copied().collect::<Vec<_>>();
+        EgressGuard::new(setting, &flat(&self.allow), &flat(&self.deny))
+    }
 }
 
 /// `--resync-interval`, for every command with a driver loop.

@@ -3,6 +3,7 @@
 //! `kernel` (inside `--netns`, holding the writer lock when it writes);
 //! anyhow is used only here, at the edge.
 
+use crate::sources::egress::Setting as EgressSetting;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -50,6 +51,7 @@ fn real_main() -> Result<bool> {
             prune,
             members,
             labels,
+            egress,
         } => {
             let args = apply::ApplyArgs {
                 paths,
@@ -57,6 +59,7 @@ fn real_main() -> Result<bool> {
                 dry_run,
                 prune,
                 labels: labels.labels(),
+                egress: egress.guard(EgressSetting::Files),
             };
             // A dry run only reads, so it never waits for a writer.
             let lock_as = (!dry_run).then_some("apply");
@@ -70,11 +73,13 @@ fn real_main() -> Result<bool> {
             policy_dir,
             resync,
             labels,
+            egress,
         } => {
             let args = run::RunArgs {
                 policy_dir,
                 resync_interval: resync.interval,
                 labels: labels.labels(),
+                egress: egress.guard(EgressSetting::Files),
             };
             let side = KernelSide::start(
                 opts,

@@ -71,6 +71,9 @@ const HEARTBEAT_SECONDS: i64 = 5;
 const POLICY_PREFIX: &str = "e2e-";
 /// A set outside ipsetmgr's names (not `ipm*`), used to pin one of its sets.
 const HOLD_SET: &str = "e2ehold";
+/// Where the url scenario serves its feed: a loopback address that is not
+/// the API server's, allowed to the controller by `--feed-allow-cidr`.
+const FEED_ADDRESS: &str = "127.0.0.2";
 
 // --- environment ------------------------------------------------------------
 
@@ -737,6 +740,10 @@ impl Harness {
                 &self.env.namespace,
                 "--identity",
                 CONTROLLER_IDENTITY,
+                // The url scenario's feed: this one loopback address only
+                // (the API server listens on 127.0.0.1).
+                "--feed-allow-cidr",
+                FEED_ADDRESS,
             ],
         );
         let heartbeat = format!("{HEARTBEAT_SECONDS}s");
@@ -2184,7 +2191,7 @@ async fn delete_pods(client: &Client) {
 /// A one-file HTTP server on loopback: every GET gets `body` as it is now.
 fn serve(body: std::sync::Arc<Mutex<String>>) -> String {
     use std::io::Read;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let listener = std::net::TcpListener::bind((FEED_ADDRESS, 0)).expect("a loopback port");
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for conn in listener.incoming() {
@@ -2209,7 +2216,8 @@ fn serve(body: std::sync::Arc<Mutex<String>>) -> String {
 }
 
 /// j. A `url` source: the controller fetches the list and both kernels hold
-/// it (the controller is allowed loopback feeds here, see start_local).
+/// it (the controller is allowed this one loopback address, see
+/// start_local; tests/feed_guard.rs shows what it refuses).
 async fn url_source(h: &Harness) {
     let (name, set) = ("e2e-url", "ipm4-e2e-url");
     let body = std::sync::Arc::new(Mutex::new(

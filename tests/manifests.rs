@@ -1265,6 +1265,8 @@ fn check_controller(d: &Deployment, listen: &Listeners, what: &str) {
             "IPSETMGR_LISTEN",
             "IPSETMGR_HEALTH_LISTEN",
             "IPSETMGR_LOG_FORMAT",
+            "IPSETMGR_FEED_ALLOW_CIDRS",
+            "IPSETMGR_FEED_DENY_CIDRS",
         ],
         what,
     );
@@ -1693,12 +1695,26 @@ fn chart_values_reach_the_controller() {
             "controller.priorityClassName",
             json!("system-cluster-critical"),
         ),
+        (
+            "controller.feedAllowCIDRs",
+            json!(["10.20.0.0/16", "192.0.2.7"]),
+        ),
+        ("controller.feedDenyCIDRs", json!(["10.20.30.0/24"])),
     ]);
     let what = "chart with controller overrides";
     check_all_typed(&r.docs, what);
     check_rbac(&r.docs, &Names::release(), true, what);
     let d: Deployment = one_of(&r.docs, "Deployment", what);
     check_controller(&d, &Listeners::controller().with_metrics_port(9600), what);
+    let cc = controller_container(&d);
+    assert_eq!(
+        env_value(&cc, "IPSETMGR_FEED_ALLOW_CIDRS").as_deref(),
+        Some("10.20.0.0/16,192.0.2.7")
+    );
+    assert_eq!(
+        env_value(&cc, "IPSETMGR_FEED_DENY_CIDRS").as_deref(),
+        Some("10.20.30.0/24")
+    );
     let spec = d.spec.clone();
     assert_eq!(spec.replicas, Some(2));
     let pod = pod_of(&spec.template);

@@ -7,18 +7,23 @@ use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 pub async fn make_client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
+    Ok(Client::try_from(make_config(kubeconfig).await?)?)
+}
+
+/// The client's configuration: from `--kubeconfig`, or in-cluster (or
+/// $KUBECONFIG).
+pub async fn make_config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
     match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
-                .context("loading kubeconfig")?;
-            Ok(Client::try_from(cfg)?)
+                .context("loading kubeconfig")
         }
-        None => Ok(Client::try_default()
+        None => kube::Config::infer()
             .await
-            .context("no in-cluster config or kubeconfig")?),
+            .context("no in-cluster config or kubeconfig"),
     }
 }
 

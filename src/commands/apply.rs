@@ -1,6 +1,7 @@
 //! `ipsetmgr apply`: one-shot reconcile of policy files to the kernel,
 //! printed as a table of sets and what happened to each.
 
+use crate::sources::egress::EgressGuard;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -19,6 +20,8 @@ pub struct ApplyArgs {
     pub prune: bool,
     /// `Some`: evaluate nodeSelectors against these labels.
     pub labels: Option<BTreeMap<String, String>>,
+    /// Where url sources may connect.
+    pub egress: EgressGuard,
 }
 
 fn verb(plan: Plan) -> &'static str {
@@ -40,6 +43,7 @@ pub fn load_inputs(naming: &Naming, args: &ApplyArgs) -> FilePolicies {
         naming,
         args.labels.as_ref(),
         false,
+        &args.egress,
     )
 }
 

@@ -35,6 +35,7 @@ use crate::ipset::SetType;
 use crate::policy::load::LoadedPolicy;
 use crate::policy::member_list::{MemberListError, read_member_list};
 use crate::sources::content::{ContentError, check_list, digest};
+use crate::sources::egress::EgressGuard;
 use crate::sources::feed::{
     FETCH_TIMEOUT, FIRST_RETRY, FeedState, Fetcher, MAX_FEED_BYTES, refresh_feed,
 };
@@ -196,13 +197,21 @@ struct FetchSide {
 }
 
 /// The sources of the policies loaded last, and what each last gave.
-#[derive(Default)]
 pub(crate) struct LocalSources {
     tracked: BTreeMap<Key, Tracked>,
     fetch: Option<FetchSide>,
+    egress: EgressGuard,
 }
 
 impl LocalSources {
+    pub(crate) fn new(egress: EgressGuard) -> LocalSources {
+        LocalSources {
+            tracked: BTreeMap::new(),
+            fetch: None,
+            egress,
+        }
+    }
+
     /// Track the sources of `policies`: ones unchanged keep their state
     /// (last good members, validators, schedule); new ones are due now;
     /// ones no longer named are forgotten.
@@ -295,7 +304,7 @@ impl LocalSources {
     /// Fetch the given url sources concurrently, on the fetch runtime.
     fn fetch_due(&mut self, keys: &[Key], now: Instant) {
         if self.fetch.is_none() {
-            match fetch_side() {
+            match fetch_side(&self.egress) {
                 Ok(f) => self.fetch = Some(f),
                 Err(e) => {
                     for k in keys {
@@ -350,7 +359,7 @@ impl LocalSources {
                     t.due = done + interval;
                 }
                 Err(e) => {
-                    let e = crate::logging::bounded(&e, 1024).into_owned();
+                    let e = crate::logging::bounded(&e.detail, 1024).into_owned();
                     if t.good.is_some() {
                         tracing::warn!(policy = %key.0, source = key.1, error = %e, "url source failed; its last good members stay in force");
                     }
@@ -471,12 +480,13 @@ fn read_file(key: &Key, t: &mut Tracked, f: &FileSpec, current: Option<Stamp>) {
     }
 }
 
-fn fetch_side() -> Result<FetchSide, String> {
+fn fetch_side(egress: &EgressGuard) -> Result<FetchSide, String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("starting the HTTP client's runtime: {e}"))?;
-    let fetcher = Fetcher::new(FETCH_TIMEOUT, MAX_FEED_BYTES).map_err(|e| e.to_string())?;
+    let fetcher =
+        Fetcher::new(FETCH_TIMEOUT, MAX_FEED_BYTES, egress.clone()).map_err(|e| e.to_string())?;
     Ok(FetchSide { runtime, fetcher })
 }
 
@@ -490,6 +500,11 @@ mod tests {
     use super::*;
     use crate::commands::{FilePolicies, load, read_files};
     use crate::ipset::Naming;
+
+    /// File mode's defaults: the tests' feeds are on loopback.
+    fn files_guard() -> EgressGuard {
+        EgressGuard::new(crate::sources::egress::Setting::Files, &[], &[])
+    }
 
     fn policy(name: &str, set_type: &str, from: &str) -> String {
         let inline = if set_type == "hash:ip" {
@@ -513,7 +528,14 @@ mod tests {
     }
 
     fn load_dir(dir: &Path) -> FilePolicies {
-        load(&[dir.to_path_buf()], &[], &Naming::default(), None, false)
+        load(
+            &[dir.to_path_buf()],
+            &[],
+            &Naming::default(),
+            None,
+            false,
+            &files_guard(),
+        )
     }
 
     fn members_of(files: &FilePolicies, set: &str) -> Vec<String> {
@@ -635,7 +657,7 @@ mod tests {
         let from = |extra: &str| format!("    - file: {{path: big.txt{extra}}}\n");
         write_policy(d.path(), "p.yaml", "big", "hash:ip", &from(""));
         let inputs = read_files(&[d.path().to_path_buf()], &[], false);
-        let mut sources = LocalSources::default();
+        let mut sources = LocalSources::new(files_guard());
         sources.want(&inputs.policies);
         assert!(sources.refresh(Instant::now(), true));
         let got = &sources.slices()[0];
@@ -716,7 +738,7 @@ mod tests {
             "    - file: {path: l.txt, interval: 5s}\n",
         );
         let inputs = read_files(&[d.path().to_path_buf()], &[], false);
-        let mut sources = LocalSources::default();
+        let mut sources = LocalSources::new(files_guard());
         sources.want(&inputs.policies);
         let now = Instant::now();
         assert!(sources.refresh(now, false));
@@ -813,7 +835,7 @@ mod tests {
         assert_eq!(members_of(&files, "ipm4-feed").len(), 4);
 
         let inputs = read_files(&[d.path().to_path_buf()], &[], false);
-        let mut sources = LocalSources::default();
+        let mut sources = LocalSources::new(files_guard());
         sources.want(&inputs.policies);
         let t0 = Instant::now();
         assert!(sources.refresh(t0, false));

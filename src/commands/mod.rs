@@ -12,6 +12,7 @@ pub mod table;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use crate::sources::egress::EgressGuard;
 use file_sources::{LocalSources, SourceProblem, SourceSlice};
 
 use crate::ipset::Naming;
@@ -50,9 +51,10 @@ pub fn load(
     naming: &Naming,
     labels: Option<&BTreeMap<String, String>>,
     allow_empty: bool,
+    egress: &EgressGuard,
 ) -> FilePolicies {
     let inputs = read_files(paths, members, allow_empty);
-    let mut sources = LocalSources::default();
+    let mut sources = LocalSources::new(egress.clone());
     sources.want(&inputs.policies);
     sources.refresh(std::time::Instant::now(), true);
     inputs.compile(naming, labels, &sources)
@@ -246,6 +248,7 @@ mod tests {
             &Naming::default(),
             None,
             false,
+            &EgressGuard::new(crate::sources::egress::Setting::Files, &[], &[]),
         )
     }
 

@@ -31,6 +31,8 @@ pub struct RunArgs {
     pub policy_dir: PathBuf,
     pub resync_interval: Duration,
     pub labels: Option<BTreeMap<String, String>>,
+    /// Where url sources may connect.
+    pub egress: crate::sources::egress::EgressGuard,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -207,7 +209,7 @@ pub fn run(kernel: &KernelSide, naming: &Naming, args: &RunArgs) -> Result<(), R
         args,
         seq: 0,
         loaded: Vec::new(),
-        sources: LocalSources::default(),
+        sources: LocalSources::new(args.egress.clone()),
         lists: ListWatch::new(tx),
     };
     let mut next_check = Instant::now() + args.resync_interval;

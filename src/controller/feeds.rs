@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use super::inputs::Input;
 use crate::api::FamilySpec;
 use crate::ipset::SetType;
-use crate::sources::feed::{FIRST_RETRY, FeedState, Fetcher, refresh_feed};
+use crate::sources::feed::{FIRST_RETRY, FeedFailure, FeedState, Fetcher, refresh_feed};
 use crate::sources::spec::UrlSpec;
 
 /// One url source to keep fetched.
@@ -83,9 +83,12 @@ async fn refresh(
     job: &FeedJob,
     fetcher: &Fetcher,
     headers: &HeaderSource,
-) -> Result<bool, String> {
+) -> Result<bool, FeedFailure> {
     let h = match &job.spec.headers_secret {
-        Some(s) => headers.headers(s).await?,
+        Some(s) => headers.headers(s).await.map_err(|e| FeedFailure {
+            public: e.clone(),
+            detail: e,
+        })?,
         None => HeaderMap::new(),
     };
     refresh_feed(state, &job.spec, job.set_type, job.family, fetcher, &h).await
@@ -103,9 +106,11 @@ async fn feed_loop(
     let mut retry = FIRST_RETRY;
     loop {
         let outcome = refresh(&mut state, &job, &fetcher, &headers).await;
-        let error = outcome.as_ref().err().cloned();
-        if let Some(e) = &error {
-            tracing::warn!(policy = %key.0, source = key.1, error = %crate::logging::bounded(e, 1024), "url source failed; its last good members stay in force");
+        // The status gets the public message only: nothing a feed served
+        // may reach an API object (docs/member-sources.md, "Egress").
+        let error = outcome.as_ref().err().map(|e| e.public.clone());
+        if let Err(e) = &outcome {
+            tracing::warn!(policy = %key.0, source = key.1, error = %crate::logging::bounded(&e.detail, 1024), "url source failed; its last good members stay in force");
         }
         let result = FeedResult {
             spec: job.spec.clone(),
@@ -246,7 +251,13 @@ mod tests {
             ..Served::default()
         }));
         let (addr, server) = serve(served.clone()).await;
-        let fetcher = Fetcher::new(Duration::from_secs(5), 1000).unwrap();
+        // The test's server is on loopback: allowed as file mode allows it.
+        let guard = crate::sources::egress::EgressGuard::new(
+            crate::sources::egress::Setting::Files,
+            &[],
+            &[],
+        );
+        let fetcher = Fetcher::new(Duration::from_secs(5), 1000, guard).unwrap();
         let headers = HeaderSource {
             client: None,
             namespace: "ipsetmgr-system".into(),
@@ -281,8 +292,18 @@ mod tests {
         let e = refresh(&mut state, &job, &fetcher, &headers)
             .await
             .unwrap_err();
-        assert!(e.contains("line 2: \"not-an-address\""), "{e}");
-        assert!(e.contains("line 3: \"10.0.0.0/33\""), "{e}");
+        // The log may quote the first bad line; the status quotes none.
+        assert!(e.detail.contains("line 2: \"not-an-address\""), "{e}");
+        assert!(
+            e.detail.contains("line 3: ") && !e.detail.contains("/33"),
+            "{e}"
+        );
+        for line in ["line 2: ", "line 3: "] {
+            assert!(e.public.contains(line), "{e:?}");
+        }
+        for content in ["not-an-address", "10.0.0.0/33"] {
+            assert!(!e.public.contains(content), "{e:?}");
+        }
         assert_eq!(members(&state), ["198.51.100.0/24"]);
         // Too many members for maxMembers.
         {
@@ -293,7 +314,10 @@ mod tests {
         let e = refresh(&mut state, &job, &fetcher, &headers)
             .await
             .unwrap_err();
-        assert!(e.contains("6 members, more than maxMembers (5)"), "{e}");
+        assert!(
+            e.public.contains("6 members, more than maxMembers (5)"),
+            "{e}"
+        );
         // An oversized body is refused (the cap here is 1000 bytes).
         {
             let mut s = served.lock().unwrap();
@@ -303,7 +327,7 @@ mod tests {
         let e = refresh(&mut state, &job, &fetcher, &headers)
             .await
             .unwrap_err();
-        assert!(e.contains("larger than 1000 bytes"), "{e}");
+        assert!(e.public.contains("larger than 1000 bytes"), "{e}");
         assert_eq!(members(&state), ["198.51.100.0/24"]);
         // The server goes away: the last good members stay in force.
         server.abort();
@@ -312,7 +336,8 @@ mod tests {
             .await
             .unwrap_err();
         assert!(
-            e.contains(&format!("http://{addr}/list: request failed")),
+            e.public
+                .contains(&format!("http://{addr}/list: request failed")),
             "{e}"
         );
         assert_eq!(members(&state), ["198.51.100.0/24"]);

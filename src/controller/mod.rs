@@ -36,7 +36,7 @@ use anyhow::Context;
 use kube_lease_manager::LeaseManagerBuilder;
 
 use crate::args::defaults;
-use crate::cluster::client::{make_client, shutdown_signal};
+use crate::cluster::client::{make_config, shutdown_signal};
 use crate::ipset::Naming;
 
 /// Flags of `ipsetmgr controller`.
@@ -58,6 +58,8 @@ pub struct ControllerConfig {
     /// This replica's identity in the Lease (defaults to the host name).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    #[command(flatten)]
+    pub egress: crate::args::FeedEgress,
 }
 
 /// The Lease the replicas compete for.
@@ -65,7 +67,9 @@ pub const LEASE_NAME: &str = "ipsetmgr-controller";
 
 /// Run the controller until SIGTERM/SIGINT.
 pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow::Result<()> {
-    let client = make_client(config.kubeconfig.as_deref()).await?;
+    let kube_config = make_config(config.kubeconfig.as_deref()).await?;
+    let api_url = kube_config.cluster_url.clone();
+    let client = kube::Client::try_from(kube_config)?;
     let identity = config
         .identity
         .clone()
@@ -124,9 +128,14 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
         leader.clone(),
         shared.clone(),
     ));
+    let guard = config
+        .egress
+        .guard(crate::sources::egress::Setting::Cluster)
+        .with_api_server(api_server_addresses(&api_url).await);
     let fetcher = crate::sources::feed::Fetcher::new(
         crate::sources::feed::FETCH_TIMEOUT,
         crate::sources::feed::MAX_FEED_BYTES,
+        guard,
     )
     .context("setting up the HTTP client of url sources")?;
     let (feed_out, feed_in) = futures::channel::mpsc::channel(64);
@@ -158,4 +167,28 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
     let _ = stop_tx.send(true);
     let _ = server.await;
     Ok(())
+}
+
+/// The addresses of the API server (its URL's host, resolved, and the
+/// in-cluster service address), which url sources must never reach.
+async fn api_server_addresses(url: &http::Uri) -> Vec<std::net::IpAddr> {
+    let mut out = Vec::new();
+    let port = url.port_u16().unwrap_or(443);
+    let hosts = url
+        .host()
+        .map(|h| h.trim_matches(['[', ']']).to_string())
+        .into_iter()
+        .chain(std::env::var("KUBERNETES_SERVICE_HOST").ok());
+    for host in hosts {
+        match tokio::net::lookup_host((host.as_str(), port)).await {
+            Ok(addrs) => out.extend(addrs.map(|a| a.ip())),
+            Err(e) => {
+                tracing::warn!(%host, error = %e, "cannot resolve the API server's host; url sources are guarded without it")
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    tracing::info!(addresses = ?out, "url sources may not connect to the API server's addresses");
+    out
 }

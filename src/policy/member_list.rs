@@ -89,6 +89,24 @@ pub enum MemberListError {
 }
 
 impl MemberListError {
+    /// The error without a parser's quotation of the text (YAML and JSON
+    /// errors show the lines around the fault): for a list that is someone
+    /// else's content, in a message others read.
+    pub(crate) fn public(&self) -> String {
+        match self {
+            MemberListError::Yaml { path, .. } => {
+                format!("{}: not a YAML list of members", path.display())
+            }
+            MemberListError::Json { path, .. } => {
+                format!("{}: not a JSON list of members", path.display())
+            }
+            MemberListError::NotAString { path, line, .. } => {
+                format!("{}: line {line}: members must be strings", path.display())
+            }
+            other => other.to_string(),
+        }
+    }
+
     fn read(e: LoadError) -> MemberListError {
         match e {
             LoadError::NotRegular { path, kind } => MemberListError::NotRegular { path, kind },

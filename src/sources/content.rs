@@ -28,13 +28,26 @@ pub(crate) enum ContentError {
     List(#[from] MemberListError),
     /// The malformed lines, with their numbers.
     #[error("{0}")]
-    Malformed(String),
+    Malformed(crate::commands::slice::validate::Invalid),
     #[error("{origin}: {found} members, more than maxMembers ({max})")]
     TooMany {
         origin: String,
         found: usize,
         max: usize,
     },
+}
+
+impl ContentError {
+    /// The error without anything of the content: line numbers and
+    /// reasons. What a url source's status may say (the feed is someone
+    /// else's file, and the status is readable by others).
+    pub(crate) fn public(&self) -> String {
+        match self {
+            ContentError::List(e) => e.public(),
+            ContentError::Malformed(invalid) => invalid.public(),
+            ContentError::TooMany { .. } => self.to_string(),
+        }
+    }
 }
 
 /// Parse `text` (from `origin`, for messages) as members of a policy of
@@ -78,8 +91,8 @@ pub(crate) fn check_list(
     }
     // Both families are accepted here; the policy's is picked below, on
     // the typed members, and only the kept ones are rendered.
-    let typed = validate_typed(&list, set_type, FamilySpec::Dual)
-        .map_err(|e| ContentError::Malformed(e.to_string()))?;
+    let typed =
+        validate_typed(&list, set_type, FamilySpec::Dual).map_err(ContentError::Malformed)?;
     // The listed text is no longer needed: free it before rendering.
     drop(list);
     let before = typed.len();
@@ -161,7 +174,11 @@ mod tests {
             10,
         );
         assert!(e.contains("https://x/f: line 2: \"example.com\""), "{e}");
-        assert!(e.contains("line 4: \"10.0.0.300\""), "{e}");
+        assert!(e.contains("line 4: not a valid IP address"), "{e}");
+        assert!(
+            !e.contains("10.0.0.300"),
+            "only the first bad line is quoted: {e}"
+        );
         let e = refused("", "https://x/f", 10);
         assert!(e.contains("contains no members"), "{e}");
         let e = refused("1.1.1.1\n1.1.1.2\n1.1.1.3\n", "u", 2);

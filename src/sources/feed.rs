@@ -6,15 +6,20 @@
 //! feed that moved is an error to fix in the policy, not a hop to wherever
 //! the server says.
 //!
+//! Every connection goes through the egress guard (`egress.rs`): on the
+//! resolved addresses, and on IP literals before the request. A gzip body
+//! (asked for with `Accept-Encoding: gzip`) is decoded within the same
+//! byte cap; any other encoding is refused by name.
+//!
 //! The client is hyper's (hyper-util's pooled client with hyper-rustls,
-//! which kube already brings: no second HTTP stack).
+//! which kube already brings: no second HTTP stack); gzip is flate2's.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{
-    CONTENT_LENGTH, ETAG, HeaderMap, HeaderValue, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED,
-    USER_AGENT,
+    ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, ETAG, HeaderMap, HeaderValue,
+    IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, USER_AGENT,
 };
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty, Limited};
@@ -25,6 +30,7 @@ use hyper_util::rt::TokioExecutor;
 use std::sync::Arc;
 
 use super::content::parse_content;
+use super::egress::{EgressGuard, GuardedResolver, Refused, literal_ip};
 use super::spec::{FeedUrl, UrlSpec};
 use crate::api::FamilySpec;
 use crate::ipset::SetType;
@@ -71,28 +77,47 @@ pub(crate) enum FetchError {
     Body(String),
     #[error("the body is not UTF-8 (byte {0})")]
     NotUtf8(usize),
+    #[error(transparent)]
+    Refused(#[from] Refused),
+    #[error("the body's Content-Encoding {0:?} is not supported (only gzip or none)")]
+    Encoding(String),
+    #[error("the gzip body does not decode: {0}")]
+    Gzip(String),
 }
+
+type Connector = hyper_rustls::HttpsConnector<HttpConnector<GuardedResolver>>;
 
 /// A pooled HTTP(S) client for feeds.
 #[derive(Clone)]
 pub(crate) struct Fetcher {
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    client: Client<Connector, Empty<Bytes>>,
+    guard: Arc<EgressGuard>,
     timeout: Duration,
     max_bytes: usize,
 }
 
 impl Fetcher {
-    /// A client trusting the system's roots (the image carries them).
-    pub(crate) fn new(timeout: Duration, max_bytes: usize) -> Result<Fetcher, FetchError> {
+    /// A client trusting the system's roots (the image carries them), that
+    /// connects only where `guard` allows.
+    pub(crate) fn new(
+        timeout: Duration,
+        max_bytes: usize,
+        guard: EgressGuard,
+    ) -> Result<Fetcher, FetchError> {
+        let guard = Arc::new(guard);
+        let mut http = HttpConnector::new_with_resolver(GuardedResolver::new(guard.clone()));
+        // https URLs pass through to the TLS layer around it.
+        http.enforce_http(false);
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_native_roots()
             .map_err(|e| FetchError::Request(format!("loading the system's CA roots: {e}")))?
             .https_or_http()
             .enable_http1()
-            .build();
+            .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new()).build(https);
         Ok(Fetcher {
             client,
+            guard,
             timeout,
             max_bytes,
         })
@@ -118,6 +143,10 @@ impl Fetcher {
         headers: &HeaderMap,
         validators: &Validators,
     ) -> Result<Fetched, FetchError> {
+        // The client connects to an IP literal without resolving it.
+        if let Some(ip) = url.uri().host().and_then(literal_ip) {
+            self.guard.check(ip)?;
+        }
         let mut req = Request::get(url.uri().clone())
             .body(Empty::<Bytes>::new())
             .map_err(|e| FetchError::Request(e.to_string()))?;
@@ -127,6 +156,7 @@ impl Fetcher {
             USER_AGENT,
             HeaderValue::from_static(concat!("ipsetmgr/", env!("CARGO_PKG_VERSION"))),
         );
+        h.insert(ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
         if let Some(etag) = &validators.etag {
             h.insert(IF_NONE_MATCH, etag.clone());
         }
@@ -162,6 +192,15 @@ impl Fetcher {
             etag: resp.headers().get(ETAG).cloned(),
             last_modified: resp.headers().get(LAST_MODIFIED).cloned(),
         };
+        let gzip = match resp.headers().get(CONTENT_ENCODING).map(|v| v.as_bytes()) {
+            None | Some(b"identity") => false,
+            Some(b"gzip" | b"x-gzip") => true,
+            Some(other) => {
+                return Err(FetchError::Encoding(
+                    String::from_utf8_lossy(other).chars().take(40).collect(),
+                ));
+            }
+        };
         let body = Limited::new(resp.into_body(), self.max_bytes)
             .collect()
             .await
@@ -177,10 +216,30 @@ impl Fetcher {
                 }
             })?
             .to_bytes();
-        let text = String::from_utf8(body.to_vec())
+        let body = if gzip {
+            gunzip(&body, self.max_bytes)?
+        } else {
+            body.to_vec()
+        };
+        let text = String::from_utf8(body)
             .map_err(|e| FetchError::NotUtf8(e.utf8_error().valid_up_to()))?;
         Ok(Fetched::Content { text, validators })
     }
+}
+
+/// Decode a gzip body, refusing what decodes to more than `limit` bytes (a
+/// small download can be a large file).
+fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, FetchError> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(body)
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| FetchError::Gzip(e.to_string()))?;
+    if out.len() > limit {
+        return Err(FetchError::TooLarge { limit });
+    }
+    Ok(out)
 }
 
 /// What one url source keeps between fetches (the controller's tasks and
@@ -191,10 +250,36 @@ pub(crate) struct FeedState {
     pub good: Option<Arc<Vec<String>>>,
 }
 
+/// Why a fetch gave no new members, said twice: `public` has nothing of
+/// what the server sent (line numbers and reasons only), for API objects
+/// and events; `detail` may quote one line, cut short, for the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct FeedFailure {
+    pub public: String,
+    pub detail: String,
+}
+
+impl FeedFailure {
+    fn same(message: String) -> FeedFailure {
+        FeedFailure {
+            public: message.clone(),
+            detail: message,
+        }
+    }
+}
+
+impl std::fmt::Display for FeedFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
+
 /// One fetch: new content replaces the last good only when all of it
-/// parses; anything else leaves it in force and says why (naming the URL).
-/// `Ok(true)` when new content was taken, `Ok(false)` when it was not
-/// modified.
+/// parses, and is not empty for the policy's family (a feed that turns
+/// into IPv6 lines only would empty an IPv4 blocklist as surely as an
+/// empty file); anything else leaves it in force and says why (naming the
+/// URL). `Ok(true)` when new content was taken, `Ok(false)` when it was
+/// not modified.
 pub(crate) async fn refresh_feed(
     state: &mut FeedState,
     spec: &UrlSpec,
@@ -202,20 +287,20 @@ pub(crate) async fn refresh_feed(
     family: FamilySpec,
     fetcher: &Fetcher,
     headers: &HeaderMap,
-) -> Result<bool, String> {
+) -> Result<bool, FeedFailure> {
     let origin = spec.url.to_string();
     match fetcher
         .fetch(&spec.url, headers, &state.validators)
         .await
-        .map_err(|e| format!("{origin}: {e}"))?
+        .map_err(|e| FeedFailure::same(format!("{origin}: {e}")))?
     {
         Fetched::NotModified if state.good.is_some() => Ok(false),
         // A 304 to a request without validators: fetch it whole next time.
         Fetched::NotModified => {
             state.validators = Validators::default();
-            Err(format!(
+            Err(FeedFailure::same(format!(
                 "{origin}: 304 Not Modified to an unconditional request"
-            ))
+            )))
         }
         Fetched::Content { text, validators } => {
             let c = parse_content(
@@ -226,7 +311,17 @@ pub(crate) async fn refresh_feed(
                 family,
                 spec.max_members,
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| FeedFailure {
+                public: e.public(),
+                detail: e.to_string(),
+            })?;
+            if c.members.is_empty() {
+                return Err(FeedFailure::same(format!(
+                    "{origin}: no {family:?} members ({} of the other family were left out); \
+                     refused like an empty list, the last good members stay in force",
+                    c.other_family
+                )));
+            }
             state.good = Some(Arc::new(c.members));
             state.validators = validators;
             Ok(true)

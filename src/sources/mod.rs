@@ -11,5 +11,6 @@
 
 pub(crate) mod cluster;
 pub(crate) mod content;
+pub(crate) mod egress;
 pub(crate) mod feed;
 pub(crate) mod spec;

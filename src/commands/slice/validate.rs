@@ -46,6 +46,10 @@ pub(crate) struct BadMember {
     pub line: usize,
     pub member: String,
     pub reason: String,
+    /// The reason without anything of the member's text, for where the
+    /// list is someone else's content and the message is shown to others
+    /// (a url source's status).
+    pub public_reason: String,
 }
 
 /// The bad members of one list: the first few, and how many in all.
@@ -56,15 +60,19 @@ pub(crate) struct Invalid {
     pub total: usize,
 }
 
+/// The first bad member quoted (cut to [`MAX_QUOTED`] bytes), the others
+/// by line and reason only: a file that is not a member list at all (one
+/// with password hashes, say) must not end up in a log line by line.
 impl fmt::Display for Invalid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let path = self.source.display();
         for (i, bad) in self.first.iter().enumerate() {
-            if i > 0 {
-                f.write_str("\n")?;
+            if i == 0 {
+                let quoted = crate::logging::bounded(&bad.member, MAX_QUOTED);
+                write!(f, "{path}: line {}: {quoted:?}: {}", bad.line, bad.reason)?;
+            } else {
+                write!(f, "\n{path}: line {}: {}", bad.line, bad.public_reason)?;
             }
-            let quoted = crate::logging::bounded(&bad.member, MAX_QUOTED);
-            write!(f, "{path}: line {}: {quoted:?}: {}", bad.line, bad.reason)?;
         }
         if self.total > self.first.len() {
             write!(f, "\n... and {} more", self.total - self.first.len())?;
@@ -83,14 +91,45 @@ impl Invalid {
     }
 
     fn push(&mut self, member: &ListedMember, reason: String) {
+        let public_reason = reason.clone();
+        self.push_redacted(member, reason, public_reason);
+    }
+
+    fn push_redacted(&mut self, member: &ListedMember, reason: String, public_reason: String) {
         self.total += 1;
         if self.first.len() < MAX_LISTED_ERRORS {
             self.first.push(BadMember {
                 line: member.line,
                 member: member.text.clone(),
                 reason,
+                public_reason,
             });
         }
+    }
+
+    /// Line numbers and reasons, nothing of the content: what may go into
+    /// an API object's status when the list is someone else's.
+    pub(crate) fn public(&self) -> String {
+        let mut out = format!("{}:", self.source.display());
+        for (i, bad) in self.first.iter().enumerate() {
+            let sep = if i == 0 { " " } else { "; " };
+            out += &format!("{sep}line {}: {}", bad.line, bad.public_reason);
+        }
+        if self.total > self.first.len() {
+            out += &format!("; and {} more", self.total - self.first.len());
+        }
+        out
+    }
+}
+
+/// A member's error without the member's own text (the one message that
+/// quotes it names an unknown protocol).
+fn public_reason(e: &crate::ipset::MemberError) -> String {
+    match e {
+        crate::ipset::MemberError::UnsupportedProtocol(_) => {
+            "unsupported protocol (use tcp, udp, sctp, udplite, icmp or icmpv6)".into()
+        }
+        other => other.to_string(),
     }
 }
 
@@ -142,7 +181,7 @@ fn typed(
     let mut parsed: Vec<(Member, usize)> = Vec::with_capacity(members.len());
     for (i, listed) in members.iter().enumerate() {
         match Member::parse_user(set_type, &listed.text) {
-            Err(e) => bad.push(listed, e.to_string()),
+            Err(e) => bad.push_redacted(listed, e.to_string(), public_reason(&e)),
             Ok(p) => match wrong_family(p.family, family) {
                 Some(reason) => bad.push(listed, reason),
                 None => parsed.extend(p.members.into_iter().map(|m| (m, i))),
@@ -202,11 +241,15 @@ fn nomatch_conflicts(parsed: &[(Member, usize)], members: &[ListedMember], bad: 
                 m.key()
             )
         };
-        bad.push(
+        bad.push_redacted(
             later,
             format!(
                 "conflicts with {:?} on line {}: {why}; keep only one of them",
                 earlier.text, earlier.line
+            ),
+            format!(
+                "conflicts with line {}: both are one kernel entry; keep only one of them",
+                earlier.line
             ),
         );
     }
@@ -315,16 +358,26 @@ mod tests {
             lines[0].starts_with("l.txt: line 2: \"example.com\": looks like a host name"),
             "{text}"
         );
+        // Only the first bad member is quoted: a file that is no member
+        // list at all does not end up in a log line by line.
         assert!(
-            lines[1].starts_with(
-                "l.txt: line 3: \"2001:db8::1\": an IPv6 member, but --family is IPv4"
-            ),
+            lines[1].starts_with("l.txt: line 3: an IPv6 member, but --family is IPv4"),
             "{text}"
         );
         assert!(
-            lines[2].starts_with("l.txt: line 4: \"10.0.0.0/24\": a CIDR wider"),
+            lines[2].starts_with("l.txt: line 4: a CIDR wider"),
             "{text}"
         );
+        // The public form quotes none.
+        let public = e.public();
+        assert!(
+            public.starts_with("l.txt: line 2: looks like a host name"),
+            "{public}"
+        );
+        assert!(public.contains("; line 3: an IPv6 member"), "{public}");
+        for content in ["example.com", "2001:db8::1", "10.0.0.0/24"] {
+            assert!(!public.contains(content), "{public}");
+        }
         let l = list(&[
             "10.0.0.1,tcp:80",
             "10.0.0.1,icmp:echo-request",
@@ -342,7 +395,9 @@ mod tests {
         let text = e.to_string();
         assert_eq!(text.lines().count(), 11, "{text}");
         assert!(text.ends_with("\n... and 15 more"), "{text}");
-        assert!(text.contains("line 10: \"bad9\""), "{text}");
+        assert!(text.contains("line 1: \"bad0\""), "{text}");
+        assert!(text.contains("line 10: not a valid"), "{text}");
+        assert!(!text.contains("bad9"), "{text}");
         // Long members are quoted cut.
         let long = "x".repeat(5000);
         let e = validate(&list(&[&long]), Check::Schema).unwrap_err();
@@ -370,7 +425,11 @@ mod tests {
         assert_eq!(e.total, 2, "{e}");
         let text = e.to_string();
         assert!(text.contains("line 1: \"10.2.0.0/16 nomatch comment:x\": conflicts with \"10.2.0.0/16 comment:y\" on line 3: both are the network 10.2.0.0/16"), "{text}");
-        assert!(text.contains("line 4: \"10.3.0.0/16 comment:z\": conflicts with \"10.3.0.0/16\" on line 2: both are the entry 10.3.0.0/16, which the kernel holds once, with one comment"), "{text}");
+        assert!(
+            text.contains("line 4: conflicts with line 2: both are one kernel entry"),
+            "{text}"
+        );
+        assert!(!text.contains("comment:z"), "{text}");
     }
 
     #[test]
