@@ -16,7 +16,9 @@ use kube::runtime::watcher::Event;
 use crate::api::{IPSetMemberSlice, IPSetPolicy};
 use crate::cluster::kind_guard::KindGuard;
 use crate::cluster::listing::{Change, Listing};
-use crate::cluster::slices::{SliceEntry, by_policy, members_revision, same_slice, slice_entry};
+use crate::cluster::slices::{
+    SliceEntry, by_policy, cluster_inputs, members_revision, same_slice, slice_entry,
+};
 use crate::cluster::tolerant::Tolerant;
 use crate::ipset::{Family, Naming};
 use crate::policy::compile::{
@@ -155,19 +157,12 @@ impl Store {
     /// The compile inputs (readable policies, each with its slices) and
     /// the policies that could not be read, with why.
     pub fn inputs(&self) -> (Vec<PolicyInput<'_>>, Vec<(&str, &str)>) {
-        let mut by_policy = by_policy(self.slices.items());
-        let mut inputs = Vec::new();
-        let mut unreadable = Vec::new();
-        for (name, entry) in self.policies.items() {
-            match &entry.policy {
-                Ok(policy) => inputs.push(PolicyInput {
-                    policy,
-                    slices: by_policy.remove(name.as_str()).unwrap_or_default(),
-                }),
-                Err(why) => unreadable.push((name.as_str(), why.as_str())),
-            }
-        }
-        (inputs, unreadable)
+        let policies = self
+            .policies
+            .items()
+            .iter()
+            .map(|(name, e)| (name.as_str(), e.policy.as_ref().map_err(String::as_str)));
+        cluster_inputs(policies, self.slices.items())
     }
 
     /// Each policy's members revision, as the controller computes it.

@@ -3,11 +3,14 @@
 //! their policy's type changes (a `Vec<String>` of a million members would
 //! take about three times the memory).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::api::{IPSetMemberSlice, POLICY_LABEL};
+use crate::api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
 use crate::cluster::tolerant::Tolerant;
-use crate::policy::compile::{MemberList, NoMembers, SliceInput};
+use crate::policy::compile::{
+    MemberList, NoMembers, PolicyError, PolicyErrorKind, PolicyInput, SliceInput,
+};
+use crate::sources::spec::{Setting, parse_sources};
 
 /// The label that marks a slice as one of a policy's `membersFrom`
 /// sources (its index), written by the controller.
@@ -104,6 +107,75 @@ pub fn by_policy(slices: &BTreeMap<String, SliceEntry>) -> BTreeMap<&str, Vec<Sl
     out
 }
 
+/// The compile inputs of a cluster, the same for every agent and the
+/// controller: each readable policy with its slices, and what holds it
+/// before its members count (`held_by`): a `membersFrom` source the
+/// cluster refuses (a `file` source, say: Valid=False must never become an
+/// empty set on the nodes), or one the controller has not written slices
+/// for yet (never delivered: held, not invalid). Policies that could not be
+/// read come back by name, with why.
+pub fn cluster_inputs<'a>(
+    policies: impl IntoIterator<Item = (&'a str, Result<&'a IPSetPolicy, &'a str>)>,
+    slices: &'a BTreeMap<String, SliceEntry>,
+) -> (Vec<PolicyInput<'a>>, Vec<(&'a str, &'a str)>) {
+    let mut by_policy = by_policy(slices);
+    let mut delivered: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
+    for s in slices.values() {
+        if let (Some(p), Some(i)) = (s.policy.as_deref(), s.source) {
+            delivered.entry(p).or_default().insert(i);
+        }
+    }
+    let mut inputs = Vec::new();
+    let mut unreadable = Vec::new();
+    for (name, policy) in policies {
+        let policy = match policy {
+            Ok(p) => p,
+            Err(why) => {
+                unreadable.push((name, why));
+                continue;
+            }
+        };
+        let mut input = PolicyInput::new(policy, by_policy.remove(name).unwrap_or_default());
+        input.held_by = source_holds(name, policy, delivered.get(name));
+        inputs.push(input);
+    }
+    (inputs, unreadable)
+}
+
+/// Why `policy`'s sources hold it, if they do.
+fn source_holds(
+    name: &str,
+    policy: &IPSetPolicy,
+    delivered: Option<&BTreeSet<usize>>,
+) -> Vec<PolicyError> {
+    if policy.spec.members_from.is_empty() {
+        return Vec::new();
+    }
+    let error = |kind| PolicyError::of_policy(name, kind);
+    match parse_sources(policy, Setting::Cluster) {
+        Err(errors) => errors
+            .iter()
+            .map(|e| {
+                error(PolicyErrorKind::SourceRefused(format!(
+                    "membersFrom[{}] ({}): {}",
+                    e.index, e.kind, e.reason
+                )))
+            })
+            .collect(),
+        Ok(sources) => sources
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| delivered.is_none_or(|d| !d.contains(i)))
+            .map(|(i, s)| {
+                error(PolicyErrorKind::SourcePending(format!(
+                    "membersFrom[{i}] ({})",
+                    s.kind()
+                )))
+            })
+            .collect(),
+    }
+}
+
 /// What a node must have applied for a policy to count as synced: its uid
 /// and generation (a spec change, or a policy deleted and created again)
 /// and the versions of its slices (a slice change does not bump the
@@ -126,6 +198,79 @@ pub fn members_revision(uid: Option<&str>, generation: i64, slices: &[SliceInput
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ipset::Naming;
+    use crate::policy::compile::{MemberCache, compile_inputs};
+
+    fn policy(name: &str, spec: serde_json::Value) -> IPSetPolicy {
+        let mut p = IPSetPolicy::new(name, serde_json::from_value(spec).unwrap());
+        p.metadata.generation = Some(1);
+        p
+    }
+
+    fn source_slice(policy: &str, source: Option<usize>, members: &str) -> SliceEntry {
+        SliceEntry {
+            policy: Some(policy.into()),
+            source,
+            version: "1".into(),
+            members: Ok(SliceMembers::Lines(members.into())),
+        }
+    }
+
+    /// What every agent and the controller compile: a policy whose source
+    /// has no slice of the controller's yet is held (no set, never an empty
+    /// one); once the slice is there it is applied; a source the cluster
+    /// refuses holds it for good. A user's slice does not count as the
+    /// source's delivery.
+    #[test]
+    fn sources_hold_their_policy_until_delivered_and_refused_ones_always() {
+        let url = policy(
+            "bl",
+            serde_json::json!({"type": "hash:net", "membersFrom": [{"url": {"url": "https://x.example/l"}}]}),
+        );
+        let file = policy(
+            "local",
+            serde_json::json!({"type": "hash:net", "membersFrom": [{"file": {"path": "/etc/l.txt"}}]}),
+        );
+        let naming = Naming::default();
+        let compile = |slices: &BTreeMap<String, SliceEntry>| {
+            let (inputs, _) = cluster_inputs([("bl", Ok(&url)), ("local", Ok(&file))], slices);
+            compile_inputs(&inputs, &naming, None, &mut MemberCache::default())
+        };
+        let mut slices = BTreeMap::from([(
+            "users".to_string(),
+            source_slice("bl", None, "192.0.2.0/24"),
+        )]);
+        let c = compile(&slices);
+        assert!(c.sets.is_empty(), "{:?}", c.sets);
+        assert!(c.held.contains(&"ipm4-bl".to_string()), "{:?}", c.held);
+        let messages: Vec<String> = c.errors.iter().map(ToString::to_string).collect();
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("membersFrom[0] (url) has not delivered")),
+            "{messages:?}"
+        );
+        assert!(
+            messages
+                .iter()
+                .any(|m| m
+                    .contains("membersFrom[0] (file): a file source works only in policy files")),
+            "{messages:?}"
+        );
+        slices.insert(
+            "bl-src0-0-of-1".into(),
+            source_slice("bl", Some(0), "10.0.0.0/8"),
+        );
+        let c = compile(&slices);
+        assert_eq!(c.sets.len(), 1, "{:?}", c.errors);
+        assert_eq!(c.sets[0].name, "ipm4-bl");
+        assert_eq!(
+            c.sets[0].members.len(),
+            2,
+            "the source's and the user's slice"
+        );
+        assert!(c.held.contains(&"ipm4-local".to_string()), "{:?}", c.held);
+    }
 
     fn s<'a>(name: &'a str, version: &'a str) -> SliceInput<'a> {
         SliceInput {

@@ -193,15 +193,15 @@ fn compile_with_slices(
     }
     let inputs: Vec<PolicyInput<'_>> = policies
         .iter()
-        .map(|policy| PolicyInput {
-            policy,
-            slices: policy
+        .map(|policy| {
+            let slices = policy
                 .metadata
                 .name
                 .as_deref()
                 .and_then(|n| by_policy.get(n))
                 .cloned()
-                .unwrap_or_default(),
+                .unwrap_or_default();
+            PolicyInput::new(policy, slices)
         })
         .collect();
     compile_inputs(&inputs, naming, labels, &mut MemberCache::default())

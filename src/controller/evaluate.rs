@@ -39,6 +39,10 @@ pub enum Validity {
         members: i64,
         /// Its kernel set names.
         sets: Vec<String>,
+        /// Its `membersFrom` sources that have not delivered yet
+        /// (`membersFrom[i] (kind)`): the nodes hold its sets until they
+        /// have, and it is not Ready.
+        pending: Vec<String>,
     },
     /// Invalid: the first errors, joined.
     Invalid { message: String },
@@ -115,7 +119,7 @@ pub fn status_for(
         }
     }
     let (valid, members, sets) = match validity {
-        Validity::Valid { members, sets } => (
+        Validity::Valid { members, sets, .. } => (
             condition(
                 "Valid",
                 true,
@@ -176,6 +180,23 @@ fn ready_condition(
             false,
             "Invalid",
             "the policy is not valid (see the Valid condition); its existing sets are held as they are".into(),
+            generation,
+        );
+    }
+    if let Validity::Valid { pending, .. } = validity
+        && !pending.is_empty()
+    {
+        return condition(
+            "Ready",
+            false,
+            "SourcesNotDelivered",
+            format!(
+                "{} not delivered members yet (see SourcesSynced); the nodes hold the policy's sets until then",
+                match pending.as_slice() {
+                    [one] => format!("{one} has"),
+                    many => format!("{} have", many.join(", ")),
+                }
+            ),
             generation,
         );
     }
@@ -308,6 +329,7 @@ mod tests {
         let old_members = state(3, "rev3-before-a-slice-change");
         let p = policy(3, json!({"matchLabels": {"role": "edge"}}));
         let valid = Validity::Valid {
+            pending: Vec::new(),
             members: 10,
             sets: vec!["ipm4-p".into()],
         };
@@ -384,6 +406,7 @@ mod tests {
         assert!(s.conditions[0].message.contains("member \"x\""));
         assert_eq!(s.conditions[1].status, "False");
         let valid = Validity::Valid {
+            pending: Vec::new(),
             members: 0,
             sets: vec![],
         };
@@ -409,6 +432,7 @@ mod tests {
             })
             .collect();
         let valid = Validity::Valid {
+            pending: Vec::new(),
             members: 1,
             sets: vec![],
         };

@@ -26,7 +26,7 @@ use super::store::Store;
 use super::writer::{Job, Plan};
 use crate::api::IPSetPolicy;
 use crate::ipset::Naming;
-use crate::policy::compile::{MemberCache, compile_inputs};
+use crate::policy::compile::{MemberCache, PolicyError, PolicyErrorKind, compile_inputs};
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -415,7 +415,15 @@ impl Controller {
         let mut out = HashMap::new();
         for input in &inputs {
             let name = input.policy.metadata.name.clone().unwrap_or_default();
-            let v = match errors.get(name.as_str()) {
+            // A source that has not delivered holds the policy on the
+            // nodes, but does not make it invalid.
+            let (pending, errs): (Vec<&PolicyError>, Vec<&PolicyError>) = errors
+                .get(name.as_str())
+                .map(|e| e.as_slice())
+                .unwrap_or_default()
+                .iter()
+                .partition(|e| matches!(e.kind, PolicyErrorKind::SourcePending(_)));
+            let v = match (!errs.is_empty()).then_some(errs) {
                 Some(errs) => {
                     let shown: Vec<String> = errs.iter().take(3).map(|e| e.to_string()).collect();
                     let more = errs.len().saturating_sub(shown.len());
@@ -426,6 +434,13 @@ impl Controller {
                     Validity::Invalid { message }
                 }
                 None => Validity::Valid {
+                    pending: pending
+                        .iter()
+                        .filter_map(|e| match &e.kind {
+                            PolicyErrorKind::SourcePending(s) => Some(s.clone()),
+                            _ => None,
+                        })
+                        .collect(),
                     members: members.get(name.as_str()).copied().unwrap_or(0),
                     sets: {
                         let mut v = sets.remove(name.as_str()).unwrap_or_default();
@@ -435,13 +450,6 @@ impl Controller {
                 },
             };
             out.insert(name, v);
-        }
-        for (name, message) in &self.sources.invalid {
-            let merged = match out.remove(name) {
-                Some(Validity::Invalid { message: m }) => format!("{m}; {message}"),
-                _ => message.clone(),
-            };
-            out.insert(name.clone(), Validity::Invalid { message: merged });
         }
         for (name, why) in unreadable {
             out.insert(

@@ -13,6 +13,9 @@
 //! them with it. A slice without the controller's mark is a user's: it is
 //! never written nor deleted, and a name clash is reported instead.
 //!
+//! A source with no members has one empty slice: a source without any
+//! slice has not delivered, and the agents hold its policy.
+//!
 //! Nothing is deleted for a source that is not known to be good now: an
 //! invalid policy, a source whose inputs are not listed yet or a url that
 //! has not been fetched keep their slices as they are. Only a source that
@@ -119,7 +122,10 @@ pub(crate) fn plan_source(
     };
     let ours = |s: &SliceEntry| s.policy.as_deref() == Some(name) && s.source == Some(index);
     let mut desired: BTreeSet<String> = BTreeSet::new();
-    if !members.is_empty() {
+    // No members is still a slice: an empty one, so the agents can tell a
+    // source that delivered nothing (no pods match) from one that has not
+    // delivered (they hold the policy until every source has a slice).
+    {
         let built = partition(
             members,
             LIMITS,

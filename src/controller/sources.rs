@@ -40,8 +40,6 @@ pub(crate) type Memory = BTreeMap<(String, usize), Remembered>;
 pub(crate) struct Outcome {
     pub plan: SlicePlan,
     pub statuses: BTreeMap<String, Vec<SourceStatus>>,
-    /// Policies whose sources are refused, with the message for Valid.
-    pub invalid: BTreeMap<String, String>,
     pub needs: Needs,
     /// Url sources to fetch: (policy, index) and what to fetch.
     pub feeds: BTreeMap<(String, usize), super::feeds::FeedJob>,
@@ -81,9 +79,7 @@ pub(crate) fn evaluate_sources(
         let sources = match parse_sources(policy, Setting::Cluster) {
             Ok(s) => s,
             Err(errors) => {
-                let shown: Vec<String> = errors.iter().take(3).map(ToString::to_string).collect();
-                out.invalid.insert(name.clone(), shown.join("; "));
-                // Invalid: keep its slices, whatever they are, and say so
+                // Invalid (the compile says why, in Valid): keep its slices, whatever they are, and say so
                 // per source of the spec as it is now.
                 counts.insert(name, None);
                 let entries = refused_entries(policy, name, &errors, memory, now);

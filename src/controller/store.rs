@@ -10,7 +10,9 @@ use tokio::time::Instant;
 
 use crate::api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
 use crate::cluster::listing::{Change, Listing};
-use crate::cluster::slices::{SliceEntry, by_policy, members_revision, same_slice, slice_entry};
+use crate::cluster::slices::{
+    SliceEntry, by_policy, cluster_inputs, members_revision, same_slice, slice_entry,
+};
 use crate::cluster::tolerant::Tolerant;
 use crate::policy::compile::PolicyInput;
 
@@ -147,18 +149,11 @@ impl Store {
     /// The compile inputs (readable policies with their slices) and the
     /// policies that could not be read.
     pub fn inputs(&self) -> (Vec<PolicyInput<'_>>, Vec<(&str, &str)>) {
-        let mut slices = by_policy(self.slices.items());
-        let mut inputs = Vec::new();
-        let mut unreadable = Vec::new();
-        for (name, t) in self.policies.items() {
-            match &t.value {
-                Ok(policy) => inputs.push(PolicyInput {
-                    policy,
-                    slices: slices.remove(name.as_str()).unwrap_or_default(),
-                }),
-                Err(why) => unreadable.push((name.as_str(), why.as_str())),
-            }
-        }
-        (inputs, unreadable)
+        let policies = self
+            .policies
+            .items()
+            .iter()
+            .map(|(name, t)| (name.as_str(), t.value.as_ref().map_err(String::as_str)));
+        cluster_inputs(policies, self.slices.items())
     }
 }

@@ -784,7 +784,8 @@ async fn a_burst_of_a_thousand_pod_events_costs_a_bounded_number_of_slice_writes
     h.list(vec![policy("web", 1, spec)], vec![], vec![], &[]);
     h.pods_listed(vec![]);
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(h.slice_writes().is_empty(), "no pods: no slices");
+    // No pods: one empty slice, which tells the agents the source delivered.
+    assert_eq!(h.slice_writes().len(), 1, "no pods: one empty slice");
     // 1,000 pod events over 5 seconds: 500 pods come up, half of them are
     // relabelled away again.
     for i in 0..1000u32 {
@@ -836,6 +837,21 @@ async fn a_users_slice_is_never_touched_and_a_failing_feed_keeps_its_slices() {
         .map(|(k, j)| (k.clone(), j.clone()))
         .unwrap();
     assert_eq!(key, ("bl".to_string(), 0));
+    // Never delivered: valid, but not Ready, naming the source (the nodes
+    // hold the policy; an empty set must not pass `kubectl wait`).
+    eventually("a status", || !h.status_writes("bl").is_empty()).await;
+    let s = h.last_status("bl");
+    assert_eq!(condition(&s, "Valid")["status"], "True", "{s}");
+    let ready = condition(&s, "Ready");
+    assert_eq!(ready["status"], "False", "{ready}");
+    assert_eq!(ready["reason"], "SourcesNotDelivered", "{ready}");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("membersFrom[0] (url) has not delivered"),
+        "{ready}"
+    );
     let good = super::feeds::FeedResult {
         spec: job.spec.clone(),
         good: Some(Arc::new(vec![
@@ -849,6 +865,11 @@ async fn a_users_slice_is_never_touched_and_a_failing_feed_keeps_its_slices() {
     eventually("applied", || !h.applied(name).is_empty()).await;
     assert_eq!(h.last_members(name), ["10.0.0.0/8", "198.51.100.0/24"]);
     h.echo(name, 20);
+    // Delivered: Ready (no node is selected here).
+    eventually("Ready once delivered", || {
+        condition(&h.last_status("bl"), "Ready")["status"] == "True"
+    })
+    .await;
     // The next fetch fails: the slice stays, the condition says why.
     let failed = super::feeds::FeedResult {
         error: Some(

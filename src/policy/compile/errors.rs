@@ -60,6 +60,17 @@ pub enum PolicyErrorKind {
     /// The policy object itself could not be read (an older, looser schema).
     #[error("could not be read: {0}")]
     Unreadable(String),
+    /// A `membersFrom` source refused in a cluster (`membersFrom[i] (kind):
+    /// reason`): the controller says Valid=False, and every agent holds it.
+    #[error("{0}")]
+    SourceRefused(String),
+    /// A `membersFrom` source (`membersFrom[i] (kind)`) whose members the
+    /// controller has not written yet: not invalid, but held until they are
+    /// there, so that it never becomes an empty set.
+    #[error(
+        "{0} has not delivered members yet; its sets are held until the controller has written them"
+    )]
+    SourcePending(String),
     #[error("and {0} more bad members")]
     More(usize),
     #[error("{0} needs a range (for example 10.0.0.0/24 for bitmap:ip, 0-1023 for bitmap:port)")]

@@ -119,6 +119,19 @@ impl SliceInput<'_> {
 pub struct PolicyInput<'a> {
     pub policy: &'a IPSetPolicy,
     pub slices: Vec<SliceInput<'a>>,
+    /// What holds the policy before its members are looked at (a refused
+    /// or not yet delivered source): it yields no sets, with these errors.
+    pub held_by: Vec<PolicyError>,
+}
+
+impl<'a> PolicyInput<'a> {
+    pub fn new(policy: &'a IPSetPolicy, slices: Vec<SliceInput<'a>>) -> PolicyInput<'a> {
+        PolicyInput {
+            policy,
+            slices,
+            held_by: Vec::new(),
+        }
+    }
 }
 
 /// What one node should hold, and what went wrong.
@@ -154,10 +167,7 @@ pub fn compile<'a>(
 ) -> Compiled {
     let inputs: Vec<PolicyInput<'a>> = policies
         .into_iter()
-        .map(|policy| PolicyInput {
-            policy,
-            slices: Vec::new(),
-        })
+        .map(|policy| PolicyInput::new(policy, Vec::new()))
         .collect();
     compile_inputs(&inputs, naming, node_labels, &mut MemberCache::default())
 }
@@ -262,6 +272,9 @@ fn compile_policy(
 ) -> Result<Vec<DesiredSet>, Vec<PolicyError>> {
     let p = input.policy;
     let name = p.metadata.name.as_deref().unwrap_or("");
+    if !input.held_by.is_empty() {
+        return Err(input.held_by.clone());
+    }
     if p.spec.set_type == SetType::ListSet {
         // Resolved against the other policies: never cached.
         return compile_list_set(input, naming, selected);

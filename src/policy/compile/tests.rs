@@ -16,6 +16,7 @@ fn compile_cached<'a>(
     let inputs: Vec<PolicyInput<'a>> = policies
         .into_iter()
         .map(|policy| PolicyInput {
+            held_by: Vec::new(),
             policy,
             slices: Vec::new(),
         })
@@ -343,6 +344,7 @@ fn slices_add_their_members_under_the_same_rules() {
         strings(&["10.0.0.3", "10.0.0.4"]),
     );
     let inputs = [PolicyInput {
+        held_by: Vec::new(),
         policy: &p,
         slices: vec![slice("big-0", "7", &a), slice("big-1", "8", &b)],
     }];
@@ -361,6 +363,7 @@ fn slices_add_their_members_under_the_same_rules() {
     // A bad member in a slice fails the policy, naming the slice.
     let bad = strings(&["10.0.0.5", "not-an-ip"]);
     let inputs = [PolicyInput {
+        held_by: Vec::new(),
         policy: &p,
         slices: vec![slice("big-0", "7", &a), slice("big-2", "9", &bad)],
     }];
@@ -380,6 +383,7 @@ fn slices_add_their_members_under_the_same_rules() {
 
     // A slice that could not be read at all holds the policy too.
     let inputs = [PolicyInput {
+        held_by: Vec::new(),
         policy: &p,
         slices: vec![SliceInput {
             name: "big-3",
@@ -410,6 +414,7 @@ fn whole_policy_rules_apply_to_the_union_of_slices() {
     let p = server_policy("nets", SetType::HashNet, &[], 1);
     let (a, b) = (strings(&["10.0.0.0/8"]), strings(&["10.1.2.3/8 nomatch"]));
     let inputs = [PolicyInput {
+        held_by: Vec::new(),
         policy: &p,
         slices: vec![slice("nets-0", "1", &a), slice("nets-1", "2", &b)],
     }];
@@ -429,6 +434,7 @@ fn whole_policy_rules_apply_to_the_union_of_slices() {
     p.spec.max_elem = Some(2);
     let (a, b) = (strings(&["10.0.0.2"]), strings(&["10.0.0.3"]));
     let inputs = [PolicyInput {
+        held_by: Vec::new(),
         policy: &p,
         slices: vec![slice("small-0", "1", &a), slice("small-1", "2", &b)],
     }];
@@ -451,6 +457,7 @@ fn only_changed_slices_are_parsed_again() {
     let p = server_policy("big", SetType::HashIp, &[], 1);
     let (a, b) = (strings(&["10.0.0.1"]), strings(&["10.0.0.2"]));
     let inputs = [PolicyInput {
+        held_by: Vec::new(),
         policy: &p,
         slices: vec![slice("big-0", "1", &a), slice("big-1", "1", &b)],
     }];
@@ -458,6 +465,7 @@ fn only_changed_slices_are_parsed_again() {
     // Same versions: the very same result, even with the strings gone.
     let gone = Vec::new();
     let inputs = [PolicyInput {
+        held_by: Vec::new(),
         policy: &p,
         slices: vec![slice("big-0", "1", &gone), slice("big-1", "1", &gone)],
     }];
@@ -466,6 +474,7 @@ fn only_changed_slices_are_parsed_again() {
     // One slice changes: it is parsed, the other comes from the cache.
     let b2 = strings(&["10.0.0.3"]);
     let inputs = [PolicyInput {
+        held_by: Vec::new(),
         policy: &p,
         slices: vec![slice("big-0", "1", &gone), slice("big-1", "2", &b2)],
     }];
@@ -479,6 +488,7 @@ fn only_changed_slices_are_parsed_again() {
     let net = server_policy("big", SetType::HashNet, &[], 2);
     let text = "10.0.0.0/8\n192.168.0.0/16\n";
     let inputs = [PolicyInput {
+        held_by: Vec::new(),
         policy: &net,
         slices: vec![SliceInput {
             name: "big-0",
