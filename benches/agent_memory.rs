@@ -100,7 +100,7 @@ fn main() -> ExitCode {
         "agent: 1 policy, {MEMBERS} members in {SLICES} slices (hash:net, IPv4); start RSS {start_rss:.1} MiB"
     );
     let naming = Naming::default();
-    let mut store = Store::new(&[]);
+    let mut store = Store::new(&[], Default::default());
     let mut cache = MemberCache::default();
 
     let t = Instant::now();

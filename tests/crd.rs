@@ -137,8 +137,16 @@ fn policy_schema() {
     );
     assert!(members["items"]["pattern"].is_string());
     let spec = &props["spec"]["properties"];
-    assert_eq!(spec["maxElem"]["maximum"], 4294967295.0);
-    assert_eq!(spec["hashSize"]["maximum"], 67108864.0);
+    // What the compiler accepts, and no more (a hashSize of 2^26 was 512 MiB
+    // of kernel memory per set on every node).
+    assert_eq!(
+        spec["maxElem"]["maximum"],
+        f64::from(ipsetmgr::policy::compile::MAX_MAX_ELEM)
+    );
+    assert_eq!(
+        spec["hashSize"]["maximum"],
+        f64::from(ipsetmgr::policy::compile::MAX_HASH_SIZE)
+    );
     let status = &props["status"]["properties"];
     assert!(
         status.get("nodes").is_none(),

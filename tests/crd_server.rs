@@ -148,14 +148,14 @@ async fn check(plane: &ControlPlane) {
     refused(
         &client,
         p,
-        json!({"type": "hash:ip", "hashSize": 67108865_u64}),
+        json!({"type": "hash:ip", "hashSize": 1048577_u64}),
         &["spec.hashSize"],
     )
     .await;
     refused(
         &client,
         p,
-        json!({"type": "hash:ip", "maxElem": 4294967296_u64}),
+        json!({"type": "hash:ip", "maxElem": 16777217_u64}),
         &["spec.maxElem"],
     )
     .await;
@@ -232,8 +232,8 @@ async fn check(plane: &ControlPlane) {
         &client,
         p,
         "bounds",
-        json!({"type": "hash:net", "family": "Dual", "maxElem": 4294967295_u64,
-               "hashSize": 67108864,
+        json!({"type": "hash:net", "family": "Dual", "maxElem": 16777216_u64,
+               "hashSize": 1048576,
                "members": ["10.0.0.0/8", "2001:db8::/32 nomatch comment:a b"]}),
     )
     .await;

@@ -1556,6 +1556,29 @@ async fn invalid_member_in_slice(h: &Harness) {
     })
     .await;
     h.remove_policy(name, &[set]).await;
+
+    // An invalid policy with a name of the longest kind (253 characters)
+    // gets its Warning too: the event's own name must stay a valid name.
+    let long = format!("e2e-{}", "l".repeat(249));
+    let p = h
+        .apply_policy(
+            &long,
+            json!({"type": "hash:ip", "members": ["10.30.9.999"]}),
+        )
+        .await;
+    h.eventually(
+        "one Warning event about the 253-character policy",
+        async || {
+            let n = invalid_events(h, &p).await?.len();
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(format!("{n} InvalidPolicy events"))
+            }
+        },
+    )
+    .await;
+    h.remove_policy(&long, &[]).await;
 }
 
 /// e. The node state of a deleted Node goes (local mode: a fake Node

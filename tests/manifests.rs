@@ -503,14 +503,10 @@ fn controller_lease_grants() -> BTreeSet<Grant> {
     expect(&[("coordination.k8s.io", "leases", &["get", "create", "patch"])])
 }
 
-/// In `default` (EVENTS_NAMESPACE): Events only. The Recorder writes
-/// events.k8s.io/v1 (create, patch for a repeat); core/v1 is kept in case a
-/// Recorder falls back to it.
+/// In `default` (EVENTS_NAMESPACE): Events only. The controller creates
+/// events.k8s.io/v1 Events (repeats are suppressed before any write).
 fn controller_events_grants() -> BTreeSet<Grant> {
-    expect(&[
-        ("events.k8s.io", "events", &["create", "patch"]),
-        ("", "events", &["create", "patch"]),
-    ])
+    expect(&[("events.k8s.io", "events", &["create"])])
 }
 
 /// Where a grant holds.
@@ -1122,6 +1118,8 @@ fn check_daemonset(ds: &DaemonSet, listen: &Listeners, what: &str) {
         &[
             "NODE_NAME",
             "IPSETMGR_SET_PREFIX",
+            "IPSETMGR_MAX_SET_ELEMENTS",
+            "IPSETMGR_MAX_HASH_SIZE",
             "IPSETMGR_BACKEND",
             "IPSETMGR_RESYNC_INTERVAL",
             "IPSETMGR_HEARTBEAT_INTERVAL",
@@ -1262,6 +1260,8 @@ fn check_controller(d: &Deployment, listen: &Listeners, what: &str) {
             "POD_NAMESPACE",
             "POD_NAME",
             "IPSETMGR_SET_PREFIX",
+            "IPSETMGR_MAX_SET_ELEMENTS",
+            "IPSETMGR_MAX_HASH_SIZE",
             "IPSETMGR_LISTEN",
             "IPSETMGR_HEALTH_LISTEN",
             "IPSETMGR_LOG_FORMAT",
@@ -1700,6 +1700,7 @@ fn chart_values_reach_the_controller() {
             json!(["10.20.0.0/16", "192.0.2.7"]),
         ),
         ("controller.feedDenyCIDRs", json!(["10.20.30.0/24"])),
+        ("policyLimits.maxSetElements", json!(1_000_000)),
     ]);
     let what = "chart with controller overrides";
     check_all_typed(&r.docs, what);
@@ -1715,6 +1716,19 @@ fn chart_values_reach_the_controller() {
         env_value(&cc, "IPSETMGR_FEED_DENY_CIDRS").as_deref(),
         Some("10.20.30.0/24")
     );
+    // One cap for the agents and the controller, as an integer (Helm holds
+    // numbers as floats; 1e+06 would not parse).
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
+    for c in [&cc, &agent_container(&ds)] {
+        assert_eq!(
+            env_value(c, "IPSETMGR_MAX_SET_ELEMENTS").as_deref(),
+            Some("1000000")
+        );
+        assert_eq!(
+            env_value(c, "IPSETMGR_MAX_HASH_SIZE").as_deref(),
+            Some("1048576")
+        );
+    }
     let spec = d.spec.clone();
     assert_eq!(spec.replicas, Some(2));
     let pod = pod_of(&spec.template);

@@ -55,6 +55,8 @@ pub struct Settings {
     pub deletion_grace: Duration,
     /// Between node state heartbeats.
     pub heartbeat: Duration,
+    /// This cluster's caps on policies (the controller's are the same).
+    pub limits: crate::cluster::slices::ClusterLimits,
 }
 
 impl Settings {
@@ -64,6 +66,7 @@ impl Settings {
             debounce: Duration::from_millis(100),
             deletion_grace: Duration::from_secs(2),
             heartbeat,
+            limits: Default::default(),
         }
     }
 }
@@ -98,9 +101,10 @@ impl Agent {
         status: watch::Sender<Option<Pending>>,
         shared: Arc<Shared>,
     ) -> Agent {
+        let limits = settings.limits;
         Agent {
             settings,
-            store: Store::new(crds),
+            store: Store::new(crds, limits),
             shared,
             cache: MemberCache::default(),
             recompile_at: None,

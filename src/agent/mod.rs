@@ -49,6 +49,8 @@ pub struct AgentConfig {
     /// these as not synced.
     #[arg(long, env = "IPSETMGR_HEARTBEAT_INTERVAL", default_value = defaults::HEARTBEAT_INTERVAL, value_parser = crate::duration::parse_positive)]
     pub heartbeat_interval: Duration,
+    #[command(flatten)]
+    pub limits: crate::cluster::slices::ClusterLimits,
 }
 
 /// Run the agent until SIGTERM/SIGINT. The kernel is never touched on the
@@ -108,7 +110,8 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
 
     let crds = inputs::guarded_crds();
     let inputs = inputs::watch_inputs(client, &config.node_name);
-    let settings = event_loop::Settings::new(naming, config.heartbeat_interval);
+    let mut settings = event_loop::Settings::new(naming, config.heartbeat_interval);
+    settings.limits = config.limits;
     let agent = event_loop::Agent::new(
         settings,
         &crds,

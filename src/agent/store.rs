@@ -17,7 +17,7 @@ use crate::api::{IPSetMemberSlice, IPSetPolicy};
 use crate::cluster::kind_guard::KindGuard;
 use crate::cluster::listing::{Change, Listing};
 use crate::cluster::slices::{
-    SliceEntry, by_policy, cluster_inputs, members_revision, same_slice, slice_entry,
+    ClusterLimits, SliceEntry, by_policy, cluster_inputs, members_revision, same_slice, slice_entry,
 };
 use crate::cluster::tolerant::Tolerant;
 use crate::ipset::{Family, Naming};
@@ -42,6 +42,8 @@ pub struct Store {
     pub node: Option<NodeFacts>,
     node_init: Option<Option<NodeFacts>>,
     pub kinds: KindGuard,
+    /// This cluster's caps on policies (the controller's are the same).
+    pub limits: ClusterLimits,
 }
 
 /// What the agent needs of its Node.
@@ -77,13 +79,14 @@ fn same_policy(a: &PolicyEntry, b: &PolicyEntry) -> bool {
 }
 
 impl Store {
-    pub fn new(crds: &[String]) -> Store {
+    pub fn new(crds: &[String], limits: ClusterLimits) -> Store {
         Store {
             policies: Listing::default(),
             slices: Listing::default(),
             node: None,
             node_init: None,
             kinds: KindGuard::new(crds),
+            limits,
         }
     }
 
@@ -162,7 +165,7 @@ impl Store {
             .items()
             .iter()
             .map(|(name, e)| (name.as_str(), e.policy.as_ref().map_err(String::as_str)));
-        cluster_inputs(policies, self.slices.items())
+        cluster_inputs(policies, self.slices.items(), &self.limits)
     }
 
     /// Each policy's members revision, as the controller computes it.
@@ -254,7 +257,7 @@ mod tests {
 
     #[test]
     fn slices_join_their_policy_as_text_and_status_writes_are_ignored() {
-        let mut s = Store::new(&[]);
+        let mut s = Store::new(&[], ClusterLimits::default());
         s.on_policy(Event::Init);
         s.on_policy(Event::InitApply(policy("p", 1)));
         s.on_policy(Event::InitDone);
@@ -285,7 +288,7 @@ mod tests {
     #[test]
     fn nothing_is_applied_before_everything_was_seen() {
         let crd = "ipsetpolicies.ipsetmgr.io".to_string();
-        let mut s = Store::new(std::slice::from_ref(&crd));
+        let mut s = Store::new(std::slice::from_ref(&crd), ClusterLimits::default());
         assert!(s.waiting_for().unwrap().contains("CRDs"));
         s.kinds.on_event(
             &crd,

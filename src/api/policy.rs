@@ -107,23 +107,27 @@ pub struct IPSetPolicySpec {
     /// Nodes that get this policy's sets; absent means every node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<LabelSelector>,
-    /// Maximum number of members of each kernel set (default 65536). More members
-    /// than this are an error, not a crash.
+    /// Maximum number of members of each kernel set (default 65536, at most
+    /// 16777216; a cluster may cap it lower). More members than this are an
+    /// error, not a crash.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "integer"
     )]
-    #[schemars(range(min = 1, max = 4294967295u32))]
+    // MAX_MAX_ELEM (a literal here: the attribute takes no constant).
+    #[schemars(range(min = 1, max = 16777216u32))]
     pub max_elem: Option<u32>,
     /// Initial hash table size of each kernel set (hash types only; 64 to
-    /// 67108864). The kernel grows the table as members are added.
+    /// 1048576, a cluster may cap it lower). The kernel grows the table as
+    /// members are added.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "integer"
     )]
-    #[schemars(range(min = 64, max = 67108864u32))]
+    // MAX_HASH_SIZE.
+    #[schemars(range(min = 64, max = 1048576u32))]
     pub hash_size: Option<u32>,
     /// Members computed from the cluster (nodes, pods, services) or fetched
     /// (url), or read from a file (policy files only); each entry is exactly

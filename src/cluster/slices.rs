@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
 use crate::cluster::tolerant::Tolerant;
 use crate::policy::compile::{
-    MemberList, NoMembers, PolicyError, PolicyErrorKind, PolicyInput, SliceInput,
+    MAX_HASH_SIZE, MAX_MAX_ELEM, MIN_HASH_SIZE, MemberList, NoMembers, PolicyError,
+    PolicyErrorKind, PolicyInput, SliceInput,
 };
 use crate::sources::spec::{Setting, parse_sources};
 
@@ -107,16 +108,75 @@ pub fn by_policy(slices: &BTreeMap<String, SliceEntry>) -> BTreeMap<&str, Vec<Sl
     out
 }
 
+/// This cluster's own caps on what a policy may ask of every node's kernel
+/// (`--max-set-elements`, `--max-hash-size`; the agents and the controller
+/// take the same values, from the chart's `limits`). The CRD's schema and
+/// the compiler bound them everywhere; these may bound them lower.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::Args)]
+pub struct ClusterLimits {
+    /// The largest `maxElem` a policy may have in this cluster (at most the
+    /// CRD's maximum, 16777216); a policy above it is invalid and held.
+    #[arg(long = "max-set-elements", env = "IPSETMGR_MAX_SET_ELEMENTS", default_value_t = MAX_MAX_ELEM, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_MAX_ELEM)))]
+    pub max_elem: u32,
+    /// The largest `hashSize` a policy may have in this cluster (at most
+    /// the CRD's maximum, 1048576: 8 MiB of kernel memory per set).
+    #[arg(long = "max-hash-size", env = "IPSETMGR_MAX_HASH_SIZE", default_value_t = MAX_HASH_SIZE, value_parser = clap::value_parser!(u32).range(i64::from(MIN_HASH_SIZE)..=i64::from(MAX_HASH_SIZE)))]
+    pub hash_size: u32,
+}
+
+impl Default for ClusterLimits {
+    fn default() -> Self {
+        ClusterLimits {
+            max_elem: MAX_MAX_ELEM,
+            hash_size: MAX_HASH_SIZE,
+        }
+    }
+}
+
+impl ClusterLimits {
+    /// The errors of a policy over these caps.
+    fn errors(&self, name: &str, policy: &IPSetPolicy) -> Vec<PolicyError> {
+        let over = |field: &'static str, value: Option<u32>, cap: u32, flag: &str| {
+            value.filter(|v| *v > cap).map(|value| {
+                PolicyError::of_policy(
+                    name,
+                    PolicyErrorKind::OutOfRange {
+                        field,
+                        range: format!("at most {cap} in this cluster ({flag})"),
+                        value,
+                    },
+                )
+            })
+        };
+        let spec = &policy.spec;
+        over(
+            "maxElem",
+            spec.max_elem,
+            self.max_elem,
+            "--max-set-elements",
+        )
+        .into_iter()
+        .chain(over(
+            "hashSize",
+            spec.hash_size,
+            self.hash_size,
+            "--max-hash-size",
+        ))
+        .collect()
+    }
+}
+
 /// The compile inputs of a cluster, the same for every agent and the
 /// controller: each readable policy with its slices, and what holds it
 /// before its members count (`held_by`): a `membersFrom` source the
 /// cluster refuses (a `file` source, say: Valid=False must never become an
 /// empty set on the nodes), or one the controller has not written slices
 /// for yet (never delivered: held, not invalid). Policies that could not be
-/// read come back by name, with why.
+/// read come back by name, with why. A policy over `limits` is held too.
 pub fn cluster_inputs<'a>(
     policies: impl IntoIterator<Item = (&'a str, Result<&'a IPSetPolicy, &'a str>)>,
     slices: &'a BTreeMap<String, SliceEntry>,
+    limits: &ClusterLimits,
 ) -> (Vec<PolicyInput<'a>>, Vec<(&'a str, &'a str)>) {
     let mut by_policy = by_policy(slices);
     let mut delivered: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
@@ -136,7 +196,10 @@ pub fn cluster_inputs<'a>(
             }
         };
         let mut input = PolicyInput::new(policy, by_policy.remove(name).unwrap_or_default());
-        input.held_by = source_holds(name, policy, delivered.get(name));
+        input.held_by = limits.errors(name, policy);
+        input
+            .held_by
+            .extend(source_holds(name, policy, delivered.get(name)));
         inputs.push(input);
     }
     (inputs, unreadable)
@@ -216,6 +279,52 @@ mod tests {
         }
     }
 
+    /// A policy over this cluster's caps is held on every node, naming the
+    /// cap and its flag; under them it compiles.
+    #[test]
+    fn the_clusters_own_caps_hold_a_policy_above_them() {
+        let big = policy(
+            "big",
+            serde_json::json!({"type": "hash:ip", "maxElem": 2000, "hashSize": 4096, "members": ["10.0.0.1"]}),
+        );
+        let none = BTreeMap::new();
+        let limits = ClusterLimits {
+            max_elem: 1000,
+            hash_size: 1024,
+        };
+        let (inputs, _) = cluster_inputs([("big", Ok(&big))], &none, &limits);
+        let c = compile_inputs(
+            &inputs,
+            &Naming::default(),
+            None,
+            &mut MemberCache::default(),
+        );
+        assert!(c.sets.is_empty());
+        let messages: Vec<String> = c.errors.iter().map(ToString::to_string).collect();
+        assert!(
+            messages
+                .iter()
+                .any(|m| m
+                    .contains("maxElem must be at most 1000 in this cluster (--max-set-elements)")),
+            "{messages:?}"
+        );
+        assert!(
+            messages
+                .iter()
+                .any(|m| m
+                    .contains("hashSize must be at most 1024 in this cluster (--max-hash-size)")),
+            "{messages:?}"
+        );
+        let (inputs, _) = cluster_inputs([("big", Ok(&big))], &none, &ClusterLimits::default());
+        let c = compile_inputs(
+            &inputs,
+            &Naming::default(),
+            None,
+            &mut MemberCache::default(),
+        );
+        assert_eq!(c.sets.len(), 1, "{:?}", c.errors);
+    }
+
     /// What every agent and the controller compile: a policy whose source
     /// has no slice of the controller's yet is held (no set, never an empty
     /// one); once the slice is there it is applied; a source the cluster
@@ -233,7 +342,11 @@ mod tests {
         );
         let naming = Naming::default();
         let compile = |slices: &BTreeMap<String, SliceEntry>| {
-            let (inputs, _) = cluster_inputs([("bl", Ok(&url)), ("local", Ok(&file))], slices);
+            let (inputs, _) = cluster_inputs(
+                [("bl", Ok(&url)), ("local", Ok(&file))],
+                slices,
+                &ClusterLimits::default(),
+            );
             compile_inputs(&inputs, &naming, None, &mut MemberCache::default())
         };
         let mut slices = BTreeMap::from([(

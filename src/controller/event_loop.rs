@@ -38,6 +38,8 @@ pub struct Settings {
     /// Quiet time after a Pod, Service or Namespace change: their churn is
     /// coalesced into at most one materialisation per this interval.
     pub sources_debounce: Duration,
+    /// This cluster's caps on policies.
+    pub limits: crate::cluster::slices::ClusterLimits,
 }
 
 /// Where the materialised sources go: the slice writer's plans, the
@@ -55,6 +57,7 @@ impl Settings {
             debounce: Duration::from_millis(200),
             tick: Duration::from_secs(10),
             sources_debounce: Duration::from_secs(1),
+            limits: Default::default(),
         }
     }
 }
@@ -94,9 +97,13 @@ impl Controller {
         shared: Arc<ControllerShared>,
         channels: SourceChannels,
     ) -> Controller {
+        let limits = settings.limits;
         Controller {
             settings,
-            store: Store::default(),
+            store: Store {
+                limits,
+                ..Store::default()
+            },
             cache: MemberCache::default(),
             shared,
             plans,

@@ -60,6 +60,8 @@ pub struct ControllerConfig {
     pub identity: Option<String>,
     #[command(flatten)]
     pub egress: crate::args::FeedEgress,
+    #[command(flatten)]
+    pub limits: crate::cluster::slices::ClusterLimits,
 }
 
 /// The Lease the replicas compete for.
@@ -85,7 +87,8 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
         health_listen = %config.health_listen,
         "controller starting"
     );
-    let settings = event_loop::Settings::new(naming);
+    let mut settings = event_loop::Settings::new(naming);
+    settings.limits = config.limits;
     let shared = metrics::ControllerShared::new(settings.tick);
 
     let listeners = crate::server::bind(config.health_listen, config.listen).await?;

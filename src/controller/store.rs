@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
 use crate::cluster::listing::{Change, Listing};
 use crate::cluster::slices::{
-    SliceEntry, by_policy, cluster_inputs, members_revision, same_slice, slice_entry,
+    ClusterLimits, SliceEntry, by_policy, cluster_inputs, members_revision, same_slice, slice_entry,
 };
 use crate::cluster::tolerant::Tolerant;
 use crate::policy::compile::PolicyInput;
@@ -35,6 +35,8 @@ pub struct Store {
     pub pods: Listing<Option<PodView>>,
     pub services: Listing<ServiceView>,
     pub namespaces: Listing<Labels>,
+    /// This cluster's caps on policies (the agents' are the same).
+    pub limits: ClusterLimits,
 }
 
 fn namespaced(m: &kube::core::ObjectMeta) -> String {
@@ -154,6 +156,6 @@ impl Store {
             .items()
             .iter()
             .map(|(name, t)| (name.as_str(), t.value.as_ref().map_err(String::as_str)));
-        cluster_inputs(policies, self.slices.items())
+        cluster_inputs(policies, self.slices.items(), &self.limits)
     }
 }

@@ -617,8 +617,13 @@ async fn a_nodes_source_is_written_as_an_owned_slice_and_follows_address_changes
         ],
     );
     let name = "nodes-src0-0-of-1";
-    eventually("slice applied", || !h.applied(name).is_empty()).await;
-    let w = &h.applied(name)[0];
+    // (The harness lists no Nodes first: that is an empty slice, then this.)
+    eventually("slice applied", || {
+        !h.applied(name).is_empty() && h.last_members(name).len() == 3
+    })
+    .await;
+    let w = h.applied(name).last().cloned().unwrap();
+    let w = &w;
     assert_eq!(w.content_type, "application/apply-patch+yaml");
     assert!(
         w.query.contains("fieldManager=ipsetmgr-controller") && w.query.contains("force=true"),

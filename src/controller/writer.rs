@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -130,22 +129,15 @@ impl Writer {
                 reason,
                 note,
             } => {
-                let recorder = Recorder::new(
-                    self.client.clone(),
-                    Reporter {
-                        controller: FIELD_MANAGER.into(),
-                        instance: Some(self.settings.identity.clone()),
-                    },
-                );
-                let ev = KubeEvent {
-                    type_: EventType::Warning,
-                    reason,
-                    note: Some(note),
-                    action: "Validate".into(),
-                    secondary: None,
-                };
-                match self.timed(recorder.publish(&ev, &regarding)).await {
-                    Ok(()) => {
+                let ev = warning_event(&regarding, reason, note, &self.settings.identity);
+                let ns = regarding
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into());
+                let events: Api<k8s_openapi::api::events::v1::Event> =
+                    Api::namespaced(self.client.clone(), &ns);
+                match self.timed(events.create(&Default::default(), &ev)).await {
+                    Ok(_) => {
                         self.shared
                             .metrics
                             .event_writes
@@ -222,5 +214,74 @@ pub async fn run_writer(
                 None => break,
             },
         }
+    }
+}
+
+/// An event's name: the name of the object it is about, cut so that the
+/// whole stays a valid object name (at most 253 characters; a 253-character
+/// policy name plus a suffix was refused with 422, and its Warning lost),
+/// then a unique suffix. The full name is in `regarding`.
+fn event_name(object: &str, nanos: i128) -> String {
+    let suffix = format!(".{nanos:x}");
+    let room = 253 - suffix.len();
+    let mut head = &object[..object.len().min(room)];
+    head = head.trim_end_matches(['.', '-']);
+    if head.is_empty() {
+        head = FIELD_MANAGER;
+    }
+    format!("{head}{suffix}")
+}
+
+/// A Warning event (events.k8s.io/v1) about `regarding`, by this replica.
+/// Written here rather than by kube's Recorder, which names events after
+/// the object in full; repeats are already suppressed by the caller.
+fn warning_event(
+    regarding: &k8s_openapi::api::core::v1::ObjectReference,
+    reason: String,
+    note: String,
+    identity: &str,
+) -> k8s_openapi::api::events::v1::Event {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    let now = jiff::Timestamp::now();
+    let object = regarding.name.as_deref().unwrap_or(FIELD_MANAGER);
+    k8s_openapi::api::events::v1::Event {
+        metadata: ObjectMeta {
+            name: Some(event_name(object, now.as_nanosecond())),
+            namespace: regarding.namespace.clone(),
+            ..Default::default()
+        },
+        action: Some("Validate".into()),
+        reason: Some(reason),
+        note: Some(note),
+        type_: Some("Warning".into()),
+        event_time: Some(MicroTime(now)),
+        regarding: Some(regarding.clone()),
+        reporting_controller: Some(FIELD_MANAGER.into()),
+        reporting_instance: Some(identity.into()),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod event_name_tests {
+    use super::*;
+
+    #[test]
+    fn event_names_stay_valid_object_names() {
+        let long = format!("{}-x", "a".repeat(250));
+        for object in [
+            "blocklist",
+            long.as_str(),
+            &format!("{}.b", "a".repeat(235)),
+        ] {
+            let name = event_name(object, 0x18d2_f0aa_bb00_1234);
+            assert!(name.len() <= 253, "{} > 253", name.len());
+            assert_eq!(
+                crate::policy::k8s_names::dns1123_subdomain(&name),
+                Ok(()),
+                "{name}"
+            );
+        }
+        assert_eq!(event_name("blocklist", 255), "blocklist.ff");
     }
 }

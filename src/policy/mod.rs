@@ -4,6 +4,7 @@
 //! in `crate::api`.
 
 pub mod compile;
+pub(crate) mod k8s_names;
 pub mod load;
 pub(crate) mod member_list;
 pub(crate) mod selector;

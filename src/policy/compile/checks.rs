@@ -11,25 +11,20 @@ use crate::api::policy::{FamilySpec, IPSetPolicy};
 use crate::ipset::{DEFAULT_MAX_ELEM, Family, Member, MemberSet, Naming, SetType};
 
 /// The largest `hashSize` accepted. The kernel allocates the whole table at
-/// creation (8 bytes per bucket: 512 MiB here) and grows it by itself as
-/// members are added, so a larger initial size only fails with ENOMEM.
-pub const MAX_HASH_SIZE: u32 = 1 << 26;
+/// creation (8 bytes per bucket: 8 MiB here, on every node) and grows it by
+/// itself as members are added, so a larger initial size only lets a
+/// policy author take kernel memory from every node (2^26 was 512 MiB per
+/// set). The CRD's schema says the same.
+pub const MAX_HASH_SIZE: u32 = 1 << 20;
+/// The largest `maxElem` accepted (the CRD's schema says the same): 16
+/// million members, far above the lists this project is built for.
+pub const MAX_MAX_ELEM: u32 = 1 << 24;
 /// The smallest `hashSize` the kernel accepts (IPSET_MIMINAL_HASHSIZE).
 pub const MIN_HASH_SIZE: u32 = 64;
 
 /// A policy name is a Kubernetes object name: a lowercase DNS subdomain.
 pub(crate) fn check_name(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() || name.len() > 253 {
-        return Err("must be 1 to 253 characters");
-    }
-    let ok_chars = name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-    let ends_ok = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    if !ok_chars || !ends_ok(name.as_bytes()[0]) || !ends_ok(name.as_bytes()[name.len() - 1]) {
-        return Err("must be a lowercase DNS subdomain (a-z, 0-9, '-', '.')");
-    }
-    Ok(())
+    crate::policy::k8s_names::dns1123_subdomain(name)
 }
 
 /// The families of a policy's kernel sets, in order (`None`: family-less).
@@ -116,7 +111,7 @@ pub(crate) fn check_header_fields(name: &str, p: &IPSetPolicy) -> Vec<PolicyErro
             errors.push(PolicyError::of_policy(name, kind));
         }
     };
-    check("maxElem", p.spec.max_elem, 1, u32::MAX);
+    check("maxElem", p.spec.max_elem, 1, MAX_MAX_ELEM);
     check("hashSize", p.spec.hash_size, MIN_HASH_SIZE, MAX_HASH_SIZE);
     errors.extend(super::bitmap::header_errors(name, p));
     errors.extend(super::mask::header_errors(name, p));

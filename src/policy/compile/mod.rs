@@ -36,7 +36,7 @@ use crate::ipset::{
 };
 
 pub use self::cache::MemberCache;
-pub use self::checks::{MAX_HASH_SIZE, MIN_HASH_SIZE};
+pub use self::checks::{MAX_HASH_SIZE, MAX_MAX_ELEM, MIN_HASH_SIZE};
 pub use self::errors::{PolicyError, PolicyErrorKind};
 pub use crate::manager::DesiredSet;
 
