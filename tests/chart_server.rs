@@ -155,8 +155,10 @@ fn ticked(cell: &str) -> Vec<String> {
 }
 
 /// The permission table after the paragraph starting `heading` in
-/// docs/install.md, for an install in `release_namespace`.
-fn claims(heading: &str, release_namespace: &str) -> BTreeSet<Claim> {
+/// docs/install.md, for an install in `release_namespace` with the values
+/// in `enabled` on (rows that say "with `memberSources.pods`" hold only
+/// then).
+fn claims(heading: &str, release_namespace: &str, enabled: &[&str]) -> BTreeSet<Claim> {
     let doc =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/install.md")).unwrap();
     let after = &doc[doc
@@ -186,8 +188,15 @@ fn claims(heading: &str, release_namespace: &str) -> BTreeSet<Claim> {
             Some(n) => ticked(n).into_iter().map(Some).collect(),
             None => vec![None],
         };
+        let condition: Vec<String> = match cells.get(2) {
+            Some(w) if cells.len() == 4 && w.contains(" with ") => ticked(w),
+            _ => Vec::new(),
+        };
+        if !condition.is_empty() && !condition.iter().any(|c| enabled.contains(&c.as_str())) {
+            continue;
+        }
         let namespace = match cells.get(2) {
-            Some(w) if cells.len() == 4 && *w != "cluster" => {
+            Some(w) if cells.len() == 4 && !w.starts_with("cluster") => {
                 Some(if w.contains("its namespace") {
                     release_namespace.to_string()
                 } else {
@@ -519,8 +528,18 @@ fn everything_on() -> Vec<(&'static str, Value)> {
         ("prometheusRule.enabled", json!(true)),
         ("prometheusRule.force", json!(true)),
         ("nodeStateAdmissionPolicy.enabled", json!(true)),
+        ("memberSources.pods", json!(true)),
+        ("memberSources.services", json!(true)),
+        ("controller.networkPolicy.enabled", json!(true)),
+        (
+            "controller.networkPolicy.apiServerCIDRs",
+            json!(["127.0.0.1/32"]),
+        ),
     ]
 }
+
+/// What everything_on turns on of docs/install.md's conditional rows.
+const ALL_SOURCES: &[&str] = &["memberSources.pods", "memberSources.services"];
 
 fn render(release: &str, ns: &str, kube_version: &str, overrides: &[(&str, Value)]) -> Vec<Value> {
     support::helm::template(&support::helm::Render {
@@ -569,7 +588,7 @@ async fn chart_installs_on_the_newest_server_and_grants_what_the_docs_say() {
         plane,
         ns,
         "chart-agent",
-        &claims("**Agent**", ns),
+        &claims("**Agent**", ns, ALL_SOURCES),
         &others,
     )
     .await;
@@ -578,7 +597,7 @@ async fn chart_installs_on_the_newest_server_and_grants_what_the_docs_say() {
         plane,
         ns,
         "chart-controller",
-        &claims("**Controller**", ns),
+        &claims("**Controller**", ns, ALL_SOURCES),
         &others,
     )
     .await;
@@ -610,7 +629,7 @@ async fn chart_installs_on_the_oldest_server() {
         plane,
         ns,
         "chart-agent",
-        &claims("**Agent**", ns),
+        &claims("**Agent**", ns, &[]),
         &others,
     )
     .await;
@@ -619,7 +638,7 @@ async fn chart_installs_on_the_oldest_server() {
         plane,
         ns,
         "chart-controller",
-        &claims("**Controller**", ns),
+        &claims("**Controller**", ns, &[]),
         &others,
     )
     .await;
@@ -672,7 +691,7 @@ async fn kustomize_installs_and_grants_what_the_docs_say() {
         plane,
         ns,
         "ipsetmgr-agent",
-        &claims("**Agent**", ns),
+        &claims("**Agent**", ns, &[]),
         &others,
     )
     .await;
@@ -681,9 +700,23 @@ async fn kustomize_installs_and_grants_what_the_docs_say() {
         plane,
         ns,
         "ipsetmgr-controller",
-        &claims("**Controller**", ns),
+        &claims("**Controller**", ns, &[]),
         &others,
     )
     .await;
     check_own_node_only(&admin, plane, ns, "ipsetmgr-agent").await;
+    // The optional member-sources component adds exactly its rows.
+    let Some(sources) = kustomize("config/member-sources") else {
+        return;
+    };
+    apply_all(&admin, &sources, "kustomize config/member-sources").await;
+    check_access(
+        &admin,
+        plane,
+        ns,
+        "ipsetmgr-controller",
+        &claims("**Controller**", ns, ALL_SOURCES),
+        &others,
+    )
+    .await;
 }

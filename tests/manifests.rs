@@ -200,6 +200,9 @@ fn check_all_typed(docs: &[Value], what: &str) {
             ("rbac.authorization.k8s.io/v1", "RoleBinding") => drop(typed::<RoleBinding>(d, what)),
             ("apps/v1", "DaemonSet") => drop(typed::<DaemonSet>(d, what)),
             ("apps/v1", "Deployment") => drop(typed::<Deployment>(d, what)),
+            ("networking.k8s.io/v1", "NetworkPolicy") => drop(typed::<
+                k8s_openapi::api::networking::v1::NetworkPolicy,
+            >(d, what)),
             ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
                 drop(typed::<ValidatingAdmissionPolicy>(d, what))
             }
@@ -488,12 +491,31 @@ fn controller_grants() -> BTreeSet<Grant> {
             &["get", "list", "watch", "delete"],
         ),
         ("", "nodes", &["get", "list", "watch"]),
-        // The pods and services member sources (watched only while a
-        // policy has one; namespaces for their namespaceSelectors).
-        ("", "pods", &["list", "watch"]),
-        ("", "services", &["list", "watch"]),
-        ("", "namespaces", &["list", "watch"]),
     ])
+}
+
+/// Which member sources a rendering grants the controller's reads for
+/// (the chart's memberSources, kustomize's config/member-sources).
+#[derive(Clone, Copy, Default)]
+struct Sources {
+    pods: bool,
+    services: bool,
+}
+
+/// The pods and services member sources (watched only while a policy has
+/// one; Namespaces for their namespaceSelectors), when granted.
+fn controller_source_grants(s: Sources) -> BTreeSet<Grant> {
+    let mut list: Vec<(&str, &str, &[&str])> = Vec::new();
+    if s.pods {
+        list.push(("", "pods", &["list", "watch"]));
+    }
+    if s.services {
+        list.push(("", "services", &["list", "watch"]));
+    }
+    if s.pods || s.services {
+        list.push(("", "namespaces", &["list", "watch"]));
+    }
+    expect(&list)
 }
 
 /// In the controller's own namespace: its leader Lease only, with the
@@ -519,12 +541,14 @@ enum Scope {
 /// What each ServiceAccount (by name; all live in NAMESPACE) may do, where.
 type Access = BTreeMap<(String, Scope), BTreeSet<Grant>>;
 
-fn expected_access(names: &Names, controller: bool) -> Access {
+fn expected_access(names: &Names, controller: bool, sources: Sources) -> Access {
     let mut want = Access::new();
     want.insert((names.agent(), Scope::Cluster), agent_grants());
     if controller {
         let c = names.controller();
-        want.insert((c.clone(), Scope::Cluster), controller_grants());
+        let mut cluster = controller_grants();
+        cluster.extend(controller_source_grants(sources));
+        want.insert((c.clone(), Scope::Cluster), cluster);
         want.insert(
             (c.clone(), Scope::Namespace(NAMESPACE.into())),
             controller_lease_grants(),
@@ -538,7 +562,7 @@ fn expected_access(names: &Names, controller: bool) -> Access {
 }
 
 /// The RBAC objects of a rendering, by identity (the docs name them).
-fn expected_rbac_objects(names: &Names, controller: bool) -> BTreeSet<String> {
+fn expected_rbac_objects(names: &Names, controller: bool, sources: Sources) -> BTreeSet<String> {
     let (a, c) = (names.agent(), names.controller());
     let mut ids = vec![
         format!("ServiceAccount {NAMESPACE}/{a}"),
@@ -555,6 +579,12 @@ fn expected_rbac_objects(names: &Names, controller: bool) -> BTreeSet<String> {
             format!("Role {EVENTS_NAMESPACE}/{c}-events"),
             format!("RoleBinding {EVENTS_NAMESPACE}/{c}-events"),
         ]);
+        if sources.pods || sources.services {
+            ids.extend([
+                format!("ClusterRole /{c}-member-sources"),
+                format!("ClusterRoleBinding /{c}-member-sources"),
+            ]);
+        }
     }
     ids.into_iter().collect()
 }
@@ -691,6 +721,11 @@ fn access(docs: &[Value], what: &str) -> Access {
 /// grants its API calls need, where it needs them; the objects have the names
 /// the docs use; each workload runs as its own ServiceAccount.
 fn check_rbac(docs: &[Value], names: &Names, controller: bool, what: &str) {
+    check_rbac_with(docs, names, controller, Sources::default(), what)
+}
+
+/// [`check_rbac`] of a rendering that grants the reads of `sources`.
+fn check_rbac_with(docs: &[Value], names: &Names, controller: bool, sources: Sources, what: &str) {
     let got = access(docs, what);
     // The agent's token is on every node: nothing namespaced, and in
     // particular no Events and no Leases, anywhere.
@@ -711,7 +746,7 @@ fn check_rbac(docs: &[Value], names: &Names, controller: bool, what: &str) {
             );
         }
     }
-    let want = expected_access(names, controller);
+    let want = expected_access(names, controller, sources);
     for key in got.keys().chain(want.keys()).collect::<BTreeSet<_>>() {
         let (g, w) = (
             got.get(key).cloned().unwrap_or_default(),
@@ -741,7 +776,7 @@ fn check_rbac(docs: &[Value], names: &Names, controller: bool, what: &str) {
         .collect();
     assert_eq!(
         ids,
-        expected_rbac_objects(names, controller),
+        expected_rbac_objects(names, controller, sources),
         "{what}: RBAC objects"
     );
 
@@ -1548,9 +1583,12 @@ fn chart_renders_with_default_values() {
             "RoleBinding",
             "DaemonSet",
             "Deployment",
+            // Helm's own default cluster version is 1.30 or newer.
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]),
-        "objects rendered with default values (no ServiceMonitor, no admission \
-         policy by default)"
+        "objects rendered with default values (no ServiceMonitor; the admission \
+         policy, where the cluster is 1.30 or newer)"
     );
     check_rbac(&r.docs, &Names::release(), true, "chart");
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", "chart");
@@ -1755,6 +1793,109 @@ fn chart_values_reach_the_controller() {
     // The agent keeps its own port.
     let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
     check_daemonset(&ds, &Listeners::agent(), what);
+}
+
+/// The controller may read Pods, Services and Namespaces only when the
+/// values say the cluster uses those member sources; the chart's objects
+/// for that are config/member-sources's.
+#[test]
+fn member_source_rights_follow_the_values() {
+    needs_helm!("member_source_rights_follow_the_values");
+    for (pods, services) in [(false, false), (true, false), (false, true), (true, true)] {
+        let r = render_chart(&[
+            ("memberSources.pods", json!(pods)),
+            ("memberSources.services", json!(services)),
+        ]);
+        let what = format!("memberSources pods={pods} services={services}");
+        check_all_typed(&r.docs, &what);
+        check_rbac_with(
+            &r.docs,
+            &Names::release(),
+            true,
+            Sources { pods, services },
+            &what,
+        );
+    }
+    let chart = render_chart(&[
+        ("memberSources.pods", json!(true)),
+        ("memberSources.services", json!(true)),
+    ]);
+    let chart = by_identity(&chart.docs);
+    let kust = load_kustomization(&repo("config/member-sources"));
+    check_all_typed(&kust, "config/member-sources");
+    for (id, obj) in by_identity(&kust) {
+        let other = chart
+            .get(&id)
+            .unwrap_or_else(|| panic!("{id} is not in the chart"));
+        for field in ["rules", "roleRef", "subjects"] {
+            if let Some(diff) = first_difference(&obj[field], &other[field], "") {
+                panic!("{id}: config/member-sources vs chart: {field}{diff}");
+            }
+        }
+    }
+}
+
+/// The optional NetworkPolicy: the controller's pods only, egress only, to
+/// DNS, the API server's given addresses and public feeds; without the API
+/// server's addresses it refuses to render.
+#[test]
+fn chart_network_policy_limits_the_controllers_egress() {
+    needs_helm!("chart_network_policy_limits_the_controllers_egress");
+    let e = try_render_chart(&[("controller.networkPolicy.enabled", json!(true))])
+        .err()
+        .expect("rendered without the API server's addresses");
+    assert!(e.contains("controller.networkPolicy.apiServerCIDRs"), "{e}");
+    let r = render_chart(&[
+        ("controller.networkPolicy.enabled", json!(true)),
+        (
+            "controller.networkPolicy.apiServerCIDRs",
+            json!(["10.96.0.1/32", "192.168.10.5/32"]),
+        ),
+    ]);
+    let what = "chart with controller.networkPolicy";
+    check_all_typed(&r.docs, what);
+    let np: k8s_openapi::api::networking::v1::NetworkPolicy =
+        one_of(&r.docs, "NetworkPolicy", what);
+    let spec = np.spec.unwrap();
+    assert_eq!(spec.policy_types, Some(vec!["Egress".to_string()]));
+    let d: Deployment = one_of(&r.docs, "Deployment", what);
+    let pod_labels = d.spec.template.metadata.unwrap().labels.unwrap();
+    let sel = spec.pod_selector.unwrap().match_labels.unwrap();
+    assert!(
+        sel.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+        "selects the controller's pods"
+    );
+    assert!(
+        sel.get("app.kubernetes.io/component")
+            .is_some_and(|c| c == "controller")
+    );
+    let egress = spec.egress.unwrap();
+    assert_eq!(egress.len(), 3, "DNS, the API server, feeds");
+    let cidrs = |i: usize| -> Vec<String> {
+        egress[i]
+            .to
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p.ip_block.as_ref().map(|b| b.cidr.clone()))
+            .collect()
+    };
+    assert_eq!(cidrs(1), ["10.96.0.1/32", "192.168.10.5/32"]);
+    let feeds = egress[2].to.clone().unwrap();
+    let except = feeds[0].ip_block.as_ref().unwrap().except.clone().unwrap();
+    for private in ["10.0.0.0/8", "169.254.0.0/16", "127.0.0.0/8"] {
+        assert!(
+            except.iter().any(|e| e == private),
+            "{private} is excepted from feeds"
+        );
+    }
+    assert!(
+        render_chart(&[])
+            .docs
+            .iter()
+            .all(|d| kind_of(d) != "NetworkPolicy"),
+        "off by default"
+    );
 }
 
 #[test]
@@ -2684,9 +2825,39 @@ fn node_state_admission_policy_is_optional_and_holds_agents_to_their_node() {
     let what = "chart with nodeStateAdmissionPolicy";
     let values: Value = serde_saphyr::from_str(&read("charts/ipsetmgr/values.yaml")).unwrap();
     assert_eq!(
-        values["nodeStateAdmissionPolicy"]["enabled"], false,
-        "off by default: it needs Kubernetes 1.30+"
+        values["nodeStateAdmissionPolicy"]["enabled"], "auto",
+        "on by default where the cluster is 1.30 or newer"
     );
+    // auto follows the cluster's version; true and false say it outright.
+    let vaps = |kube: &str, enabled: Value| {
+        let r = support::helm::template(&support::helm::Render {
+            release: RELEASE,
+            namespace: NAMESPACE,
+            api_versions: &[],
+            kube_version: Some(kube),
+            overrides: &[("nodeStateAdmissionPolicy.enabled", enabled)],
+            include_crds: false,
+        })
+        .unwrap();
+        r.docs
+            .iter()
+            .filter(|d| kind_of(d) == "ValidatingAdmissionPolicy")
+            .count()
+    };
+    for (kube, enabled, want) in [
+        ("v1.30.0", json!("auto"), 1),
+        ("v1.34.9", json!("auto"), 1),
+        ("v1.29.9", json!("auto"), 0),
+        ("v1.25.2", json!("auto"), 0),
+        ("v1.25.2", json!(true), 1),
+        ("v1.34.9", json!(false), 0),
+    ] {
+        assert_eq!(
+            vaps(kube, enabled.clone()),
+            want,
+            "{kube} enabled={enabled}"
+        );
+    }
     let r = render_chart(&[("nodeStateAdmissionPolicy.enabled", json!(true))]);
     check_all_typed(&r.docs, what);
     check_node_state_policy(&r.docs, &Names::release(), what);

@@ -28,6 +28,9 @@ use crate::api::IPSetPolicy;
 use crate::ipset::Naming;
 use crate::policy::compile::{MemberCache, PolicyError, PolicyErrorKind, compile_inputs};
 
+/// The kinds watched only for member sources.
+const SOURCE_KINDS: [&str; 3] = ["pods", "services", "namespaces"];
+
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub naming: Naming,
@@ -176,6 +179,17 @@ impl Controller {
                     .metrics
                     .api
                     .watch_failed(&self.shared.watches, resource, &e);
+                // A source kind that cannot be listed (RBAC: the chart grants
+                // Pods and Services only with memberSources.*) says so in
+                // the status of the sources that need it.
+                if SOURCE_KINDS.contains(&resource) {
+                    let first = self
+                        .store
+                        .watch_errors
+                        .insert(resource, e.into_owned())
+                        .is_none();
+                    self.source_changed(first);
+                }
                 return;
             }
             Input::Policy(ev) => {
@@ -196,23 +210,27 @@ impl Controller {
             }
             Input::Pod(ev) => {
                 self.shared.watches.delivered("pods");
+                self.store.watch_errors.remove("pods");
                 let c = self.store.on_pod(ev);
                 self.source_changed(c.changed);
                 return;
             }
             Input::Service(ev) => {
                 self.shared.watches.delivered("services");
+                self.store.watch_errors.remove("services");
                 let c = self.store.on_service(ev);
                 self.source_changed(c.changed);
                 return;
             }
             Input::Namespace(ev) => {
                 self.shared.watches.delivered("namespaces");
+                self.store.watch_errors.remove("namespaces");
                 let c = self.store.on_namespace(ev);
                 self.source_changed(c.changed);
                 return;
             }
             Input::Unwatched(resource) => {
+                self.store.watch_errors.remove(resource);
                 let c = self.store.unwatched(resource);
                 self.source_changed(c.changed);
                 return;

@@ -94,26 +94,47 @@ pub(crate) fn evaluate_sources(
         let mut statuses = Vec::new();
         for (index, source) in sources.iter().enumerate() {
             let family = policy.spec.family;
+            let unlisted = |kinds: &[&str]| -> Result<Option<Vec<String>>, String> {
+                match kinds.iter().find_map(|k| store.watch_errors.get(k)) {
+                    Some(e) => Err(format!(
+                        "{e} (if this is 403 Forbidden: the controller may list Pods and Services only when the chart's memberSources.pods / memberSources.services is true)"
+                    )),
+                    None => Ok(None),
+                }
+            };
             let computed: Result<Option<Vec<String>>, String> = match source {
                 Source::Nodes(spec) => Ok(store
                     .nodes
                     .listed()
                     .then(|| node_members(spec, store.nodes.items().values(), family))),
-                Source::Pods(spec) => Ok((store.pods.listed()
-                    && (spec.namespaces.is_none() || store.namespaces.listed()))
-                .then(|| {
-                    pod_members(
-                        spec,
-                        store.pods.items().values().flatten(),
-                        namespaces,
-                        family,
-                    )
-                })),
-                Source::Services(spec) => Ok((store.services.listed()
-                    && (spec.namespaces.is_none() || store.namespaces.listed()))
-                .then(|| {
-                    service_members(spec, store.services.items().values(), namespaces, family)
-                })),
+                Source::Pods(spec) => {
+                    if store.pods.listed()
+                        && (spec.namespaces.is_none() || store.namespaces.listed())
+                    {
+                        Ok(Some(pod_members(
+                            spec,
+                            store.pods.items().values().flatten(),
+                            namespaces,
+                            family,
+                        )))
+                    } else {
+                        unlisted(&["pods", "namespaces"])
+                    }
+                }
+                Source::Services(spec) => {
+                    if store.services.listed()
+                        && (spec.namespaces.is_none() || store.namespaces.listed())
+                    {
+                        Ok(Some(service_members(
+                            spec,
+                            store.services.items().values(),
+                            namespaces,
+                            family,
+                        )))
+                    } else {
+                        unlisted(&["services", "namespaces"])
+                    }
+                }
                 Source::Url(spec) => {
                     let key = (name.clone(), index);
                     out.feeds.insert(

@@ -37,6 +37,9 @@ pub struct Store {
     pub namespaces: Listing<Labels>,
     /// This cluster's caps on policies (the agents' are the same).
     pub limits: ClusterLimits,
+    /// The last error of each source kind's watch (`pods`, `services`,
+    /// `namespaces`) until it delivers: why its sources are not in force.
+    pub watch_errors: BTreeMap<&'static str, String>,
 }
 
 fn namespaced(m: &kube::core::ObjectMeta) -> String {

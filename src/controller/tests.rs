@@ -1011,3 +1011,30 @@ async fn sources_that_become_invalid_leave_no_stale_status_entries() {
     );
     h.stop().await;
 }
+
+/// A pods source where the controller may not list Pods (the chart grants
+/// it only with memberSources.pods): the watch's 403 is in the source's
+/// status, naming the value, and the policy is not Ready.
+#[tokio::test(start_paused = true)]
+async fn a_forbidden_source_kind_says_so_in_the_status() {
+    let h = Harness::start(true);
+    let spec = json!({"type": "hash:ip", "membersFrom": [{"pods": {"podSelector": {"matchLabels": {"app": "web"}}}}]});
+    h.list(vec![policy("web", 1, spec)], vec![], vec![], &[]);
+    eventually("pods needed", || h.needs.borrow().pods).await;
+    h.send(Input::WatchError {
+        resource: "pods",
+        error: "pods watch: ApiError: pods is forbidden: User \"system:serviceaccount:ipsetmgr-system:ipsetmgr-controller\" cannot list resource \"pods\": Forbidden (403)".into(),
+    });
+    eventually("the source's error", || {
+        h.last_status("web")["sources"][0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("memberSources.pods"))
+    })
+    .await;
+    let s = h.last_status("web");
+    assert!(s["sources"][0]["error"].as_str().unwrap().contains("403"), "{s}");
+    assert_eq!(condition(&s, "Ready")["status"], "False", "{s}");
+    assert_eq!(condition(&s, "Ready")["reason"], "SourcesNotDelivered", "{s}");
+    assert_eq!(condition(&s, "SourcesSynced")["status"], "False", "{s}");
+    h.stop().await;
+}
