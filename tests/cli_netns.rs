@@ -1185,6 +1185,75 @@ fn slices_and_plain_member_lists_apply_with_their_policy() {
         assert!(!ok && out.contains("198.51.100.0/33"), "{backend}: {out}");
         let (_, kept) = ns.saved("ipm4-drop").unwrap();
         assert_eq!(kept, got, "{backend}: held, not emptied");
+
+        // A list that is empty, or gone, holds the set too: the policy is
+        // never applied without the members the list gave.
+        std::fs::write(list.path(), "# nothing\n").unwrap();
+        let (ok, out) = ns.ipsetmgr(backend, &args);
+        assert!(!ok && out.contains("no members"), "{backend}: {out}");
+        assert_eq!(
+            ns.saved("ipm4-drop").unwrap().1,
+            got,
+            "{backend}: empty list"
+        );
+        let gone = format!("drop={}/missing.netset", dir.path().display());
+        let missing = [
+            "apply",
+            "-f",
+            dir.path().to_str().unwrap(),
+            "--members",
+            &gone,
+        ];
+        let (ok, out) = ns.ipsetmgr(backend, &missing);
+        assert!(!ok && out.contains("missing.netset"), "{backend}: {out}");
+        assert_eq!(
+            ns.saved("ipm4-drop").unwrap().1,
+            got,
+            "{backend}: missing list"
+        );
+
+        // One slice name in two files: both policies held, nothing applied
+        // of either (which members are meant is not known).
+        write_policy(
+            dir.path(),
+            "drop-slice-again.yaml",
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetMemberSlice\nmetadata:\n  name: drop-a\n  labels: {ipsetmgr.io/policy: drop}\nspec:\n  members: [203.0.113.0/24]\n",
+        );
+        std::fs::write(list.path(), "198.51.100.0/24\n").unwrap();
+        let (ok, out) = ns.ipsetmgr(backend, &args);
+        assert!(!ok && out.contains("drop-a"), "{backend}: {out}");
+        assert_eq!(
+            ns.saved("ipm4-drop").unwrap().1,
+            got,
+            "{backend}: duplicate slice"
+        );
+        std::fs::remove_file(dir.path().join("drop-slice-again.yaml")).unwrap();
+
+        // One list may feed two policies.
+        write_policy(
+            dir.path(),
+            "allow.yaml",
+            &policy_yaml("allow", "hash:net", &["10.1.0.0/16"]),
+        );
+        let second = format!("allow={}", list.path().display());
+        let both = [
+            "apply",
+            "-f",
+            dir.path().to_str().unwrap(),
+            "--members",
+            &members,
+            "--members",
+            &second,
+        ];
+        let (ok, out) = ns.ipsetmgr(backend, &both);
+        assert!(ok, "{backend}: {out}");
+        assert_eq!(
+            ns.saved("ipm4-allow").unwrap().1,
+            ["10.1.0.0/16", "198.51.100.0/24"],
+            "{backend}"
+        );
+        assert_eq!(ns.saved("ipm4-drop").unwrap().1, got, "{backend}");
+        std::fs::remove_file(dir.path().join("allow.yaml")).unwrap();
     }
 }
 

@@ -10,7 +10,9 @@ pub(crate) mod slice;
 pub mod table;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use crate::policy::{PolicyError, PolicyErrorKind};
 
 use crate::sources::egress::EgressGuard;
 use file_sources::{LocalSources, SourceProblem, SourceSlice};
@@ -65,6 +67,9 @@ pub(crate) struct FileInputs {
     pub policies: Vec<LoadedPolicy>,
     pub slices: Vec<LoadedSlice>,
     pub load_errors: Vec<LoadError>,
+    /// Policies held whatever else they hold (a member list that did not
+    /// load, a slice name given twice), and why.
+    pub held: Vec<(String, String)>,
 }
 
 /// Read every policy file under `paths` and the lists of `members`.
@@ -76,6 +81,7 @@ pub(crate) fn read_files(
     let mut policies = Vec::new();
     let mut slices = Vec::new();
     let mut load_errors = Vec::new();
+    let mut held = Vec::new();
     for path in paths {
         let found = policy_files(path);
         if found.files.is_empty() && found.errors.is_empty() && !allow_empty {
@@ -99,19 +105,28 @@ pub(crate) fn read_files(
                 policy: m.policy.clone(),
                 members: list.members.into_iter().map(|m| m.text).collect(),
                 source: list.source,
+                from_list: true,
             }),
-            Err(e) => load_errors.push(LoadError::MemberList {
-                policy: m.policy.clone(),
-                message: e.to_string(),
-            }),
+            // A list that does not load holds its policy: never the policy
+            // without the members the list gave before.
+            Err(e) => {
+                held.push((m.policy.clone(), e.to_string()));
+                load_errors.push(LoadError::MemberList {
+                    policy: m.policy.clone(),
+                    message: e.to_string(),
+                });
+            }
         }
     }
     let policies_only: Vec<IPSetPolicy> = policies.iter().map(|l| l.policy.clone()).collect();
-    load_errors.extend(slice_errors(&policies_only, &slices));
+    let (errors, duplicated) = slice_errors(&policies_only, &slices);
+    load_errors.extend(errors);
+    held.extend(duplicated);
     FileInputs {
         policies,
         slices,
         load_errors,
+        held,
     }
 }
 
@@ -124,8 +139,14 @@ impl FileInputs {
         sources: &LocalSources,
     ) -> FilePolicies {
         let policies: Vec<IPSetPolicy> = self.policies.into_iter().map(|l| l.policy).collect();
-        let compiled =
-            compile_with_slices(&policies, &self.slices, &sources.slices(), naming, labels);
+        let compiled = compile_with_slices(
+            &policies,
+            &self.slices,
+            &sources.slices(),
+            &self.held,
+            naming,
+            labels,
+        );
         FilePolicies {
             policies,
             compiled,
@@ -136,13 +157,20 @@ impl FileInputs {
 
 /// Slices no loaded policy claims, and slice names given twice: both are
 /// load errors (so nothing is pruned), never silently dropped members.
-fn slice_errors(policies: &[IPSetPolicy], slices: &[LoadedSlice]) -> Vec<LoadError> {
+/// Slices whose policy no file defines, and slice names given twice; the
+/// latter also hold the policies of both (which members are meant is not
+/// known), returned with why.
+fn slice_errors(
+    policies: &[IPSetPolicy],
+    slices: &[LoadedSlice],
+) -> (Vec<LoadError>, Vec<(String, String)>) {
     let known: std::collections::HashSet<&str> = policies
         .iter()
         .filter_map(|p| p.metadata.name.as_deref())
         .collect();
-    let mut seen: HashMap<&str, &Path> = HashMap::new();
+    let mut seen: HashMap<&str, &LoadedSlice> = HashMap::new();
     let mut errors = Vec::new();
+    let mut held = Vec::new();
     for s in slices {
         if !known.contains(s.policy.as_str()) {
             errors.push(LoadError::OrphanSlice {
@@ -151,21 +179,28 @@ fn slice_errors(policies: &[IPSetPolicy], slices: &[LoadedSlice]) -> Vec<LoadErr
                 policy: s.policy.clone(),
             });
         }
-        if let Some(first) = seen.insert(&s.name, &s.source) {
-            errors.push(LoadError::DuplicateSlice {
+        if s.from_list {
+            continue;
+        }
+        if let Some(first) = seen.insert(&s.name, s) {
+            let e = LoadError::DuplicateSlice {
                 slice: s.name.clone(),
-                first: first.to_path_buf(),
+                first: first.source.clone(),
                 second: s.source.clone(),
-            });
+            };
+            held.push((first.policy.clone(), e.to_string()));
+            held.push((s.policy.clone(), e.to_string()));
+            errors.push(e);
         }
     }
-    errors
+    (errors, held)
 }
 
 fn compile_with_slices(
     policies: &[IPSetPolicy],
     slices: &[LoadedSlice],
     from_sources: &[SourceSlice],
+    held: &[(String, String)],
     naming: &Naming,
     labels: Option<&BTreeMap<String, String>>,
 ) -> Compiled {
@@ -201,7 +236,14 @@ fn compile_with_slices(
                 .and_then(|n| by_policy.get(n))
                 .cloned()
                 .unwrap_or_default();
-            PolicyInput::new(policy, slices)
+            let mut input = PolicyInput::new(policy, slices);
+            let name = policy.metadata.name.as_deref().unwrap_or("");
+            input.held_by = held
+                .iter()
+                .filter(|(p, _)| p == name)
+                .map(|(_, why)| PolicyError::of_policy(name, PolicyErrorKind::Held(why.clone())))
+                .collect();
+            input
         })
         .collect();
     compile_inputs(&inputs, naming, labels, &mut MemberCache::default())

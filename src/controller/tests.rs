@@ -1032,9 +1032,16 @@ async fn a_forbidden_source_kind_says_so_in_the_status() {
     })
     .await;
     let s = h.last_status("web");
-    assert!(s["sources"][0]["error"].as_str().unwrap().contains("403"), "{s}");
+    assert!(
+        s["sources"][0]["error"].as_str().unwrap().contains("403"),
+        "{s}"
+    );
     assert_eq!(condition(&s, "Ready")["status"], "False", "{s}");
-    assert_eq!(condition(&s, "Ready")["reason"], "SourcesNotDelivered", "{s}");
+    assert_eq!(
+        condition(&s, "Ready")["reason"],
+        "SourcesNotDelivered",
+        "{s}"
+    );
     assert_eq!(condition(&s, "SourcesSynced")["status"], "False", "{s}");
     h.stop().await;
 }

@@ -181,6 +181,9 @@ pub struct LoadedSlice {
     pub policy: String,
     pub members: Vec<String>,
     pub source: PathBuf,
+    /// A plain member list (`--members`), named after its file, rather
+    /// than an IPSetMemberSlice object: one list may feed several policies.
+    pub from_list: bool,
 }
 
 /// What one file (or text) holds.
@@ -461,6 +464,7 @@ fn policies_of(docs: Vec<Document>, path: &Path) -> Result<Loaded, LoadError> {
                 policy,
                 members: spec.members,
                 source: path.to_path_buf(),
+                from_list: false,
             });
         }
     }

@@ -46,6 +46,10 @@ pub enum PolicyErrorKind {
         range: String,
         value: u32,
     },
+    /// Held by what loading it found (a member list that did not load, a
+    /// slice name given twice): its sets are left as they are.
+    #[error("is held, its kernel sets left as they are: {0}")]
+    Held(String),
     /// A member slice that could not be read at all.
     #[error("could not be read: {0}")]
     UnreadableSlice(String),
