@@ -1417,3 +1417,78 @@ fn run_follows_a_member_list_file_and_holds_its_sets_while_it_is_broken() {
     signal(child.id(), Signal::SIGTERM);
     assert!(child.wait().unwrap().success());
 }
+
+/// Comments survive every way a list reaches a policy: a `file` source,
+/// `--members`, and the slices `ipsetmgr slice --type` writes (it wrote the
+/// kernel's `comment "x"` form, which apply then refused as user input).
+#[test]
+fn comments_round_trip_from_lists_sources_and_slice_output() {
+    let Some(ns) = Netns::new("comments") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let lists = tempfile::tempdir().unwrap();
+    let list = lists.path().join("l.txt");
+    std::fs::write(&list, "10.61.0.0/16 comment:from a list\n10.62.0.0/16\n").unwrap();
+    write_policy(
+        dir.path(),
+        "sourced.yaml",
+        &sourced_policy(
+            "sourced",
+            "hash:net",
+            &format!("file: {{path: {}}}", list.display()),
+        ),
+    );
+    write_policy(
+        dir.path(),
+        "listed.yaml",
+        &policy_yaml("listed", "hash:net", &["10.1.0.0/16"]),
+    );
+    write_policy(
+        dir.path(),
+        "sliced.yaml",
+        &policy_yaml("sliced", "hash:net", &["10.2.0.0/16"]),
+    );
+    let out = Command::new(BIN)
+        .args(["slice", "--policy", "sliced", "--type", "hash:net", "-f"])
+        .arg(&list)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let slices = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        slices.contains("10.61.0.0/16 comment:from a list"),
+        "{slices}"
+    );
+    std::fs::write(dir.path().join("sliced-slices.yaml"), slices).unwrap();
+    let members = format!("listed={}", list.display());
+    let args = [
+        "apply",
+        "-f",
+        dir.path().to_str().unwrap(),
+        "--members",
+        &members,
+    ];
+    let (ok, out) = ns.ipsetmgr("netlink", &args);
+    assert!(ok, "{out}");
+    for (set, own) in [
+        ("ipm4-sourced", None),
+        ("ipm4-listed", Some("10.1.0.0/16")),
+        ("ipm4-sliced", Some("10.2.0.0/16")),
+    ] {
+        let (_, got) = ns.saved(set).unwrap_or_else(|| panic!("{set}: {out}"));
+        let mut want = vec!["10.61.0.0/16 comment \"from a list\"", "10.62.0.0/16"];
+        want.extend(own);
+        want.sort();
+        assert_eq!(got, want, "{set}");
+    }
+    let (ok, out) = ns.ipsetmgr("netlink", &args);
+    assert!(
+        ok && !out.contains("updated"),
+        "a second apply changes nothing: {out}"
+    );
+}

@@ -99,7 +99,7 @@ pub(crate) fn check_list(
     let members: Vec<String> = typed
         .iter()
         .filter(|m| keeps(family, m))
-        .map(Member::to_string)
+        .map(Member::spec_string)
         .collect();
     Ok(Content {
         other_family: before - members.len(),

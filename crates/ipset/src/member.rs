@@ -318,6 +318,18 @@ impl Member {
         }
     }
 
+    /// The member as a policy, slice or member list writes it: what
+    /// [`Member::parse_user`] reads back as this member. The canonical form
+    /// ([`fmt::Display`], as `ipset list` prints it) but for a comment,
+    /// which is ` comment:TEXT` there and ` comment "TEXT"` in the kernel's
+    /// listing.
+    pub fn spec_string(&self) -> String {
+        match self {
+            Member::Commented(c) => format!("{} comment:{}", c.member, c.comment),
+            other => other.to_string(),
+        }
+    }
+
     /// The entry comment, if any.
     pub fn comment(&self) -> Option<&Comment> {
         match self {
@@ -905,6 +917,28 @@ impl fmt::Display for Member {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a list or slice writes reads back as the same member.
+    #[test]
+    fn the_spec_string_reads_back() {
+        for (t, s) in [
+            (SetType::HashNet, "10.61.0.0/16 comment:x y"),
+            (SetType::HashNet, "10.61.0.0/16 nomatch comment:office"),
+            (SetType::HashIpPort, "10.0.0.1,udp:53 comment:dns"),
+            (SetType::HashIp, "10.0.0.1"),
+        ] {
+            let m = Member::parse_user(t, s)
+                .unwrap()
+                .members
+                .iter()
+                .next()
+                .unwrap()
+                .clone();
+            assert_eq!(m.spec_string(), s);
+            let back = Member::parse_user(t, &m.spec_string()).unwrap();
+            assert_eq!(back.members.iter().next(), Some(&m), "{s}");
+        }
+    }
 
     fn canon(t: SetType, s: &str) -> Result<Vec<String>, MemberError> {
         Member::parse_user(t, s).map(|p| p.members.iter().map(|m| m.to_string()).collect())

@@ -140,7 +140,7 @@ pub(crate) fn validate(list: &MemberList, check: Check) -> Result<Validated, Inv
         Check::Typed { set_type, family } => {
             let (members, duplicates) = typed(&list.members, set_type, family, &mut bad);
             Validated {
-                members: members.iter().map(Member::to_string).collect(),
+                members: members.iter().map(Member::spec_string).collect(),
                 duplicates,
             }
         }
