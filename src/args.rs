@@ -331,6 +331,14 @@ mod tests {
         ] {
             assert!(slice(bad).is_err(), "{bad:?}");
         }
+        // Names the API server would refuse (the slice names are the
+        // policy's with a suffix).
+        for bad in ["a..b", "a.-b", "a-.b", "A", "a-"] {
+            let e = Cli::try_parse_from(["ipsetmgr", "slice", "--policy", bad, "-f", "-"])
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(e.to_string().contains("DNS subdomain"), "{bad}: {e}");
+        }
         let long = "a".repeat(64);
         let e = Cli::try_parse_from(["ipsetmgr", "slice", "--policy", &long, "-f", "-"])
             .err()
