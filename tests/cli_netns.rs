@@ -1381,11 +1381,13 @@ fn run_follows_a_member_list_file_and_holds_its_sets_while_it_is_broken() {
         "allow.yaml",
         &sourced_policy("allow", "hash:ip", "file: {path: ../allow.txt}"),
     );
-    // A resync far away: the change must be seen by the watch.
+    // A resync far away: the change must be seen by the watch. The policy
+    // directory is given relative (`policies`), and the list relative to it
+    // (`../allow.txt`): edits were missed until the next resync then.
     let mut child = ns
         .command("netlink")
-        .args(["run", "--resync-interval", "1h", "--policy-dir"])
-        .arg(&dir)
+        .args(["run", "--resync-interval", "1h", "--policy-dir", "policies"])
+        .current_dir(root.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

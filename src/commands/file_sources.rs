@@ -241,7 +241,7 @@ impl LocalSources {
                         let kind = s.kind();
                         let job = match s {
                             Source::File(f) => Job::File(FileSpec {
-                                path: base.join(&f.path),
+                                path: resolved(&base.join(&f.path)),
                                 ..f
                             }),
                             Source::Url(u) => Job::Url(u),
@@ -478,6 +478,25 @@ fn read_file(key: &Key, t: &mut Tracked, f: &FileSpec, current: Option<Stamp>) {
             // Not marked read: it is tried again at the next look.
         }
     }
+}
+
+/// A list's path, absolute and without `.` or `..` (lexically: the file
+/// need not exist yet). The watch reports changes by the path it watches,
+/// and `policies/../lists/l.txt` from a relative `--policy-dir` is not the
+/// path a change is reported under, so edits waited for the next resync.
+fn resolved(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = PathBuf::new();
+    for c in absolute.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 fn fetch_side(egress: &EgressGuard) -> Result<FetchSide, String> {
