@@ -89,6 +89,7 @@ fn real_main() -> Result<bool> {
             )?;
             let result = run::run(&side, &naming, &args);
             side.shutdown();
+            tracing::info!("stopped; kernel sets are left as they are");
             result?;
             Ok(true)
         }

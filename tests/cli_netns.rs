@@ -1494,3 +1494,80 @@ fn comments_round_trip_from_lists_sources_and_slice_output() {
         "a second apply changes nothing: {out}"
     );
 }
+
+/// A url that accepts and never answers: the other policies are applied at
+/// once (the fetch runs off `run`'s loop; they waited for the 60 s timeout),
+/// the url's own policy is held, and SIGTERM ends `run` within 2 seconds.
+#[test]
+fn a_url_that_never_answers_delays_nothing_and_sigterm_is_prompt() {
+    let Some(ns) = Netns::new("run-hang") else {
+        return;
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        // Accept and hold every connection, answering nothing.
+        let mut held = Vec::new();
+        for c in listener.incoming() {
+            held.push(c);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    write_policy(
+        dir.path(),
+        "slow.yaml",
+        &sourced_policy(
+            "slow",
+            "hash:net",
+            &format!("url: {{url: \"http://{addr}/l.netset\"}}"),
+        ),
+    );
+    write_policy(
+        dir.path(),
+        "quick.yaml",
+        &policy_yaml("quick", "hash:ip", &["192.0.2.1"]),
+    );
+    let start = Instant::now();
+    let mut child = ns
+        .command("netlink")
+        .args(["run", "--policy-dir"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually(10, "the other policy applied", || {
+        ns.saved("ipm4-quick").is_some()
+    });
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(ns.saved("ipm4-slow").is_none(), "the url's policy is held");
+    let stop = Instant::now();
+    signal(child.id(), Signal::SIGTERM);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            stop.elapsed() < Duration::from_secs(5),
+            "run ignored SIGTERM for 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stopped_in = stop.elapsed();
+    assert!(status.success(), "{status}");
+    assert!(
+        stopped_in < Duration::from_millis(2500),
+        "SIGTERM took {stopped_in:?}"
+    );
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
+    let stopped = log
+        .find("stopped; kernel sets are left as they are")
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        !log[stopped..].contains("written"),
+        "a write after the last line:\n{log}"
+    );
+    eprintln!("applied the other policy after {took:?}; SIGTERM to exit {stopped_in:?}");
+}

@@ -126,6 +126,8 @@ struct Tracked {
     /// When it is next looked at (url: fetched; file: stat'ed).
     due: Instant,
     retry: Duration,
+    /// A url being fetched now (its `feed` is with the fetch).
+    in_flight: bool,
 }
 
 impl Tracked {
@@ -139,6 +141,7 @@ impl Tracked {
             feed: FeedState::default(),
             due: now,
             retry: FIRST_RETRY,
+            in_flight: false,
         }
     }
 
@@ -171,6 +174,9 @@ impl Tracked {
                 file: file.clone(),
                 reason: reason.clone(),
             },
+            Job::Url(_) if self.in_flight && self.error.is_none() => {
+                SourceProblem::Failed("being fetched (held until it has delivered)".to_string())
+            }
             _ => SourceProblem::Failed(
                 self.error
                     .clone()
@@ -190,10 +196,41 @@ pub(crate) struct SourceSlice {
     pub members: Result<Arc<str>, SourceProblem>,
 }
 
-/// The HTTP client and the runtime its requests run on, made on first use.
+/// The HTTP client and the runtime its requests run on (its own thread),
+/// made on first use, and where finished fetches come back.
 struct FetchSide {
-    runtime: tokio::runtime::Runtime,
+    /// Always `Some` until dropped.
+    runtime: Option<tokio::runtime::Runtime>,
     fetcher: Fetcher,
+    done_tx: std::sync::mpsc::Sender<Fetched>,
+    done_rx: std::sync::mpsc::Receiver<Fetched>,
+}
+
+impl Drop for FetchSide {
+    fn drop(&mut self) {
+        // Fetches still in flight are abandoned, not waited for: a stop
+        // must not wait for a server that does not answer.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// A fetch that came back: the source's state goes back to it.
+struct Fetched {
+    key: Key,
+    spec: UrlSpec,
+    feed: FeedState,
+    outcome: Result<bool, crate::sources::feed::FeedFailure>,
+}
+
+/// Whether a refresh waits for the fetches it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fetching {
+    /// `apply`: one pass, so it waits (bounded).
+    Wait,
+    /// `run`: never; outcomes arrive later, with a wake-up.
+    Background,
 }
 
 /// The sources of the policies loaded last, and what each last gave.
@@ -201,14 +238,33 @@ pub(crate) struct LocalSources {
     tracked: BTreeMap<Key, Tracked>,
     fetch: Option<FetchSide>,
     egress: EgressGuard,
+    fetching: Fetching,
+    /// Told when a background fetch has come back.
+    wake: Option<std::sync::mpsc::Sender<()>>,
 }
 
 impl LocalSources {
+    /// For one pass (`apply`): fetches are waited for.
     pub(crate) fn new(egress: EgressGuard) -> LocalSources {
         LocalSources {
             tracked: BTreeMap::new(),
             fetch: None,
             egress,
+            fetching: Fetching::Wait,
+            wake: None,
+        }
+    }
+
+    /// For `run`: fetches go on in the background, and `wake` is sent to
+    /// when one has come back.
+    pub(crate) fn background(
+        egress: EgressGuard,
+        wake: std::sync::mpsc::Sender<()>,
+    ) -> LocalSources {
+        LocalSources {
+            fetching: Fetching::Background,
+            wake: Some(wake),
+            ..LocalSources::new(egress)
         }
     }
 
@@ -279,6 +335,7 @@ impl LocalSources {
     /// that are due. Returns whether what the compiler sees changed.
     pub(crate) fn refresh(&mut self, now: Instant, force_files: bool) -> bool {
         let before = self.views();
+        self.collect();
         let mut fetches = Vec::new();
         for (key, t) in &mut self.tracked {
             match t.wanted.job.clone() {
@@ -291,7 +348,7 @@ impl LocalSources {
                         read_file(key, t, &f, current);
                     }
                 }
-                Job::Url(_) if t.due <= now => fetches.push(key.clone()),
+                Job::Url(_) if t.due <= now && !t.in_flight => fetches.push(key.clone()),
                 Job::Url(_) | Job::Refused { .. } => {}
             }
         }
@@ -301,7 +358,12 @@ impl LocalSources {
         self.views() != before
     }
 
-    /// Fetch the given url sources concurrently, on the fetch runtime.
+    /// Start fetching the given url sources, each on the fetch runtime's
+    /// own thread: the caller's loop never waits on a server (one that
+    /// accepts and never answers held every other policy for the 60 s
+    /// timeout, and SIGTERM with it). Outcomes are taken by
+    /// [`LocalSources::collect`]; in `apply` ([`Fetching::Wait`]) this waits
+    /// for them, bounded by the fetch timeout.
     fn fetch_due(&mut self, keys: &[Key], now: Instant) {
         if self.fetch.is_none() {
             match fetch_side(&self.egress) {
@@ -318,55 +380,112 @@ impl LocalSources {
             }
         }
         let side = self.fetch.as_ref().expect("made above");
-        let mut jobs: Vec<(&Key, &mut Tracked)> = self
-            .tracked
-            .iter_mut()
-            .filter(|(k, _)| keys.contains(k))
-            .collect();
-        let no_headers = HeaderMap::new();
-        let outcomes = side
-            .runtime
-            .block_on(futures::future::join_all(jobs.iter_mut().map(|(_, t)| {
-                let Job::Url(spec) = &t.wanted.job else {
-                    unreachable!("only url sources are fetched")
-                };
-                let (set_type, family) = (t.wanted.set_type, t.wanted.family);
-                refresh_feed(
-                    &mut t.feed,
-                    spec,
-                    set_type,
-                    family,
-                    &side.fetcher,
-                    &no_headers,
-                )
-            })));
-        let done = Instant::now();
-        for ((key, t), outcome) in jobs.into_iter().zip(outcomes) {
+        for (key, t) in self.tracked.iter_mut().filter(|(k, _)| keys.contains(k)) {
             let Job::Url(spec) = &t.wanted.job else {
                 continue;
             };
-            let interval = spec.interval;
-            match outcome {
-                Ok(new_content) => {
-                    if t.error.take().is_some() {
-                        tracing::info!(policy = %key.0, source = key.1, "url source fetched again");
-                    }
-                    // Not modified: what was kept from the last download stands.
-                    if new_content && let Some(g) = t.feed.good.as_deref().map(|g| lines_of(g)) {
-                        t.keep(g);
-                    }
-                    t.retry = FIRST_RETRY;
-                    t.due = done + interval;
+            if t.in_flight {
+                continue;
+            }
+            t.in_flight = true;
+            let (spec, set_type, family) = (spec.clone(), t.wanted.set_type, t.wanted.family);
+            let mut feed = std::mem::take(&mut t.feed);
+            let (fetcher, done, wake, key) = (
+                side.fetcher.clone(),
+                side.done_tx.clone(),
+                self.wake.clone(),
+                key.clone(),
+            );
+            let runtime = side.runtime.as_ref().expect("alive until dropped");
+            runtime.spawn(async move {
+                let outcome = refresh_feed(
+                    &mut feed,
+                    &spec,
+                    set_type,
+                    family,
+                    &fetcher,
+                    &HeaderMap::new(),
+                )
+                .await;
+                let _ = done.send(Fetched {
+                    key,
+                    spec,
+                    feed,
+                    outcome,
+                });
+                if let Some(w) = wake {
+                    let _ = w.send(());
                 }
-                Err(e) => {
-                    let e = crate::logging::bounded(&e.detail, 1024).into_owned();
-                    if t.good.is_some() {
-                        tracing::warn!(policy = %key.0, source = key.1, error = %e, "url source failed; its last good members stay in force");
-                    }
-                    t.error = Some(e);
-                    t.due = done + t.retry.min(interval);
-                    t.retry = (t.retry * 2).min(interval);
+            });
+        }
+        if self.fetching == Fetching::Wait {
+            self.wait_for_fetches();
+        }
+    }
+
+    /// `apply`: wait until every fetch in flight has come back (each is
+    /// bounded by the fetch timeout; this by a little more).
+    fn wait_for_fetches(&mut self) {
+        let deadline = Instant::now() + FETCH_TIMEOUT + Duration::from_secs(5);
+        while self.tracked.values().any(|t| t.in_flight) {
+            let Some(side) = &self.fetch else { return };
+            let left = deadline.saturating_duration_since(Instant::now());
+            match side.done_rx.recv_timeout(left) {
+                Ok(f) => self.take_fetched(f),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Take the outcomes of the fetches that have come back.
+    pub(crate) fn collect(&mut self) {
+        let Some(side) = &self.fetch else { return };
+        let done: Vec<Fetched> = side.done_rx.try_iter().collect();
+        for f in done {
+            self.take_fetched(f);
+        }
+    }
+
+    fn take_fetched(&mut self, f: Fetched) {
+        let Fetched {
+            key,
+            spec,
+            feed,
+            outcome,
+        } = f;
+        // The source changed (or went) while it was fetched: that answer
+        // is for a spec no longer wanted.
+        let Some(t) = self
+            .tracked
+            .get_mut(&key)
+            .filter(|t| t.wanted.job == Job::Url(spec.clone()))
+        else {
+            return;
+        };
+        t.in_flight = false;
+        t.feed = feed;
+        let done = Instant::now();
+        let interval = spec.interval;
+        match outcome {
+            Ok(new_content) => {
+                if t.error.take().is_some() {
+                    tracing::info!(policy = %key.0, source = key.1, "url source fetched again");
                 }
+                // Not modified: what was kept from the last download stands.
+                if new_content && let Some(g) = t.feed.good.as_deref().map(|g| lines_of(g)) {
+                    t.keep(g);
+                }
+                t.retry = FIRST_RETRY;
+                t.due = done + interval;
+            }
+            Err(e) => {
+                let e = crate::logging::bounded(&e.detail, 1024).into_owned();
+                if t.good.is_some() {
+                    tracing::warn!(policy = %key.0, source = key.1, error = %e, "url source failed; its last good members stay in force");
+                }
+                t.error = Some(e);
+                t.due = done + t.retry.min(interval);
+                t.retry = (t.retry * 2).min(interval);
             }
         }
     }
@@ -500,13 +619,21 @@ fn resolved(path: &Path) -> PathBuf {
 }
 
 fn fetch_side(egress: &EgressGuard) -> Result<FetchSide, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("ipsetmgr-fetch")
         .enable_all()
         .build()
         .map_err(|e| format!("starting the HTTP client's runtime: {e}"))?;
     let fetcher =
         Fetcher::new(FETCH_TIMEOUT, MAX_FEED_BYTES, egress.clone()).map_err(|e| e.to_string())?;
-    Ok(FetchSide { runtime, fetcher })
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    Ok(FetchSide {
+        runtime: Some(runtime),
+        fetcher,
+        done_tx,
+        done_rx,
+    })
 }
 
 /// The loopback HTTP server tests/cli_netns.rs serves its feeds with.

@@ -209,7 +209,8 @@ pub fn run(kernel: &KernelSide, naming: &Naming, args: &RunArgs) -> Result<(), R
         args,
         seq: 0,
         loaded: Vec::new(),
-        sources: LocalSources::new(args.egress.clone()),
+        // url fetches run in the background and wake this loop when done.
+        sources: LocalSources::background(args.egress.clone(), tx.clone()),
         lists: ListWatch::new(tx),
     };
     let mut next_check = Instant::now() + args.resync_interval;
@@ -252,7 +253,9 @@ pub fn run(kernel: &KernelSide, naming: &Naming, args: &RunArgs) -> Result<(), R
             .map_or(next_check, |d| d.min(next_check));
         reload = wait_for_change(&rx, &mut watch, until, &stop, &hangup);
     }
-    tracing::info!("stopping; kernel sets are left as they are");
+    // The kernel side finishes the apply in progress (if any) and stops;
+    // the caller says when it has.
+    tracing::info!("stopping");
     Ok(())
 }
 
