@@ -35,6 +35,16 @@ pub(crate) enum ContentError {
         found: usize,
         max: usize,
     },
+    /// Members, but none of the policy's family: refused as an empty list
+    /// is (a feed that turned IPv6-only must not empty an IPv4 blocklist).
+    #[error(
+        "{origin}: no {family:?} members ({other} of the other family were left out); refused like an empty list"
+    )]
+    NoneOfFamily {
+        origin: String,
+        family: FamilySpec,
+        other: usize,
+    },
 }
 
 impl ContentError {
@@ -45,7 +55,7 @@ impl ContentError {
         match self {
             ContentError::List(e) => e.public(),
             ContentError::Malformed(invalid) => invalid.public(),
-            ContentError::TooMany { .. } => self.to_string(),
+            ContentError::TooMany { .. } | ContentError::NoneOfFamily { .. } => self.to_string(),
         }
     }
 }
@@ -93,6 +103,7 @@ pub(crate) fn check_list(
     // the typed members, and only the kept ones are rendered.
     let typed =
         validate_typed(&list, set_type, FamilySpec::Dual).map_err(ContentError::Malformed)?;
+    let origin = list.source.display().to_string();
     // The listed text is no longer needed: free it before rendering.
     drop(list);
     let before = typed.len();
@@ -101,8 +112,16 @@ pub(crate) fn check_list(
         .filter(|m| keeps(family, m))
         .map(Member::spec_string)
         .collect();
+    let other_family = before - members.len();
+    if members.is_empty() {
+        return Err(ContentError::NoneOfFamily {
+            origin,
+            family,
+            other: other_family,
+        });
+    }
     Ok(Content {
-        other_family: before - members.len(),
+        other_family,
         members,
     })
 }
@@ -164,6 +183,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.members.len(), 3);
+    }
+
+    #[test]
+    fn content_with_none_of_the_policys_family_is_refused_like_an_empty_list() {
+        let e = refused("2001:db8::1\n2001:db8::2\n", "https://x/f", 10);
+        assert!(e.contains("no IPv4 members (2 of the other family were left out)"), "{e}");
     }
 
     #[test]

@@ -315,13 +315,6 @@ pub(crate) async fn refresh_feed(
                 public: e.public(),
                 detail: e.to_string(),
             })?;
-            if c.members.is_empty() {
-                return Err(FeedFailure::same(format!(
-                    "{origin}: no {family:?} members ({} of the other family were left out); \
-                     refused like an empty list, the last good members stay in force",
-                    c.other_family
-                )));
-            }
             state.good = Some(Arc::new(c.members));
             state.validators = validators;
             Ok(true)
