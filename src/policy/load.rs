@@ -517,6 +517,15 @@ pub(crate) fn read_bounded(f: &Path) -> Result<Vec<u8>, LoadError> {
             kind: file_kind(&meta),
         });
     }
+    // The size first: a 300 MiB (or sparse) file is refused without
+    // reading 256 MiB of it. The bounded read below still holds for a file
+    // that grows while it is read.
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(LoadError::TooLarge {
+            path: f.to_path_buf(),
+            limit: MAX_FILE_BYTES,
+        });
+    }
     read_limited(file, f, meta.len())
 }
 

@@ -535,5 +535,21 @@ mod tests {
                 .contains("big.netset: larger than 268435456 bytes"),
             "{e}"
         );
+        // Refused by its size, before any of it is read: this thread read
+        // next to nothing (a read up to the bound was 256 MiB).
+        let rchar = || -> u64 {
+            std::fs::read_to_string("/proc/thread-self/io")
+                .unwrap()
+                .lines()
+                .find_map(|l| l.strip_prefix("rchar: "))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap()
+        };
+        let file = std::fs::File::create(&f).unwrap();
+        file.set_len(300 << 20).unwrap();
+        let before = rchar();
+        assert!(read_member_list(&f, None).is_err());
+        let read = rchar() - before;
+        assert!(read < 1 << 20, "read {read} bytes of a file refused by its size");
     }
 }
