@@ -1571,3 +1571,47 @@ fn a_url_that_never_answers_delays_nothing_and_sigterm_is_prompt() {
     );
     eprintln!("applied the other policy after {took:?}; SIGTERM to exit {stopped_in:?}");
 }
+
+/// A list:set over a policy that is held (its url never delivered) is made
+/// with the members that exist, and says which one it left out (it was
+/// created empty, and failed on the missing member).
+#[test]
+fn a_list_set_leaves_out_a_held_member_and_lists_the_rest() {
+    let Some(ns) = Netns::new("list-held") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Port 9 (discard): nothing listens on loopback here.
+    write_policy(
+        dir.path(),
+        "feed.yaml",
+        &sourced_policy(
+            "feed",
+            "hash:net",
+            "url: {url: \"http://127.0.0.1:9/l.netset\"}",
+        ),
+    );
+    write_policy(
+        dir.path(),
+        "local.yaml",
+        &policy_yaml("local", "hash:net", &["10.0.0.0/8"]),
+    );
+    write_policy(
+        dir.path(),
+        "all.yaml",
+        &policy_yaml("all", "list:set", &["feed", "local"]),
+    );
+    for backend in backends() {
+        let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", dir.path().to_str().unwrap()]);
+        assert!(!ok, "the feed's policy failed: {backend}: {out}");
+        assert!(
+            out.contains("list:set member \"feed\" is left out: policy \"feed\" is held"),
+            "{backend}: {out}"
+        );
+        let (_, members) = ns
+            .saved("ipm4-all")
+            .unwrap_or_else(|| panic!("{backend}: {out}"));
+        assert_eq!(members, ["ipm4-local"], "{backend}: {out}");
+        assert!(ns.saved("ipm4-feed").is_none(), "{backend}");
+    }
+}

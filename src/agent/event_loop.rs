@@ -268,6 +268,9 @@ impl Agent {
 
     /// Each rejection once per change of its text, as structured fields.
     fn log_rejections(&mut self, compiled: &Compiled) {
+        for w in &compiled.warnings {
+            tracing::debug!("{w}");
+        }
         let mut now = std::collections::BTreeMap::new();
         let revisions = self.store.revisions();
         for (policy, errors) in compiled.errors_by_policy() {

@@ -86,6 +86,12 @@ pub fn apply(
         write!(out, "{}", table::render(&headers, &rows))?;
     }
     print_policy_errors(&files.compiled.errors, out)?;
+    if !files.compiled.warnings.is_empty() {
+        writeln!(out, "Left out (the rest of these policies was applied):")?;
+        for w in &files.compiled.warnings {
+            writeln!(out, "  {w}")?;
+        }
+    }
     let undeleted = mgr.deletion_report();
     print_side_effects(&mgr, &outcome, &files, &undeleted, out)?;
     // Asked to prune and could not: not a success, even if every desired

@@ -344,6 +344,9 @@ impl Source<'_> {
         for e in &files.compiled.errors {
             tracing::error!("{e}");
         }
+        for w in &files.compiled.warnings {
+            tracing::warn!("{w}");
+        }
         self.seq += 1;
         let (sets, held) = (files.compiled.sets, files.compiled.held);
         // The texts and member strings go before the kernel side trims the

@@ -550,6 +550,9 @@ mod tests {
         let before = rchar();
         assert!(read_member_list(&f, None).is_err());
         let read = rchar() - before;
-        assert!(read < 1 << 20, "read {read} bytes of a file refused by its size");
+        assert!(
+            read < 1 << 20,
+            "read {read} bytes of a file refused by its size"
+        );
     }
 }

@@ -188,7 +188,10 @@ mod tests {
     #[test]
     fn content_with_none_of_the_policys_family_is_refused_like_an_empty_list() {
         let e = refused("2001:db8::1\n2001:db8::2\n", "https://x/f", 10);
-        assert!(e.contains("no IPv4 members (2 of the other family were left out)"), "{e}");
+        assert!(
+            e.contains("no IPv4 members (2 of the other family were left out)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -18,6 +18,11 @@ pub enum PolicyErrorKind {
     TooManyMembers { count: usize, max: u32 },
     #[error("list:set refers to policy {0:?}, which does not exist on this node")]
     ListSetMissing(String),
+    /// Not an error of the list: the member is left out, the rest applied.
+    #[error(
+        "list:set member {0:?} is left out: policy {0:?} is held (it failed); its set is listed once it applies"
+    )]
+    ListSetHeld(String),
     #[error("list:set cannot contain itself")]
     ListSetSelf,
     #[error("list:set cannot contain another list:set ({0:?}): the kernel forbids nesting")]

@@ -144,6 +144,9 @@ pub struct Compiled {
     pub held: Vec<String>,
     /// Policies whose nodeSelector does not select this node.
     pub not_selected: Vec<String>,
+    /// What was left out without failing a policy: list:set members that
+    /// name a held policy.
+    pub warnings: Vec<PolicyError>,
 }
 
 impl Compiled {
@@ -184,19 +187,33 @@ pub fn compile_inputs(
     let mut out = Compiled::default();
     let (selected, candidates) = select(inputs, naming, node_labels, &mut out);
     let collisions = name_collisions(&candidates, naming);
-    for input in candidates {
+    // list:sets last: a member naming a policy that is held is left out of
+    // the list (and said so), rather than failing the whole list.
+    let (lists, others): (Vec<_>, Vec<_>) = candidates
+        .into_iter()
+        .partition(|i| i.policy.spec.set_type == SetType::ListSet);
+    let mut failed: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for input in others.into_iter().chain(lists) {
         let p = input.policy;
         let name = p.metadata.name.as_deref().unwrap_or("");
         if let Some(errs) = collisions.get(name) {
             out.errors.extend(errs.iter().cloned());
             hold(&mut out.held, naming, name);
+            failed.insert(name.to_string());
             continue;
         }
-        match compile_policy(input, naming, &selected, cache) {
+        let result = if p.spec.set_type == SetType::ListSet && input.held_by.is_empty() {
+            // Resolved against the other policies: never cached.
+            compile_list_set(input, naming, &selected, &failed, &mut out.warnings)
+        } else {
+            compile_policy(input, naming, cache)
+        };
+        match result {
             Ok(sets) => out.sets.extend(sets),
             Err(errs) => {
                 out.errors.extend(errs);
                 hold(&mut out.held, naming, name);
+                failed.insert(name.to_string());
             }
         }
     }
@@ -267,17 +284,12 @@ fn select<'i, 'a>(
 fn compile_policy(
     input: &PolicyInput<'_>,
     naming: &Naming,
-    selected: &HashMap<&str, &IPSetPolicy>,
     cache: &mut MemberCache,
 ) -> Result<Vec<DesiredSet>, Vec<PolicyError>> {
     let p = input.policy;
     let name = p.metadata.name.as_deref().unwrap_or("");
     if !input.held_by.is_empty() {
         return Err(input.held_by.clone());
-    }
-    if p.spec.set_type == SetType::ListSet {
-        // Resolved against the other policies: never cached.
-        return compile_list_set(input, naming, selected);
     }
     let key = policy_key(input);
     if let Some(result) = cache.result(name, &key) {
@@ -491,6 +503,8 @@ fn compile_list_set(
     input: &PolicyInput<'_>,
     naming: &Naming,
     selected: &HashMap<&str, &IPSetPolicy>,
+    failed: &std::collections::HashSet<String>,
+    warnings: &mut Vec<PolicyError>,
 ) -> Result<Vec<DesiredSet>, Vec<PolicyError>> {
     let p = input.policy;
     let name = p.metadata.name.as_deref().unwrap_or("");
@@ -511,6 +525,15 @@ fn compile_list_set(
     }
     for (origin, members) in lists {
         for raw in members {
+            if failed.contains(raw) {
+                warnings.push(PolicyError {
+                    policy: name.to_string(),
+                    slice: origin.map(str::to_string),
+                    member: None,
+                    kind: PolicyErrorKind::ListSetHeld(raw.to_string()),
+                });
+                continue;
+            }
             match list_set::list_member(name, raw, naming, selected, &fams) {
                 Ok(per_family) => {
                     for (b, m) in builders.iter_mut().zip(per_family) {
