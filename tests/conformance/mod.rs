@@ -51,6 +51,7 @@ macro_rules! conformance_tests {
             flush_empties_a_set,
             swap_exchanges_contents,
             swap_type_mismatch,
+            rename_moves_a_set_whole,
             destroy_in_use_by_list_set,
             nested_list_set_is_refused,
             hash_mac_not_supported,
@@ -563,6 +564,55 @@ pub fn swap_type_mismatch(dp: &mut dyn Dataplane) {
         }])
         .unwrap_err();
     assert_eq!(e.error, DataplaneError::SetMissing("ipmt-nope".into()));
+}
+
+/// Rename: the set with its members under the new name, the old one gone;
+/// refused onto an existing name and while referenced (what makes a new set
+/// filled under a temp name appear complete or not at all).
+pub fn rename_moves_a_set_whole(dp: &mut dyn Dataplane) {
+    let h = header(SetType::HashIp, Some(Family::V4), 100);
+    let m = members(SetType::HashIp, Some(Family::V4), &["10.0.0.1", "10.0.0.2"]);
+    create_filled(dp, "ipmt-1", &h, &m);
+    ok(
+        dp,
+        &[Op::Rename {
+            from: "ipmt-1",
+            to: "ipm4-r",
+        }],
+    );
+    assert!(dp.read_set("ipmt-1").unwrap().is_none());
+    assert_eq!(read(dp, "ipm4-r").members.as_ref(), Some(&m));
+    create_filled(dp, "ipmt-2", &h, &m);
+    let e = dp
+        .apply(&[Op::Rename {
+            from: "ipmt-2",
+            to: "ipm4-r",
+        }])
+        .unwrap_err();
+    assert_eq!(e.op_index, 0);
+    assert_eq!(e.error, DataplaneError::SetExists("ipm4-r".into()));
+    let hl = header(SetType::ListSet, Some(Family::V4), 8);
+    let l = members(SetType::ListSet, Some(Family::V4), &["ipmt-2"]);
+    ok(
+        dp,
+        &[
+            Op::Create {
+                set: "ipm4-l",
+                header: &hl,
+            },
+            Op::Add {
+                set: "ipm4-l",
+                members: &l,
+            },
+        ],
+    );
+    let e = dp
+        .apply(&[Op::Rename {
+            from: "ipmt-2",
+            to: "ipm4-free",
+        }])
+        .unwrap_err();
+    assert_eq!(e.error, DataplaneError::InUse("ipmt-2".into()), "{e:?}");
 }
 
 pub fn destroy_in_use_by_list_set(dp: &mut dyn Dataplane) {

@@ -187,6 +187,11 @@ fn write_script(
                 line += 1;
                 writeln!(w, "swap {a} {b}")
             }
+            Op::Rename { from, to } => {
+                map.starts.push((line, i));
+                line += 1;
+                writeln!(w, "rename {from} {to}")
+            }
             Op::Destroy { set } => {
                 map.starts.push((line, i));
                 line += 1;
@@ -235,9 +240,12 @@ pub fn classify(msg: &str, op: Option<&Op<'_>>, member: Option<&Member>) -> Data
             _ => set,
         };
         DataplaneError::TypeNotSupported(t)
-    } else if has("same name already exists") {
-        DataplaneError::SetExists(set)
-    } else if has("in use by a kernel component") {
+    } else if has("same name already exists") || has("new name already exists") {
+        match op {
+            Some(Op::Rename { to, .. }) => DataplaneError::SetExists(to.to_string()),
+            _ => DataplaneError::SetExists(set),
+        }
+    } else if has("in use by a kernel component") || has("in use by another system") {
         DataplaneError::InUse(set)
     } else if has("type does not match") {
         match op {

@@ -42,6 +42,11 @@ pub enum Op<'a> {
     Flush { set: &'a str },
     /// Exchange the contents and headers of two sets of the same type and family.
     Swap { a: &'a str, b: &'a str },
+    /// Give a set another name, atomically: a set filled under a temporary
+    /// name appears under its real one complete or not at all. Fails with
+    /// [`DataplaneError::SetExists`] if `to` exists, and
+    /// [`DataplaneError::InUse`] while `from` is referenced.
+    Rename { from: &'a str, to: &'a str },
     /// Destroy a set; fails with [`DataplaneError::InUse`] while referenced.
     Destroy { set: &'a str },
 }
@@ -56,6 +61,7 @@ impl Op<'_> {
             | Op::Flush { set }
             | Op::Destroy { set } => set,
             Op::Swap { a, .. } => a,
+            Op::Rename { from, .. } => from,
         }
     }
 
@@ -63,6 +69,7 @@ impl Op<'_> {
     pub fn sets(&self) -> impl Iterator<Item = &str> {
         let (a, b) = match self {
             Op::Swap { a, b } => (*a, Some(*b)),
+            Op::Rename { from, to } => (*from, Some(*to)),
             _ => (self.set(), None),
         };
         std::iter::once(a).chain(b)

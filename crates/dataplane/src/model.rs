@@ -364,6 +364,17 @@ impl State {
                     },
                 );
             }
+            Op::Rename { from, to } => {
+                self.exists(from).map_err(|e| (None, e))?;
+                if self.sets.contains_key(to) {
+                    return Err((None, DataplaneError::SetExists(to.to_string())));
+                }
+                if self.references(from) > 0 {
+                    return Err((None, DataplaneError::InUse(from.to_string())));
+                }
+                let s = self.sets.remove(from).expect("checked");
+                self.sets.insert(to.to_string(), s);
+            }
             Op::Destroy { set } => {
                 self.exists(set).map_err(|e| (None, e))?;
                 if self.references(set) > 0 {

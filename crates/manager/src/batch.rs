@@ -13,15 +13,35 @@ use ipsetmgr_dataplane::BatchError;
 /// How one set will be written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plan {
-    /// Deltas against known kernel content.
+    /// Deltas against known kernel content (small ones: see
+    /// [`LARGE_CHANGE_OPS`]).
     Delta,
-    /// New set: create and fill.
+    /// New set: create and fill it under a temp name, then rename it, so
+    /// that its real name appears complete or not at all (a kill during the
+    /// fill leaves a temp set, which the next run removes).
     Create,
-    /// Fill a temp set and swap it in (atomic for rules matching on it).
+    /// Fill a temp set and swap it in (atomic for rules matching on it):
+    /// header changes, and changes too large to make in place.
     TempSwap,
     /// The kernel set has another type/family and nothing references it:
-    /// destroy and recreate.
+    /// fill a temp set, destroy the old one and rename the temp set.
     Recreate,
+}
+
+/// A change of more than this many members, or of more than a quarter of
+/// the set (and more than [`SMALL_CHANGE_OPS`]), is written to a temp set
+/// and swapped in rather than made in place: a process killed in the
+/// middle of an in-place change leaves a set that is neither the old list
+/// nor the new one (a blocklist half there), while a swap is atomic. Small
+/// deltas stay in place: a 10-member change of a million-member set costs
+/// 10 operations, not a million.
+pub const LARGE_CHANGE_OPS: usize = 10_000;
+/// Changes up to this many members always stay in place.
+pub const SMALL_CHANGE_OPS: usize = 64;
+
+fn large_change(s: &SetState) -> bool {
+    let ops = s.pending_adds.len() + s.pending_dels.len();
+    ops > LARGE_CHANGE_OPS || (ops > SMALL_CHANGE_OPS && ops * 4 > s.members.len())
 }
 
 /// Choose how to write `s`. `own_refs` counts the references held by this
@@ -29,7 +49,11 @@ pub enum Plan {
 /// recreate.
 pub fn plan_for(s: &SetState, own_refs: u32) -> Result<Plan, NotReplaced> {
     if !s.replace {
-        return Ok(Plan::Delta);
+        return Ok(if large_change(s) {
+            Plan::TempSwap
+        } else {
+            Plan::Delta
+        });
     }
     match &s.kernel {
         Belief::Unknown | Belief::Absent => Ok(Plan::Create),
@@ -44,7 +68,7 @@ pub fn plan_for(s: &SetState, own_refs: u32) -> Result<Plan, NotReplaced> {
 }
 
 /// The operations for one set, appended to `ops`. `temp` is the temp set
-/// name to use for [`Plan::TempSwap`]; `unlink` are this manager's list:sets
+/// name every plan but [`Plan::Delta`] fills; `unlink` are this manager's list:sets
 /// that hold the set, with a member set of just its name: a recreate takes
 /// it out of them first (the kernel refuses to destroy a referenced set),
 /// and the lists' own ops later in the batch put it back.
@@ -72,6 +96,7 @@ pub fn push_ops<'a>(
             }
         }
         Plan::Create | Plan::Recreate => {
+            push_create_and_fill(ops, temp, s);
             if plan == Plan::Recreate {
                 for (list, this) in unlink {
                     ops.push(Op::Del {
@@ -81,7 +106,10 @@ pub fn push_ops<'a>(
                 }
                 ops.push(Op::Destroy { set: name });
             }
-            push_create_and_fill(ops, name, s);
+            ops.push(Op::Rename {
+                from: temp,
+                to: name,
+            });
         }
         Plan::TempSwap => {
             push_create_and_fill(ops, temp, s);

@@ -442,13 +442,13 @@ impl<D: Dataplane> Manager<D> {
         (plans, unlinks)
     }
 
-    /// A fresh temp set name for each replacement through a swap ("" for
-    /// the other plans).
+    /// A fresh temp set name for each set filled before it is put in place
+    /// ("" for deltas).
     fn temp_names(&mut self, plans: &[(String, Plan)]) -> Vec<String> {
         plans
             .iter()
             .map(|(_, plan)| match plan {
-                Plan::TempSwap => {
+                Plan::TempSwap | Plan::Create | Plan::Recreate => {
                     self.temp_counter = self.temp_counter.wrapping_add(1);
                     self.config.naming.temp_set_name(self.temp_counter)
                 }

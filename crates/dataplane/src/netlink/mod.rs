@@ -416,13 +416,18 @@ impl NetlinkDataplane {
                 self.simple(IPSET_CMD_DESTROY, set, None),
             ),
             Op::Swap { a, b } => (Cmd::Swap, None, self.simple(IPSET_CMD_SWAP, a, Some(b))),
+            Op::Rename { from, to } => (
+                Cmd::Rename,
+                None,
+                self.simple(IPSET_CMD_RENAME, from, Some(to)),
+            ),
         };
         match result {
             Ok(()) => Ok(()),
             Err(Failure::Local(e)) => Err(plain(e)),
             Err(Failure::Kernel(k)) => {
                 let set2 = match op {
-                    Op::Swap { b, .. } => Some(*b),
+                    Op::Swap { b, .. } | Op::Rename { to: b, .. } => Some(*b),
                     _ => None,
                 };
                 Err(plain(map_errno(
