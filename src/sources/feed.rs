@@ -334,3 +334,69 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    //! Encodings, against a real HTTP server on loopback.
+    use super::*;
+    use crate::sources::egress::{EgressGuard, Setting};
+
+    async fn serve(encoding: &'static str, body: Vec<u8>) -> FeedUrl {
+        let app = axum::Router::new().route(
+            "/l",
+            axum::routing::get(move || {
+                let body = body.clone();
+                async move { ([("content-encoding", encoding)], body) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        FeedUrl::parse(&format!("http://{addr}/l")).unwrap()
+    }
+
+    fn gzip(text: &str) -> Vec<u8> {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(text.as_bytes()).unwrap();
+        e.finish().unwrap()
+    }
+
+    fn fetcher(max: usize) -> Fetcher {
+        Fetcher::new(
+            Duration::from_secs(5),
+            max,
+            EgressGuard::new(Setting::Files, &[], &[]),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn gzip_is_decoded_within_the_cap_and_other_encodings_refused_by_name() {
+        let url = serve("gzip", gzip("10.0.0.0/8\n192.0.2.0/24\n")).await;
+        match fetcher(1000)
+            .fetch(&url, &HeaderMap::new(), &Validators::default())
+            .await
+        {
+            Ok(Fetched::Content { text, .. }) => assert_eq!(text, "10.0.0.0/8\n192.0.2.0/24\n"),
+            other => panic!("{other:?}"),
+        }
+        // A small download that decodes to more than the cap.
+        let bomb = serve("gzip", gzip(&"10.0.0.0/8\n".repeat(10_000))).await;
+        let e = fetcher(1000)
+            .fetch(&bomb, &HeaderMap::new(), &Validators::default())
+            .await
+            .unwrap_err();
+        assert_eq!(e, FetchError::TooLarge { limit: 1000 });
+        let br = serve("br", b"whatever".to_vec()).await;
+        let e = fetcher(1000)
+            .fetch(&br, &HeaderMap::new(), &Validators::default())
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("Content-Encoding \"br\" is not supported"),
+            "{e}"
+        );
+    }
+}
