@@ -130,6 +130,10 @@ pub enum Command {
     /// Run the cluster's controller (normally a small Deployment): policy
     /// validation and status, from the nodes' states.
     Controller(crate::controller::ControllerConfig),
+    /// Run many hollow agents in this process (the real agent code, with
+    /// the in-memory kernel model), each with a Node object of its own: for
+    /// measuring the control plane at scale (scripts/scale.py).
+    Hollow(crate::agent::hollow::HollowConfig),
     /// Print the CustomResourceDefinitions (IPSetPolicy, IPSetMemberSlice,
     /// IPSetNodeState) as one YAML stream.
     Crd,

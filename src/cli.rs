@@ -33,7 +33,9 @@ pub fn main() -> ExitCode {
 fn real_main() -> Result<bool> {
     let cli = Cli::parse();
     let level = match cli.command {
-        Command::Run { .. } | Command::Agent(_) | Command::Controller(_) => "info",
+        Command::Run { .. } | Command::Agent(_) | Command::Controller(_) | Command::Hollow(_) => {
+            "info"
+        }
         _ => "warn",
     };
     logging::init(cli.log_format, level);
@@ -103,6 +105,11 @@ fn real_main() -> Result<bool> {
         Command::Agent(config) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(crate::agent::run_agent(config, opts))?;
+            Ok(true)
+        }
+        Command::Hollow(config) => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(crate::agent::hollow::run_hollow(config, naming))?;
             Ok(true)
         }
         Command::Controller(config) => {

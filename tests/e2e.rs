@@ -768,6 +768,10 @@ impl Harness {
                     RESYNC,
                     "--heartbeat-interval",
                     &heartbeat,
+                    // Short waits for the suite (the default paces writes
+                    // for 5,000 nodes).
+                    "--node-state-interval",
+                    "1s",
                 ],
             );
         }

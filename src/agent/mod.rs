@@ -8,6 +8,7 @@
 //! - [`metrics`]: Prometheus metrics and health facts.
 
 pub mod event_loop;
+pub mod hollow;
 pub mod inputs;
 pub mod metrics;
 pub mod node_state;
@@ -51,6 +52,8 @@ pub struct AgentConfig {
     pub heartbeat_interval: Duration,
     #[command(flatten)]
     pub limits: crate::cluster::slices::ClusterLimits,
+    #[command(flatten)]
+    pub node_state: node_state::Pacing,
 }
 
 /// Run the agent until SIGTERM/SIGINT. The kernel is never touched on the
@@ -97,13 +100,9 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
     let (status_tx, status_rx) = tokio::sync::watch::channel(None);
     let writer = tokio::spawn(node_state::run_writer(
         client.clone(),
-        node_state::WriterSettings {
-            node: config.node_name.clone(),
-            heartbeat: config.heartbeat_interval,
-            min_interval: Duration::from_secs(1),
-            retry: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(10),
-        },
+        config
+            .node_state
+            .writer(&config.node_name, config.heartbeat_interval),
         status_rx,
         shared.clone(),
     ));

@@ -131,6 +131,36 @@ pub struct Pending {
     pub node_uid: Option<String>,
 }
 
+/// How often the node state may be written (`--node-state-interval`): a
+/// change that arrives as many slice updates (each its own compile and
+/// apply) must cost the API server a write or two, not one per slice: at
+/// 5,000 nodes each write of every node is 5,000 writes to etcd.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct Pacing {
+    /// At most one node-state write per this interval; what changes in
+    /// between is written together (the latest state wins). A change is
+    /// also first given a moment to settle (300 ms without another).
+    #[arg(id = "node_state_interval", long = "node-state-interval", value_name = "DURATION", env = "IPSETMGR_NODE_STATE_INTERVAL", default_value = "5s", value_parser = crate::duration::parse_positive)]
+    pub interval: Duration,
+}
+
+impl Pacing {
+    pub fn writer(&self, node: &str, heartbeat: Duration) -> WriterSettings {
+        WriterSettings {
+            node: node.to_string(),
+            heartbeat,
+            min_interval: self.interval,
+            settle: SETTLE,
+            retry: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A change waits this long for another before it is written (at most until
+/// the next write is allowed anyway).
+const SETTLE: Duration = Duration::from_millis(300);
+
 /// Timing of the writer.
 #[derive(Clone, Debug)]
 pub struct WriterSettings {
@@ -138,6 +168,9 @@ pub struct WriterSettings {
     pub heartbeat: Duration,
     /// At most one write per this interval.
     pub min_interval: Duration,
+    /// A change waits for quiet this long before it is written (bounded by
+    /// `min_interval`).
+    pub settle: Duration,
     /// Wait before retrying a failed write.
     pub retry: Duration,
     pub request_timeout: Duration,
@@ -253,8 +286,23 @@ pub async fn run_writer(
         let Some(pending) = latest.borrow_and_update().clone() else {
             continue;
         };
-        if let Some(t) = last_write {
-            sleep_until(t + settings.min_interval).await;
+        // Let a burst settle (a change of twenty slices is twenty reports),
+        // but never wait past the next allowed write for it.
+        // A stream of changes that never settles is still written, by
+        // `cap`.
+        let start = Instant::now();
+        let allowed = last_write.map_or(start, |t| (t + settings.min_interval).max(start));
+        let cap = allowed + settings.min_interval;
+        let mut quiet_until = start + settings.settle;
+        loop {
+            let until = quiet_until.max(allowed).min(cap);
+            tokio::select! {
+                changed = latest.changed() => {
+                    if changed.is_err() { break }
+                    quiet_until = Instant::now() + settings.settle;
+                }
+                _ = sleep_until(until) => break,
+            }
         }
         // Whatever arrived while waiting is included.
         let pending = latest.borrow_and_update().clone().unwrap_or(pending);
@@ -379,6 +427,69 @@ mod tests {
         assert_eq!(
             status_of(&snapshot, &all, Duration::from_secs(60)).message,
             ""
+        );
+    }
+}
+
+#[cfg(test)]
+mod pacing_tests {
+    //! The writer against a mock API server, on tokio's paused clock.
+    use super::*;
+    use crate::cluster::mock_api::mock_client;
+    use std::sync::Mutex;
+
+    /// Twenty statuses 100 ms apart (a change arriving as twenty slice
+    /// updates, each compiled and applied on its own): two writes, the
+    /// first settled one and the last one, not twenty.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_reports_costs_at_most_two_writes() {
+        let patches = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
+        let seen = patches.clone();
+        let client = mock_client(move |r| match r.method.as_str() {
+            "GET" => (
+                200,
+                json!({"apiVersion": "ipsetmgr.io/v1alpha1", "kind": "IPSetNodeState",
+                       "metadata": {"name": "n"}, "spec": {}}),
+            ),
+            _ => {
+                let mut body = r.body.clone();
+                seen.lock().unwrap().push(body.clone());
+                body["spec"] = json!({});
+                (200, body)
+            }
+        });
+        let (tx, rx) = watch::channel(None);
+        let pacing = Pacing {
+            interval: Duration::from_secs(5),
+        };
+        tokio::spawn(run_writer(
+            client,
+            pacing.writer("n", Duration::from_secs(3600)),
+            rx,
+            Shared::new(Duration::from_secs(60)),
+        ));
+        for i in 0..20 {
+            let status = IPSetNodeStateStatus {
+                message: format!("report {i}"),
+                ..Default::default()
+            };
+            tx.send_replace(Some(Pending {
+                status,
+                node_uid: Some("uid".into()),
+            }));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let writes = patches.lock().unwrap().clone();
+        assert!(
+            (1..=2).contains(&writes.len()),
+            "{} writes: {writes:#?}",
+            writes.len()
+        );
+        assert_eq!(
+            writes.last().unwrap()["status"]["message"],
+            "report 19",
+            "the latest state wins"
         );
     }
 }

@@ -173,6 +173,7 @@ impl Harness {
                 node: NODE.into(),
                 heartbeat: HEARTBEAT,
                 min_interval: Duration::from_millis(50),
+                settle: Duration::from_millis(10),
                 retry: Duration::from_millis(100),
                 request_timeout: Duration::from_secs(2),
             },
@@ -556,8 +557,7 @@ async fn a_failing_api_server_never_delays_kernel_work() {
         h.model.members("ipm4-p1") == Some(vec!["10.0.0.9".into()])
     })
     .await;
-    let tries = h.status_patches().len();
-    assert!(tries >= 2, "the writer keeps trying: {tries}");
+    eventually("the writer keeps trying", || h.status_patches().len() >= 2).await;
     // The server recovers: the latest status lands.
     h.server.lock().unwrap().fail_writes = false;
     eventually("status landed", || {

@@ -62,6 +62,11 @@ pub struct ControllerConfig {
     pub egress: crate::args::FeedEgress,
     #[command(flatten)]
     pub limits: crate::cluster::slices::ClusterLimits,
+    /// A policy status change of counts and messages only is written at
+    /// most once per this interval (a change of its conditions at once):
+    /// every status write reaches every agent.
+    #[arg(long, env = "IPSETMGR_STATUS_SUMMARY_INTERVAL", default_value = "10s", value_parser = crate::duration::parse_positive)]
+    pub status_summary_interval: Duration,
 }
 
 /// The Lease the replicas compete for.
@@ -110,6 +115,7 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
         writer::WriterSettings {
             identity: identity.clone(),
             per_policy_interval: Duration::from_secs(2),
+            summary_interval: config.status_summary_interval,
             pacing: Duration::from_millis(20),
             request_timeout: Duration::from_secs(10),
         },

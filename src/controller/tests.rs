@@ -23,6 +23,13 @@ use crate::ipset::Naming;
 fn mock_api(log: Arc<Mutex<Vec<Req>>>) -> Client {
     mock_client(move |r| {
         let answer = match r.method.as_str() {
+            // A status apply carries no spec; the server's answer (the whole
+            // object) does, and the client decodes it.
+            "PATCH" if r.path.ends_with("/status") && r.path.contains("/ipsetpolicies/") => {
+                let mut body = r.body.clone();
+                body["spec"] = json!({"type": "hash:ip"});
+                (200, body)
+            }
             "PATCH" | "POST" => (200, r.body.clone()),
             "DELETE" => (
                 200,
@@ -54,6 +61,11 @@ const TICK: Duration = Duration::from_secs(10);
 
 impl Harness {
     fn start(leading: bool) -> Harness {
+        Harness::start_paced(leading, Duration::ZERO)
+    }
+
+    /// With count-only status changes paced at `summary_interval`.
+    fn start_paced(leading: bool, summary_interval: Duration) -> Harness {
         let log = Arc::new(Mutex::new(Vec::new()));
         let client = mock_api(log.clone());
         let mut settings = Settings::new(Naming::default());
@@ -68,6 +80,7 @@ impl Harness {
             WriterSettings {
                 identity: "c-0".into(),
                 per_policy_interval: Duration::from_millis(100),
+                summary_interval,
                 pacing: Duration::from_millis(1),
                 request_timeout: Duration::from_secs(2),
             },
@@ -1043,5 +1056,55 @@ async fn a_forbidden_source_kind_says_so_in_the_status() {
         "{s}"
     );
     assert_eq!(condition(&s, "SourcesSynced")["status"], "False", "{s}");
+    h.stop().await;
+}
+
+/// Nodes converging one by one on a new revision: the policy's status is
+/// written when it stops being Ready, and when it is Ready again; the counts
+/// in between are paced (every write goes to every agent).
+#[tokio::test(start_paused = true)]
+async fn nodes_converging_cost_at_most_three_status_writes() {
+    let h = Harness::start_paced(true, Duration::from_secs(10));
+    let revision = |g: i64| crate::cluster::slices::members_revision(Some("uid-p"), g, &[]);
+    let entry = |g: i64| json!([{"name": "p", "observedGeneration": g, "revision": revision(g), "synced": true}]);
+    let nodes = ["a", "b", "c", "d", "e", "f"];
+    h.list(
+        vec![policy("p", 1, json!({"type": "hash:ip"}))],
+        vec![],
+        nodes.iter().map(|n| state(n, "1", 0, entry(1))).collect(),
+        &nodes.iter().map(|n| (*n, &[][..])).collect::<Vec<_>>(),
+    );
+    eventually("ready", || {
+        condition(&h.last_status("p"), "Ready")["status"] == "True"
+    })
+    .await;
+    let before = h.status_writes("p").len();
+    // A new generation; then the nodes take it one by one, 200 ms apart.
+    h.send(Input::Policy(Event::Apply(decode(
+        serde_json::from_value(policy(
+            "p",
+            2,
+            json!({"type": "hash:ip", "members": ["10.0.0.1"]}),
+        ))
+        .unwrap(),
+    ))));
+    for (i, n) in nodes.iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        h.send(Input::NodeState(Event::Apply(decode(
+            serde_json::from_value(state(n, &format!("{}", 10 + i), 0, entry(2))).unwrap(),
+        ))));
+    }
+    eventually("ready at generation 2", || {
+        let s = h.last_status("p");
+        condition(&s, "Ready")["status"] == "True" && s["observedGeneration"] == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let writes = h.status_writes("p").len() - before;
+    assert!(
+        (2..=3).contains(&writes),
+        "{writes} status writes for one change"
+    );
+    assert_eq!(h.last_status("p")["summary"]["synced"], 6);
     h.stop().await;
 }

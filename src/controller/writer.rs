@@ -46,6 +46,12 @@ pub struct WriterSettings {
     pub identity: String,
     /// At most one status write per policy per this interval.
     pub per_policy_interval: Duration,
+    /// A change of counts and messages only (nodes converging: 3/6, 4/6,
+    /// ...) is written at most once per this interval; a change of what the
+    /// conditions say (a new generation, Ready flipping) is written at once.
+    /// Every status write goes to every watcher of the policies (all the
+    /// agents), so a change costs at most three: not ready, a count, ready.
+    pub summary_interval: Duration,
     /// At least this long between any two writes.
     pub pacing: Duration,
     pub request_timeout: Duration,
@@ -67,6 +73,34 @@ struct Writer {
     shared: Arc<ControllerShared>,
     /// Per policy: what was last written, and when.
     written: BTreeMap<String, (IPSetPolicyStatus, Instant)>,
+    /// When a deferred count-only change falls due (the earliest).
+    deferred_until: Option<Instant>,
+}
+
+/// What makes a status change worth writing at once: the generation
+/// observed and each condition's status and reason (not messages or
+/// counts, which move while nodes converge).
+type Shape<'a> = (
+    Option<i64>,
+    Vec<(&'a str, &'a str, &'a str, Option<i64>)>,
+    usize,
+);
+
+fn shape(s: &IPSetPolicyStatus) -> Shape<'_> {
+    let conditions = s
+        .conditions
+        .iter()
+        .map(|c| {
+            (
+                c.type_.as_str(),
+                c.status.as_str(),
+                c.reason.as_str(),
+                c.observed_generation,
+            )
+        })
+        .collect();
+    let failing_sources = s.sources.iter().filter(|x| x.error.is_some()).count();
+    (s.observed_generation, conditions, failing_sources)
 }
 
 impl Writer {
@@ -82,11 +116,21 @@ impl Writer {
     async fn write_plan(&mut self, plan: &Plan) {
         let api: Api<IPSetPolicy> = Api::all(self.client.clone());
         let pp = PatchParams::apply(FIELD_MANAGER).force();
+        self.deferred_until = None;
         for (policy, status) in plan {
             let recent = self.written.get(policy).is_some_and(|(s, at)| {
                 s == status && at.elapsed() < self.settings.per_policy_interval * 10
             });
             if recent {
+                continue;
+            }
+            // Counts only, written a moment ago: later (latest wins).
+            if let Some((s, at)) = self.written.get(policy)
+                && shape(s) == shape(status)
+                && at.elapsed() < self.settings.summary_interval
+            {
+                let due = *at + self.settings.summary_interval;
+                self.deferred_until = Some(self.deferred_until.map_or(due, |d| d.min(due)));
                 continue;
             }
             if let Some((_, at)) = self.written.get(policy) {
@@ -117,8 +161,9 @@ impl Writer {
             }
             tokio::time::sleep(self.settings.pacing).await;
         }
-        // Only what can still suppress a repeat is worth remembering.
-        let keep = self.settings.per_policy_interval * 10;
+        // Only what can still suppress a repeat (or defer a count) is worth
+        // remembering.
+        let keep = (self.settings.per_policy_interval * 10).max(self.settings.summary_interval);
         self.written.retain(|_, (_, at)| at.elapsed() < keep);
     }
 
@@ -200,14 +245,27 @@ pub async fn run_writer(
         settings,
         shared,
         written: BTreeMap::new(),
+        deferred_until: None,
     };
     let mut plans = LeaderPlans::new(plans, leader);
+    let mut latest: Option<Arc<Plan>> = None;
+    let far = || Instant::now() + Duration::from_secs(86400 * 365);
     loop {
+        let deferred = w.deferred_until.unwrap_or_else(far);
         tokio::select! {
             plan = plans.next() => match plan {
-                Some(plan) => w.write_plan(&plan).await,
+                Some(plan) => {
+                    w.write_plan(&plan).await;
+                    latest = Some(plan);
+                }
                 None => break,
             },
+            _ = tokio::time::sleep_until(deferred) => {
+                w.deferred_until = None;
+                if let Some(plan) = latest.clone().filter(|_| plans.leads()) {
+                    w.write_plan(&plan).await;
+                }
+            }
             job = jobs.recv() => match job {
                 Some(job) if plans.leads() => w.run_job(job).await,
                 Some(_) => {}
