@@ -175,7 +175,11 @@ def run(n, members, inline, work):
         procs.append(controller)
         hollow_log = open(work / "hollow.log", "w")
         t = time.time()
-        hollow = subprocess.Popen([BIN, "hollow", "--nodes", str(n), "--kubeconfig", kc],
+        # Heartbeats are not caused by a change: far apart here, so that
+        # the change's own writes are what is counted (their steady cost is
+        # N / interval writes per second, docs/scaling.md).
+        hollow = subprocess.Popen([BIN, "hollow", "--nodes", str(n), "--kubeconfig", kc,
+                                   "--heartbeat-interval", "30m"],
                                   stdout=hollow_log, stderr=hollow_log)
         procs.append(hollow)
 

@@ -89,12 +89,25 @@ pub fn watch_inputs(
     client: Client,
     node: &str,
 ) -> impl Stream<Item = Input> + Send + Unpin + 'static {
-    let policies = tolerant_watch::<IPSetPolicy>(
+    // Metadata only, each policy read whole when its generation changes:
+    // the controller's status writes (to every policy, at every change)
+    // then cost each agent a kilobyte, not the policy (docs/scaling.md).
+    let crd = IPSetPolicy::crd_name().to_string();
+    let policies = tolerant::watch_by_generation::<IPSetPolicy>(
         &client,
-        resource::POLICIES,
         watcher::Config::default(),
-        Input::Policy,
-    );
+    )
+    .map(move |r| match r {
+        Ok(ev) => Input::Policy(ev),
+        Err(tolerant::SpecWatchError::Watch(e)) if is_kind_not_found(&e) => Input::KindNotFound {
+            crd: crd.clone(),
+            error: format!("IPSetPolicy watch: {e}"),
+        },
+        Err(e) => Input::WatchError {
+            resource: resource::POLICIES,
+            error: format!("IPSetPolicy watch: {e}"),
+        },
+    });
     // Only slices bound to some policy.
     let slices = tolerant_watch::<IPSetMemberSlice>(
         &client,

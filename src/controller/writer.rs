@@ -72,7 +72,7 @@ struct Writer {
     settings: WriterSettings,
     shared: Arc<ControllerShared>,
     /// Per policy: what was last written, and when.
-    written: BTreeMap<String, (IPSetPolicyStatus, Instant)>,
+    written: BTreeMap<String, Written>,
     /// When a deferred count-only change falls due (the earliest).
     deferred_until: Option<Instant>,
 }
@@ -80,6 +80,20 @@ struct Writer {
 /// What makes a status change worth writing at once: the generation
 /// observed and each condition's status and reason (not messages or
 /// counts, which move while nodes converge).
+/// The last status write of one policy.
+struct Written {
+    status: IPSetPolicyStatus,
+    at: Instant,
+    /// Count-only writes since the conditions last changed.
+    counts: u32,
+}
+
+/// After the first count-only write of a change, the next come this many
+/// summary intervals apart: a change that takes minutes to converge (or a
+/// node that never does) still costs about three writes, and the counts
+/// are still refreshed now and then.
+const COUNT_REFRESH_INTERVALS: u32 = 30;
+
 type Shape<'a> = (
     Option<i64>,
     Vec<(&'a str, &'a str, &'a str, Option<i64>)>,
@@ -118,23 +132,31 @@ impl Writer {
         let pp = PatchParams::apply(FIELD_MANAGER).force();
         self.deferred_until = None;
         for (policy, status) in plan {
-            let recent = self.written.get(policy).is_some_and(|(s, at)| {
-                s == status && at.elapsed() < self.settings.per_policy_interval * 10
+            let recent = self.written.get(policy).is_some_and(|w| {
+                w.status == *status && w.at.elapsed() < self.settings.per_policy_interval * 10
             });
             if recent {
                 continue;
             }
-            // Counts only, written a moment ago: later (latest wins).
-            if let Some((s, at)) = self.written.get(policy)
-                && shape(s) == shape(status)
-                && at.elapsed() < self.settings.summary_interval
-            {
-                let due = *at + self.settings.summary_interval;
-                self.deferred_until = Some(self.deferred_until.map_or(due, |d| d.min(due)));
-                continue;
+            // Counts only: one write a summary interval after the conditions
+            // changed, then one now and then (latest wins).
+            let counts_only = self
+                .written
+                .get(policy)
+                .is_some_and(|w| shape(&w.status) == shape(status));
+            if let Some(w) = self.written.get(policy).filter(|_| counts_only) {
+                let wait = match w.counts {
+                    0 => self.settings.summary_interval,
+                    _ => self.settings.summary_interval * COUNT_REFRESH_INTERVALS,
+                };
+                if w.at.elapsed() < wait {
+                    let due = w.at + wait;
+                    self.deferred_until = Some(self.deferred_until.map_or(due, |d| d.min(due)));
+                    continue;
+                }
             }
-            if let Some((_, at)) = self.written.get(policy) {
-                tokio::time::sleep_until(*at + self.settings.per_policy_interval).await;
+            if let Some(w) = self.written.get(policy) {
+                tokio::time::sleep_until(w.at + self.settings.per_policy_interval).await;
             }
             let body = apply_body(policy, status);
             let result = self
@@ -147,8 +169,18 @@ impl Writer {
                         .status_writes
                         .get_or_create(&ResultLabel::of(true))
                         .inc();
-                    self.written
-                        .insert(policy.clone(), (status.clone(), Instant::now()));
+                    let counts = match self.written.get(policy) {
+                        Some(w) if counts_only => w.counts + 1,
+                        _ => 0,
+                    };
+                    self.written.insert(
+                        policy.clone(),
+                        Written {
+                            status: status.clone(),
+                            at: Instant::now(),
+                            counts,
+                        },
+                    );
                 }
                 Err(e) => {
                     self.shared
@@ -163,8 +195,9 @@ impl Writer {
         }
         // Only what can still suppress a repeat (or defer a count) is worth
         // remembering.
-        let keep = (self.settings.per_policy_interval * 10).max(self.settings.summary_interval);
-        self.written.retain(|_, (_, at)| at.elapsed() < keep);
+        let keep = (self.settings.per_policy_interval * 10)
+            .max(self.settings.summary_interval * COUNT_REFRESH_INTERVALS);
+        self.written.retain(|_, w| w.at.elapsed() < keep);
     }
 
     async fn run_job(&mut self, job: Job) {
