@@ -180,6 +180,7 @@ impl Elements {
         for v in values {
             v.encode(out);
         }
+        self.key.fit(out);
         Ok(())
     }
 

@@ -185,6 +185,7 @@ impl SetShape {
                     let comment = self.comment_of(m)?;
                     self.exact_key(m.without_comment(), &mut key)
                         .map_err(|reason| err(m, reason))?;
+                    self.spec.key.fit(&mut key);
                     // The key has the set's length by construction.
                     let _ = out.push_raw(&key, None, comment.cloned());
                 }
@@ -400,6 +401,7 @@ impl SetShape {
                         IpAddr::V6(a) => Value::Ipv6(a).encode(buf),
                     }
                     buf.extend_from_slice(&bytes[net_at..]);
+                    self.spec.key.fit(buf);
                 }
                 let comment = c.checked_sub(1).map(|i| comments[i as usize].clone());
                 // Lengths are the key's by construction, and first <= last.

@@ -142,9 +142,22 @@ impl KeyType {
         self.n > 1
     }
 
-    /// The key's length in bytes as the kernel holds it (NFTA_SET_KEY_LEN).
+    /// The key's length in bytes as the kernel holds it (NFTA_SET_KEY_LEN):
+    /// a single field is its value (an `ether_addr` key is 6 bytes, as `nft`
+    /// declares it, and `nft list` asserts on any other length); the fields
+    /// of a concatenation are padded to whole registers.
     pub fn len(&self) -> usize {
-        self.fields().iter().map(|f| f.reg_len()).sum()
+        match self.fields() {
+            [one] => one.len(),
+            many => many.iter().map(|f| f.reg_len()).sum(),
+        }
+    }
+
+    /// Cut a key built of padded fields to [`KeyType::len`].
+    pub(crate) fn fit(&self, key: &mut Vec<u8>) {
+        if !self.is_concat() {
+            key.truncate(self.len());
+        }
     }
 
     /// Never true: a key has at least one field.
@@ -246,7 +259,9 @@ mod tests {
         assert_eq!(KeyType::from_type_id(u32::MAX, 64), None);
         assert_eq!(k.to_string(), "ipv4_addr . inet_proto . inet_service");
         assert_eq!(k.offset(2), 8);
-        assert_eq!(KeyType::single(EtherAddr).len(), 8);
+        assert_eq!(KeyType::single(EtherAddr).len(), 6);
+        assert_eq!(KeyType::single(InetService).len(), 2);
+        assert_eq!(KeyType::concat(&[Ipv4Addr, EtherAddr]).unwrap().len(), 12);
         assert_eq!(KeyType::concat(&[]), None);
         assert_eq!(KeyType::concat(&[Mark; 5]), None);
     }

@@ -468,6 +468,8 @@ impl JSet {
                         }
                         None => false,
                     });
+            spec.key.fit(&mut key);
+            spec.key.fit(&mut end);
             let pushed = ok
                 && out
                     .push_raw(&key, spec.interval.then_some(&end[..]), comment)
