@@ -11,6 +11,12 @@ use ipsetmgr_ipset::Comment;
 use crate::spec::KeyType;
 use crate::value::{Value, ValueError};
 
+/// The longest element comment nft takes (its NFTNL_UDATA_COMMENT_MAXLEN:
+/// `nft` refuses longer ones in its syntax, and the kernel's 256-byte
+/// element userdata leaves no room for ipset's 255). Longer ones are refused,
+/// never cut.
+pub const MAX_ELEMENT_COMMENT_LEN: usize = 128;
+
 /// Elements of one key type. In an interval set every element is a range
 /// (`key` to `key_end`, both inclusive; exact values are one-value ranges).
 #[derive(Clone, PartialEq, Eq)]
@@ -55,6 +61,8 @@ pub enum ElementError {
     Reversed,
     #[error("more than 2^32 elements")]
     TooMany,
+    #[error("a comment of more than {MAX_ELEMENT_COMMENT_LEN} characters (nft's limit)")]
+    CommentTooLong,
 }
 
 impl Elements {
@@ -124,6 +132,12 @@ impl Elements {
             (true, Some(end)) if self.reversed(key, end) => return Err(ElementError::Reversed),
             (true, Some(_)) | (false, None) => {}
             _ => return Err(ElementError::Range),
+        }
+        if comment
+            .as_ref()
+            .is_some_and(|c| c.as_str().len() > MAX_ELEMENT_COMMENT_LEN)
+        {
+            return Err(ElementError::CommentTooLong);
         }
         let index = u32::try_from(self.len()).map_err(|_| ElementError::TooMany)?;
         self.data.extend_from_slice(key);
@@ -202,8 +216,8 @@ impl Elements {
         })
     }
 
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = ElementRef<'_>> + '_ {
-        (0..self.len()).map(|i| self.get(i).expect("index below len"))
+    pub fn iter(&self) -> impl Iterator<Item = ElementRef<'_>> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
     }
 
     /// Every element as typed values (for display and tests: allocates).

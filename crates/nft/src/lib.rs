@@ -31,8 +31,8 @@ mod shape;
 mod spec;
 mod value;
 
-pub use element::{Element, ElementError, ElementRef, Elements};
-pub use shape::{MemberError, SetShape, ShapeError, Unrepresentable};
+pub use element::{Element, ElementError, ElementRef, Elements, MAX_ELEMENT_COMMENT_LEN};
+pub use shape::{SetShape, ShapeError, Unrepresentable, UnrepresentableMember};
 pub use spec::{FieldType, KeyType, MAX_FIELDS, NftSetSpec};
 pub use value::{Value, ValueError};
 

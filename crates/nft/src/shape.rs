@@ -22,7 +22,7 @@ use ipsetmgr_ipset::{
     Proto, SetHeader, SetKind, SetType,
 };
 
-use crate::element::{Element, Elements};
+use crate::element::{Element, Elements, MAX_ELEMENT_COMMENT_LEN};
 use crate::interval::{self, Raw, cidrs_u128, from_u128, host_mask, to_u128};
 use crate::spec::{FieldType, KeyType, NftSetSpec};
 use crate::value::Value;
@@ -62,7 +62,7 @@ pub enum ShapeError {
 /// A member that cannot become an element of its set.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("member {member}: {reason}")]
-pub struct MemberError {
+pub struct UnrepresentableMember {
     pub member: String,
     pub reason: Unrepresentable,
 }
@@ -81,6 +81,8 @@ pub enum Unrepresentable {
     WrongKind(SetKind),
     #[error("a comment in a set created without comments")]
     Comment,
+    #[error("a comment of more than {MAX_ELEMENT_COMMENT_LEN} characters, the most nft holds")]
+    CommentTooLong,
     #[error("an element that is no member of a {0} set")]
     NotAMember(SetKind),
 }
@@ -168,7 +170,7 @@ impl SetShape {
 
     /// The elements for `members` (all of this set's kind), canonical
     /// (sorted, no duplicates).
-    pub fn elements<I>(&self, members: I) -> Result<Elements, MemberError>
+    pub fn elements<I>(&self, members: I) -> Result<Elements, UnrepresentableMember>
     where
         I: IntoIterator,
         I::Item: Borrow<Member>,
@@ -196,9 +198,12 @@ impl SetShape {
         Ok(out)
     }
 
-    fn comment_of<'m>(&self, m: &'m Member) -> Result<Option<&'m Comment>, MemberError> {
+    fn comment_of<'m>(&self, m: &'m Member) -> Result<Option<&'m Comment>, UnrepresentableMember> {
         match m.comment() {
             Some(_) if !self.comments => Err(err(m, Unrepresentable::Comment)),
+            Some(c) if c.as_str().len() > MAX_ELEMENT_COMMENT_LEN => {
+                Err(err(m, Unrepresentable::CommentTooLong))
+            }
             c => Ok(c),
         }
     }
@@ -322,7 +327,7 @@ impl SetShape {
         members: I,
         net_field: usize,
         out: &mut Elements,
-    ) -> Result<(), MemberError>
+    ) -> Result<(), UnrepresentableMember>
     where
         I: Iterator,
         I::Item: Borrow<Member>,
@@ -420,9 +425,9 @@ impl SetShape {
     /// The members the elements stand for (the inverse of
     /// [`SetShape::elements`] for display): ranges become the fewest
     /// networks (as plain members: nomatch holes are already cut out).
-    pub fn members(&self, elements: &Elements) -> Result<Vec<Member>, MemberError> {
+    pub fn members(&self, elements: &Elements) -> Result<Vec<Member>, UnrepresentableMember> {
         let mut out = Vec::with_capacity(elements.len());
-        let not_member = |e: String| MemberError {
+        let not_member = |e: String| UnrepresentableMember {
             member: e,
             reason: Unrepresentable::NotAMember(self.kind),
         };
@@ -583,8 +588,8 @@ impl SetShape {
     }
 }
 
-fn err(m: &Member, reason: Unrepresentable) -> MemberError {
-    MemberError {
+fn err(m: &Member, reason: Unrepresentable) -> UnrepresentableMember {
+    UnrepresentableMember {
         member: m.to_string(),
         reason,
     }

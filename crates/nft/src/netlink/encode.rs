@@ -195,9 +195,9 @@ fn put_key(buf: &mut Vec<u8>, ty: u16, key: &[u8]) {
 fn elem_userdata(comment: Option<&str>, open: bool) -> Vec<u8> {
     let mut u = Vec::new();
     if let Some(c) = comment {
-        // A Comment has at most 255 bytes: with its NUL it fits a u8 length
-        // only up to 254, so a longer one is cut (nft does the same).
-        let bytes = &c.as_bytes()[..c.len().min(254)];
+        // Elements hold comments of at most MAX_ELEMENT_COMMENT_LEN (128)
+        // bytes, so the length with its NUL always fits the TLV's byte.
+        let bytes = &c.as_bytes()[..c.len().min(crate::element::MAX_ELEMENT_COMMENT_LEN)];
         u.push(NFTNL_UDATA_SET_ELEM_COMMENT);
         u.push(bytes.len() as u8 + 1);
         u.extend_from_slice(bytes);

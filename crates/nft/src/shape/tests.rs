@@ -171,7 +171,7 @@ fn what_nft_cannot_hold_is_refused_naming_the_member() {
     ));
     assert_eq!(
         e,
-        Err(MemberError {
+        Err(UnrepresentableMember {
             member: "10.0.0.1,icmp:echo-request".into(),
             reason: Unrepresentable::Icmp
         })
@@ -191,6 +191,26 @@ fn what_nft_cannot_hold_is_refused_naming_the_member() {
         e.unwrap_err().reason,
         Unrepresentable::WrongKind(_)
     ));
+    // Longer than nft holds (ipset takes 255).
+    let with = SetShape::new(
+        SetType::HashIp,
+        Some(Family::V6),
+        &HeaderOptions {
+            comment: true,
+            ..Default::default()
+        },
+        8,
+    )
+    .unwrap();
+    let long = format!("::1 comment:{}", "x".repeat(129));
+    assert_eq!(
+        with.elements(members(SetType::HashIp, &[&long]))
+            .unwrap_err()
+            .reason,
+        Unrepresentable::CommentTooLong
+    );
+    let ok = format!("::1 comment:{}", "x".repeat(128));
+    assert!(with.elements(members(SetType::HashIp, &[&ok])).is_ok());
     // A comment where the policy has none.
     let e = s.elements(members(SetType::HashIp, &["::1 comment:x"]));
     assert_eq!(e.unwrap_err().reason, Unrepresentable::Comment);
