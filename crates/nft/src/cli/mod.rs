@@ -264,12 +264,15 @@ fn errno_error(stderr: &str, op: Option<&NftOp<'_>>, element: Option<String>) ->
             "permission denied: nft needs CAP_NET_ADMIN in this network namespace".into(),
         ),
         Some(libc::ENOMEM | libc::ENOBUFS) => NftError::Unavailable(line),
-        Some(_) if element.is_some() => NftError::InvalidElement {
-            set,
-            element: element.unwrap_or_default(),
-            reason: line,
+        // nft's own refusals (a value of another type) have no errno.
+        _ => match element {
+            Some(element) => NftError::InvalidElement {
+                set,
+                element,
+                reason: line,
+            },
+            None => NftError::Other(line),
         },
-        _ => NftError::Other(line),
     }
 }
 

@@ -467,7 +467,14 @@ impl NetlinkNft {
         info: &encode::MsgInfo,
         a: &decode::Ack,
     ) -> NftBatchError {
-        let op = &ops[info.op.min(ops.len() - 1)];
+        // The plan's ops are `ops`' own indexes.
+        let Some(op) = ops.get(info.op) else {
+            return NftBatchError::whole(NftError::Protocol(format!(
+                "a reply for operation {} of {}",
+                info.op,
+                ops.len()
+            )));
+        };
         let msg_bytes = self.sbuf.get(info.at..).and_then(|m| {
             let len = m
                 .get(0..4)

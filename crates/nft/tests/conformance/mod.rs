@@ -47,6 +47,7 @@ macro_rules! conformance_tests {
             missing_table_and_sets,
             create_set_again,
             hash_mac_works,
+            other_table_families,
             large_round_trip_100k,
         );
     };
@@ -1108,6 +1109,50 @@ pub fn create_set_again(dp: &mut dyn NftDataplane, env: &Env) {
         &owned,
     );
     assert_holds(dp, env, "ipm4-a", &s, &e);
+    // The same key and flags with another size: the set stays, its size
+    // follows (nft's `add set` on this kernel).
+    let bigger = SetShape::new(
+        SetType::HashIp,
+        Some(Family::V4),
+        &HeaderOptions::default(),
+        5000,
+    )
+    .unwrap();
+    ok(
+        dp,
+        &[NftOp::CreateSet {
+            name: "ipm4-a",
+            spec: &bigger.spec,
+        }],
+        &owned,
+    );
+    let k = read(dp, "ipm4-a");
+    assert_eq!(k.spec.and_then(|s| s.size), Some(5000));
+    assert_eq!(k.elements.as_ref(), Some(&e));
+    // Elements of another type for an existing set: the kernel refuses
+    // them, naming the element.
+    let m = shape(SetType::HashIpMark, Some(Family::V4), false);
+    let me = elements(&m, &["10.0.0.9,0x1"]);
+    let err = fails(
+        dp,
+        &[NftOp::AddElements {
+            set: "ipm4-a",
+            elements: &me,
+        }],
+    );
+    assert_eq!(err.op_index, Some(0));
+    assert!(
+        matches!(&err.error, NftError::InvalidElement { set, element, .. } if set == "ipm4-a" && element == "10.0.0.9 . 0x00000001"),
+        "{err:?}"
+    );
+    ok(
+        dp,
+        &[NftOp::CreateSet {
+            name: "ipm4-a",
+            spec: &s.spec,
+        }],
+        &owned,
+    );
     let v6 = shape(SetType::HashIp, Some(Family::V6), false);
     let err = fails(
         dp,
@@ -1267,4 +1312,43 @@ pub fn large_round_trip_100k(dp: &mut dyn NftDataplane, env: &Env) {
         &owned,
     );
     assert_holds(dp, env, "ipm4-bign", &n, &ne);
+}
+
+/// Tables of the other families hold the same sets; each table is its own.
+pub fn other_table_families(dp: &mut dyn NftDataplane, _env: &Env) {
+    let s = shape(SetType::HashNet, Some(Family::V4), true);
+    let e = elements(&s, &["10.0.0.0/8 comment:x", "10.1.0.0/16 nomatch"]);
+    for family in [
+        TableFamily::Ip,
+        TableFamily::Ip6,
+        TableFamily::Bridge,
+        TableFamily::Netdev,
+    ] {
+        let t = Table::new(family, "T");
+        let ops = [
+            NftOp::EnsureTable,
+            NftOp::CreateSet {
+                name: "ipm4-n",
+                spec: &s.spec,
+            },
+            NftOp::AddElements {
+                set: "ipm4-n",
+                elements: &e,
+            },
+        ];
+        if let Err(err) = dp.apply(&t, &ops, &owned) {
+            panic!("{family}: {err}");
+        }
+        let k = dp.read_set(&t, "ipm4-n").unwrap().expect("the set");
+        assert_eq!(k.elements.as_ref(), Some(&e), "{family}");
+        assert_eq!(
+            dp.list_sets(&t, &owned).unwrap(),
+            Some(vec!["ipm4-n".to_string()])
+        );
+    }
+    assert_eq!(
+        dp.list_sets(&table(), &owned).unwrap(),
+        None,
+        "inet T was never created"
+    );
 }
