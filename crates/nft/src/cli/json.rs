@@ -310,9 +310,12 @@ pub struct Listing {
 /// One object of a listing: exactly one of these keys is set.
 #[derive(Deserialize, Debug, Default)]
 pub struct Item {
+    // Named only so that they are not `other`: what they say is not needed.
     #[serde(default)]
+    #[allow(dead_code)]
     pub metainfo: Option<serde::de::IgnoredAny>,
     #[serde(default)]
+    #[allow(dead_code)]
     pub table: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     pub set: Option<JSet>,

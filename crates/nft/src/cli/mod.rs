@@ -9,7 +9,7 @@
 //! runs the transaction in the kernel and aborts it) ever shorter prefixes
 //! of the batch, and within a small enough element list the element.
 
-pub mod json;
+mod json;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -17,7 +17,7 @@
 //! acks, the offset of the element it blames.
 
 mod consts;
-pub mod decode;
+mod decode;
 mod encode;
 mod errors;
 
