@@ -697,6 +697,31 @@ pub fn nomatch_intervals_match_exactly(dp: &mut dyn NftDataplane, env: &Env) {
     ] {
         assert_eq!(env.holds(name, addr), want, "{addr}");
     }
+    // The last range runs to the last address (no interval-end element in
+    // the kernel): it deletes and comes back like any other.
+    let mut top = Elements::new(s.spec.key, true);
+    let last = e.get(e.len() - 1).unwrap();
+    assert_eq!(last.to_string(), "255.255.255.255");
+    top.push_raw(last.key, last.key_end, None).unwrap();
+    ok(
+        dp,
+        &[NftOp::DelElements {
+            set: name,
+            elements: &top,
+        }],
+        &owned,
+    );
+    assert!(!env.holds(name, "255.255.255.255"));
+    assert!(env.holds(name, "11.0.0.1"));
+    ok(
+        dp,
+        &[NftOp::AddElements {
+            set: name,
+            elements: &top,
+        }],
+        &owned,
+    );
+    assert_holds(dp, env, name, &s, &e);
 }
 
 /// A rule references the set: deleting it is "in use"; the rule survives
