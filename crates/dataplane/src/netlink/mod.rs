@@ -13,12 +13,14 @@
 //! elements, several of them in flight before their acks are read. Each
 //! element carries IPSET_ATTR_LINENO, so a kernel error names the element.
 
-// The protocol's internals are this module's own business.
+// The ipset protocol's internals are this module's own business; the
+// generic netlink framing (`wire`) is shared with the nf_tables backend
+// (crates/nft), which speaks the same nlmsghdr/nfgenmsg/NLA format.
 mod codec;
 mod consts;
 mod element;
 mod errors;
-mod wire;
+pub mod wire;
 
 pub use codec::fuzz_decode;
 

@@ -4,6 +4,13 @@
 
 use super::consts::*;
 
+/// The netlink numbers every user of this framing needs (the ipset ones
+/// stay private to the ipset backend).
+pub use super::consts::{
+    NFGENMSG_LEN, NLA_F_NESTED, NLA_F_NET_BYTEORDER, NLA_HDRLEN, NLA_TYPE_MASK, NLM_F_ACK,
+    NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN,
+};
+
 /// A malformed byte sequence from the kernel (or a fuzzer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeError(pub &'static str);

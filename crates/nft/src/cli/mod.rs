@@ -1,0 +1,427 @@
+//! The `nft(8)` backend: every apply is one `nft -j -f -` run (one file is
+//! one nf_tables transaction), its JSON built through serde from typed
+//! values; listings are `nft -j` output parsed with serde into the same
+//! typed values. The fallback where netlink cannot be used, and the oracle
+//! the tests hold the netlink backend to.
+//!
+//! `nft` reports a failed transaction as text without saying which command
+//! failed. The failing operation is found by checking (`nft -c`, which
+//! runs the transaction in the kernel and aborts it) ever shorter prefixes
+//! of the batch, and within a small enough element list the element.
+
+mod json;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use crate::{NftBatchError, NftDataplane, NftError, NftKernelSet, NftOp, Table, precheck};
+
+/// Element lists up to this long are narrowed down to the failing element.
+const NARROW_ELEMENTS_UP_TO: usize = 10_000;
+
+/// The `nft` binary as a backend.
+#[derive(Clone, Debug)]
+pub struct CliNft {
+    program: PathBuf,
+}
+
+impl Default for CliNft {
+    fn default() -> Self {
+        CliNft::new()
+    }
+}
+
+/// How one `nft` run ended.
+struct Run {
+    ok: bool,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+impl CliNft {
+    pub fn new() -> CliNft {
+        CliNft::with_program("nft")
+    }
+
+    pub fn with_program(program: impl Into<PathBuf>) -> CliNft {
+        CliNft {
+            program: program.into(),
+        }
+    }
+
+    fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Result<Run, NftError> {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| {
+            NftError::Unavailable(format!(
+                "running {}: {e} (is nftables installed?)",
+                self.program.display()
+            ))
+        })?;
+        let out = std::thread::scope(|s| {
+            if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+                // nft reads all of its input before it answers; a writer
+                // thread keeps a full pipe from blocking the reader.
+                s.spawn(move || {
+                    let _ = pipe.write_all(input);
+                });
+            }
+            child.wait_with_output()
+        })
+        .map_err(|e| NftError::Unavailable(format!("waiting for nft: {e}")))?;
+        Ok(Run {
+            ok: out.status.success(),
+            stdout: out.stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    fn script_bytes(
+        table: &Table,
+        ops: &[NftOp<'_>],
+        narrow: Option<(usize, std::ops::Range<usize>)>,
+    ) -> Result<Vec<u8>, NftError> {
+        let script = json::script(table, ops, narrow);
+        serde_json::to_vec(&script)
+            .map_err(|e| NftError::Other(format!("an element with no JSON form: {e}")))
+    }
+
+    /// Whether `ops` (narrowed) would fail, checked in the kernel.
+    fn check_fails(
+        &self,
+        table: &Table,
+        ops: &[NftOp<'_>],
+        narrow: Option<(usize, std::ops::Range<usize>)>,
+    ) -> Result<Option<String>, NftError> {
+        let bytes = Self::script_bytes(table, ops, narrow)?;
+        let run = self.run(&["-c", "-j", "-f", "-"], Some(&bytes))?;
+        Ok((!run.ok).then_some(run.stderr))
+    }
+
+    /// The first op whose prefix of the batch fails (`None`: none does now).
+    fn failing_op(
+        &self,
+        table: &Table,
+        ops: &[NftOp<'_>],
+    ) -> Result<Option<(usize, String)>, NftError> {
+        let (mut lo, mut hi) = (0usize, ops.len());
+        let mut found = None;
+        // Invariant: ops[..lo] passes; the failure is at an index < hi.
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.check_fails(table, &ops[..=mid], None)? {
+                Some(stderr) => {
+                    found = Some((mid, stderr));
+                    hi = mid;
+                }
+                None => lo = mid + 1,
+            }
+        }
+        Ok(found)
+    }
+
+    /// The first element of op `at` that fails, for short element lists.
+    fn failing_element(
+        &self,
+        table: &Table,
+        ops: &[NftOp<'_>],
+        at: usize,
+    ) -> Result<Option<usize>, NftError> {
+        let n = match &ops[at] {
+            NftOp::AddElements { elements, .. } | NftOp::DelElements { elements, .. } => {
+                elements.len()
+            }
+            _ => return Ok(None),
+        };
+        if n > NARROW_ELEMENTS_UP_TO {
+            return Ok(None);
+        }
+        let (mut lo, mut hi) = (0usize, n);
+        let mut found = None;
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self
+                .check_fails(table, &ops[..=at], Some((at, 0..mid + 1)))?
+                .is_some()
+            {
+                found = Some(mid);
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        Ok(found)
+    }
+
+    fn list_table(&self, table: &Table) -> Result<Option<json::Listing>, NftError> {
+        let run = self.run(
+            &[
+                "-j",
+                "-t",
+                "list",
+                "table",
+                table.family.nft_name(),
+                &table.name,
+            ],
+            None,
+        )?;
+        self.listing(run)
+    }
+
+    fn listing(&self, run: Run) -> Result<Option<json::Listing>, NftError> {
+        if !run.ok {
+            if run.stderr.contains("No such file or directory") {
+                return Ok(None);
+            }
+            return Err(errno_error(&run.stderr, None, None));
+        }
+        serde_json::from_slice(&run.stdout).map(Some).map_err(|e| {
+            NftError::Protocol(format!("nft -j printed what this crate cannot read: {e}"))
+        })
+    }
+}
+
+/// The errno `nft` names in "Error: Could not process rule: <strerror>".
+fn errno_of(stderr: &str) -> Option<i32> {
+    const CANDIDATES: [i32; 16] = [
+        libc::ENOENT,
+        libc::EEXIST,
+        libc::EBUSY,
+        libc::ENFILE,
+        libc::EOPNOTSUPP,
+        libc::EINVAL,
+        libc::EPERM,
+        libc::EACCES,
+        libc::ENOMEM,
+        libc::ENOBUFS,
+        libc::ENOTEMPTY,
+        libc::E2BIG,
+        libc::ERANGE,
+        libc::EAFNOSUPPORT,
+        libc::EPROTONOSUPPORT,
+        libc::EMSGSIZE,
+    ];
+    CANDIDATES.into_iter().find(|&e| {
+        let text = std::io::Error::from_raw_os_error(e).to_string();
+        let text = text.split(" (os error").next().unwrap_or(&text);
+        stderr.contains(&format!(": {text}"))
+    })
+}
+
+/// The first line of nft's error output (for messages).
+fn first_error_line(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.contains("Error:"))
+        .or_else(|| stderr.lines().next())
+        .unwrap_or("")
+        .trim()
+}
+
+/// nft's error text as a typed error, for `op` when known.
+fn errno_error(stderr: &str, op: Option<&NftOp<'_>>, element: Option<String>) -> NftError {
+    let set = op.and_then(|o| o.set()).unwrap_or("").to_string();
+    let line = first_error_line(stderr).to_string();
+    // nft's own checks, before the kernel sees anything.
+    if stderr.contains("interval overlaps") || stderr.contains("conflicting intervals") {
+        return NftError::ElementExists {
+            set,
+            element: element.unwrap_or_else(|| "(not named by nft)".into()),
+        };
+    }
+    match errno_of(stderr) {
+        Some(libc::ENOENT) => match (op, element) {
+            (Some(NftOp::DelElements { .. }), Some(element)) => {
+                NftError::ElementMissing { set, element }
+            }
+            (Some(NftOp::DelElements { .. }), None) => NftError::ElementMissing {
+                set,
+                element: "(not named by nft)".into(),
+            },
+            _ => NftError::SetMissing(set),
+        },
+        Some(libc::EEXIST | libc::ENOTEMPTY) => match op {
+            Some(NftOp::CreateSet { .. }) => NftError::SetExists(set),
+            _ => NftError::ElementExists {
+                set,
+                element: element.unwrap_or_else(|| "(not named by nft)".into()),
+            },
+        },
+        Some(libc::EBUSY) => NftError::InUse(set),
+        Some(libc::ENFILE) => NftError::SetFull(set),
+        Some(libc::EOPNOTSUPP | libc::EAFNOSUPPORT | libc::EPROTONOSUPPORT) => {
+            NftError::NotSupported(line)
+        }
+        Some(libc::EPERM | libc::EACCES) => NftError::Unavailable(
+            "permission denied: nft needs CAP_NET_ADMIN in this network namespace".into(),
+        ),
+        Some(libc::ENOMEM | libc::ENOBUFS) => NftError::Unavailable(line),
+        // nft's own refusals (a value of another type) have no errno.
+        _ => match element {
+            Some(element) => NftError::InvalidElement {
+                set,
+                element,
+                reason: line,
+            },
+            None => NftError::Other(line),
+        },
+    }
+}
+
+impl NftDataplane for CliNft {
+    fn name(&self) -> &'static str {
+        "cli"
+    }
+
+    fn apply(
+        &mut self,
+        table: &Table,
+        ops: &[NftOp<'_>],
+        owned: &dyn Fn(&str) -> bool,
+    ) -> Result<(), NftBatchError> {
+        precheck(table, ops, owned)?;
+        let script = json::script(table, ops, None);
+        if script.nftables.is_empty() {
+            return Ok(()); // nothing to change: no transaction at all
+        }
+        let bytes = serde_json::to_vec(&script).map_err(|e| {
+            NftBatchError::whole(NftError::Other(format!(
+                "an element with no JSON form: {e}"
+            )))
+        })?;
+        let run = self
+            .run(&["-j", "-f", "-"], Some(&bytes))
+            .map_err(NftBatchError::whole)?;
+        if run.ok {
+            return Ok(());
+        }
+        // Nothing was applied; find out which op (and element) failed.
+        let Some((at, stderr)) = self.failing_op(table, ops).map_err(NftBatchError::whole)? else {
+            return Err(NftBatchError::whole(errno_error(&run.stderr, None, None)));
+        };
+        let element_index = self
+            .failing_element(table, ops, at)
+            .map_err(NftBatchError::whole)?;
+        let element = element_index.and_then(|i| match &ops[at] {
+            NftOp::AddElements { elements, .. } | NftOp::DelElements { elements, .. } => {
+                elements.get(i).map(|e| e.to_string())
+            }
+            _ => None,
+        });
+        let mut error = errno_error(&stderr, Some(&ops[at]), element);
+        // ENOENT: a missing table reads as a missing set; tell them apart
+        // (no earlier op of this batch created the table: it failed whole).
+        if matches!(error, NftError::SetMissing(_))
+            && !ops[..at].iter().any(|o| matches!(o, NftOp::EnsureTable))
+            && self
+                .list_table(table)
+                .map_err(NftBatchError::whole)?
+                .is_none()
+        {
+            error = NftError::TableMissing(table.to_string());
+        }
+        Err(NftBatchError {
+            op_index: Some(at),
+            element_index,
+            error,
+        })
+    }
+
+    fn list_sets(
+        &mut self,
+        table: &Table,
+        owned: &dyn Fn(&str) -> bool,
+    ) -> Result<Option<Vec<String>>, NftError> {
+        let Some(listing) = self.list_table(table)? else {
+            return Ok(None);
+        };
+        let mut names: Vec<String> = listing
+            .nftables
+            .into_iter()
+            .filter_map(|i| i.set)
+            .filter(|s| s.table == table.name && s.family == table.family.nft_name())
+            .filter(|s| owned(&s.name))
+            .map(|s| s.name)
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(Some(names))
+    }
+
+    fn read_set(&mut self, table: &Table, name: &str) -> Result<Option<NftKernelSet>, NftError> {
+        if !crate::is_valid_name(name) || !crate::is_valid_name(&table.name) {
+            return Ok(None);
+        }
+        let run = self.run(
+            &[
+                "-j",
+                "list",
+                "set",
+                table.family.nft_name(),
+                &table.name,
+                name,
+            ],
+            None,
+        )?;
+        let Some(listing) = self.listing(run)? else {
+            return Ok(None);
+        };
+        let Some(set) = listing.nftables.into_iter().find_map(|i| i.set) else {
+            // A map of that name is listed as a map: not a set of ours.
+            return Ok(None);
+        };
+        let spec = set.spec();
+        let (elements, unreadable) = match &spec {
+            Some(spec) => {
+                let (e, bad) = set.elements(spec);
+                (Some(e), bad)
+            }
+            None => (None, 0),
+        };
+        let references = match self.list_table(table)? {
+            Some(l) => l
+                .nftables
+                .iter()
+                .filter_map(|i| i.rule.as_ref())
+                .filter(|r| r.table == table.name && json::references(&r.expr, name))
+                .count() as u32,
+            None => 0,
+        };
+        Ok(Some(NftKernelSet {
+            name: set.name.clone(),
+            handle: set.handle,
+            spec,
+            unmanaged: set.unmanaged(),
+            elements,
+            unreadable_elements: unreadable,
+            references,
+        }))
+    }
+
+    fn table_has_foreign_objects(
+        &mut self,
+        table: &Table,
+        owned: &dyn Fn(&str) -> bool,
+    ) -> Result<bool, NftError> {
+        let Some(listing) = self.list_table(table)? else {
+            return Ok(false);
+        };
+        Ok(listing.nftables.iter().any(|i| {
+            i.map.is_some()
+                || i.rule.is_some()
+                || !i.other.is_empty()
+                || i.set.as_ref().is_some_and(|s| !owned(&s.name))
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests;

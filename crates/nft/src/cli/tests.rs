@@ -1,0 +1,173 @@
+//! The JSON both ways without `nft`: commands from typed values, and
+//! listings (as nft 1.0.6 prints them) into the same typed values.
+
+use ipsetmgr_ipset::{Family, HeaderOptions, Member, SetType};
+
+use super::json::{self, Listing};
+use super::{errno_error, errno_of};
+use crate::{Elements, NftError, NftOp, SetShape, Table, TableFamily};
+
+fn shape(t: SetType, f: Option<Family>) -> SetShape {
+    let opts = HeaderOptions {
+        comment: true,
+        ..Default::default()
+    };
+    SetShape::new(t, f, &opts, 10).unwrap()
+}
+
+fn elements(s: &SetShape, items: &[&str]) -> Elements {
+    let members: Vec<Member> = items
+        .iter()
+        .flat_map(|i| Member::parse_user(s.kind.set_type, i).unwrap().members)
+        .collect();
+    s.elements(&members).unwrap()
+}
+
+#[test]
+fn commands_are_nfts_json() {
+    let t = Table::new(TableFamily::Inet, "t");
+    let s = shape(SetType::HashNetPort, Some(Family::V4));
+    let e = elements(
+        &s,
+        &[
+            "10.0.0.0/8,80 comment:web",
+            "10.0.0.0/9,80 nomatch",
+            "1.1.1.1,udp:53",
+        ],
+    );
+    let ops = [
+        NftOp::EnsureTable,
+        NftOp::CreateSet {
+            name: "s",
+            spec: &s.spec,
+        },
+        NftOp::AddElements {
+            set: "s",
+            elements: &e,
+        },
+        NftOp::FlushSet { set: "s" },
+    ];
+    let got = serde_json::to_value(json::script(&t, &ops, None)).unwrap();
+    let want = serde_json::json!({"nftables": [
+        {"add": {"table": {"family": "inet", "name": "t"}}},
+        {"add": {"set": {"family": "inet", "table": "t", "name": "s",
+            "type": ["ipv4_addr", "inet_proto", "inet_service"], "flags": ["interval"], "size": 10}}},
+        {"add": {"element": {"family": "inet", "table": "t", "name": "s", "elem": [
+            {"concat": ["1.1.1.1", 17, 53]},
+            {"elem": {"val": {"concat": [{"prefix": {"addr": "10.128.0.0", "len": 9}}, 6, 80]}, "comment": "web"}},
+        ]}}},
+        {"flush": {"set": {"family": "inet", "table": "t", "name": "s"}}},
+    ]});
+    assert_eq!(got, want);
+    // A range that is no prefix, a MAC, an interface.
+    let s = shape(SetType::HashNet, Some(Family::V4));
+    let e = elements(&s, &["10.0.0.0/8", "10.0.0.0/24 nomatch"]);
+    let got = serde_json::to_value(json::script(
+        &t,
+        &[NftOp::DelElements {
+            set: "s",
+            elements: &e,
+        }],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(
+        got["nftables"][0]["delete"]["element"]["elem"],
+        serde_json::json!([{"range": ["10.0.1.0", "10.255.255.255"]}])
+    );
+    let s = shape(SetType::HashMac, None);
+    let e = elements(&s, &["AA:bb:cc:dd:ee:01"]);
+    let got = serde_json::to_value(json::script(
+        &t,
+        &[NftOp::AddElements {
+            set: "s",
+            elements: &e,
+        }],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(
+        got["nftables"][0]["add"]["element"]["elem"],
+        serde_json::json!(["aa:bb:cc:dd:ee:01"])
+    );
+}
+
+#[test]
+fn listings_parse_into_elements() {
+    // Printed by nft 1.0.6 (`nft -j list set`) for sets made by hand.
+    let text = r#"{"nftables": [{"metainfo": {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_version": 1}},
+        {"set": {"family": "inet", "name": "i", "table": "t", "type": ["ipv4_addr", "ifname"], "handle": 6, "flags": ["interval"],
+         "elem": [{"concat": [{"prefix": {"addr": "10.0.0.0", "len": 8}}, "eth0"]}]}}]}"#;
+    let l: Listing = serde_json::from_str(text).unwrap();
+    let set = l.nftables.into_iter().find_map(|i| i.set).unwrap();
+    let spec = set.spec().unwrap();
+    assert_eq!(
+        spec,
+        shape(SetType::HashNetIface, Some(Family::V4))
+            .spec
+            .clone_without_size()
+    );
+    let (e, bad) = set.elements(&spec);
+    assert_eq!(bad, 0);
+    assert_eq!(e.get(0).unwrap().to_string(), "10.0.0.0/8 . \"eth0\"");
+
+    let text = r#"{"nftables": [{"set": {"family": "inet", "name": "p", "table": "t", "type": ["ipv4_addr", "inet_proto", "inet_service"],
+        "handle": 2, "flags": ["interval"], "elem": [{"concat": [{"prefix": {"addr": "10.0.0.0", "len": 8}}, "tcp", 80]},
+        {"elem": {"val": {"concat": [{"range": ["10.0.0.0", "10.0.0.5"]}, "udp", 80]}, "comment": "c"}},
+        {"elem": {"val": {"concat": ["10.0.0.0", "tcp", 1]}, "timeout": 5}}]}}]}"#;
+    let l: Listing = serde_json::from_str(text).unwrap();
+    let set = l.nftables.into_iter().find_map(|i| i.set).unwrap();
+    let (e, bad) = set.elements(&set.spec().unwrap());
+    assert_eq!(bad, 1, "an element with a timeout is not ours");
+    let shown: Vec<String> = e.iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        shown,
+        [
+            "10.0.0.0/8 . tcp . 80",
+            "10.0.0.0-10.0.0.5 . udp . 80 comment \"c\""
+        ]
+    );
+
+    let text = r#"{"nftables": [{"set": {"family": "inet", "name": "m", "table": "t", "type": ["ipv4_addr", "mark"], "handle": 7,
+        "elem": [{"concat": ["10.0.0.1", 16]}]}}, {"chain": {"family": "inet", "table": "t", "name": "c"}},
+        {"rule": {"family": "inet", "table": "t", "chain": "c", "handle": 3, "expr": [{"match": {"op": "==",
+         "left": {"concat": [{"payload": {"protocol": "ip", "field": "saddr"}}, {"meta": {"key": "mark"}}]}, "right": "@m"}}, {"drop": null}]}}]}"#;
+    let l: Listing = serde_json::from_str(text).unwrap();
+    assert!(!l.nftables[1].other.is_empty(), "a chain is something else");
+    let rule = l.nftables[2].rule.as_ref().unwrap();
+    assert!(json::references(&rule.expr, "m"));
+    assert!(!json::references(&rule.expr, "mm"));
+    let set = l.nftables.into_iter().find_map(|i| i.set).unwrap();
+    let (e, _) = set.elements(&set.spec().unwrap());
+    assert_eq!(e.get(0).unwrap().to_string(), "10.0.0.1 . 0x00000010");
+}
+
+#[test]
+fn nft_error_text_becomes_typed_errors() {
+    let full = "internal:0:0-0: Error: Could not process rule: Too many open files in system\n";
+    assert_eq!(errno_of(full), Some(libc::ENFILE));
+    let op = NftOp::DeleteSet { set: "s" };
+    let busy = "Error: Could not process rule: Device or resource busy";
+    assert_eq!(
+        errno_error(busy, Some(&op), None),
+        NftError::InUse("s".into())
+    );
+    assert_eq!(
+        errno_error(full, Some(&op), None),
+        NftError::SetFull("s".into())
+    );
+    let overlap = "Error: interval overlaps with an existing one";
+    assert!(matches!(
+        errno_error(overlap, Some(&op), None),
+        NftError::ElementExists { .. }
+    ));
+}
+
+impl crate::NftSetSpec {
+    fn clone_without_size(&self) -> crate::NftSetSpec {
+        crate::NftSetSpec {
+            size: None,
+            ..*self
+        }
+    }
+}
