@@ -162,7 +162,13 @@ fn is_gone(e: &kube::Error, name: &str) -> bool {
 
 fn netns(node: &str) -> String {
     // Network namespace names are file names: keep them short and simple.
-    format!("ipme2e-{}", node.trim_start_matches("ipsetmgr-e2e-"))
+    // The process id keeps two runs on one machine (two checkouts) out of
+    // each other's kernels: one's start-up clean-up deleted the other's.
+    format!(
+        "ipme2e-{}-{}",
+        std::process::id(),
+        node.trim_start_matches("ipsetmgr-e2e-")
+    )
 }
 
 /// `ipset ARGS` in the node's kernel.
