@@ -45,12 +45,19 @@ def say(*a):
 
 
 def kubectl(kc, *args, input=None, check=True):
-    out = subprocess.run(
-        ["kubectl", "--kubeconfig", kc, *args],
-        input=input,
-        capture_output=True,
-        text=True,
-    )
+    # An API server saturated by thousands of watchers (at 2,000 hollow
+    # nodes on 2 cores) answers a GET with a Timeout now and then: retried,
+    # and counted, since that is part of what the run shows.
+    for attempt in range(10):
+        out = subprocess.run(
+            ["kubectl", "--kubeconfig", kc, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+        )
+        if out.returncode == 0 or "(Timeout)" not in out.stderr:
+            break
+        print(f"API server timeout ({attempt + 1}): kubectl {args[0]}", file=sys.stderr)
     if check and out.returncode != 0:
         raise SystemExit(f"kubectl {' '.join(args)}: {out.stderr}")
     return out.stdout
