@@ -18,7 +18,7 @@
 //!   `ipsetmgr-system` (kind).
 //! - `IPSETMGR_BIN`: the binary for local mode; default the one Cargo built
 //!   for this test.
-//! - `IPSETMGR_E2E_TIMEOUT`: seconds each bounded wait may take (default 90).
+//! - `IPSETMGR_E2E_TIMEOUT`: seconds each bounded wait may take (default 300).
 //!
 //! Written against documented API semantics only: the CRDs are applied
 //! server-side and awaited Established; statuses are read from the objects
@@ -116,7 +116,10 @@ impl Env {
             Ok(s) => s
                 .parse()
                 .unwrap_or_else(|_| panic!("IPSETMGR_E2E_TIMEOUT={s}: seconds")),
-            Err(_) => 90,
+            // Generous: a passing run waits only as long as it needs, and on
+            // a loaded 2-core machine (CI beside other builds) a million
+            // members took more than 90 s to reach both nodes.
+            Err(_) => 300,
         };
         Env {
             kubeconfig,
