@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::io;
 use std::time::Duration;
 
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
+use netlink_sys::Socket;
 
 use self::codec::{AdtEncoder, ListAccumulator};
 use self::consts::*;
@@ -103,23 +103,13 @@ pub struct NetlinkDataplane {
 }
 
 fn open_socket() -> Result<Socket, DataplaneError> {
-    let mut sock =
-        Socket::new(NETLINK_NETFILTER).map_err(|e| io_err("socket(NETLINK_NETFILTER)", e))?;
-    sock.bind_auto().map_err(|e| io_err("bind", e))?;
-    sock.connect(&SocketAddr::new(0, 0))
-        .map_err(|e| io_err("connect", e))?;
-    use nix::sys::socket::{setsockopt, sockopt};
-    if setsockopt(&sock, sockopt::RcvBufForce, &RCVBUF).is_err() {
-        // Without CAP_NET_ADMIN over the socket: as much as rmem_max allows.
-        let _ = sock.set_rx_buf_sz(RCVBUF);
-    }
-    let tv = nix::sys::time::TimeVal::new(RECV_TIMEOUT.as_secs() as _, 0);
-    // Best effort: without it a lost reply blocks until the kernel answers.
-    let _ = setsockopt(&sock, sockopt::ReceiveTimeout, &tv);
-    // Plain acks need not echo our (up to 64 KiB) requests; ipset's own
-    // batch error replies still carry the whole request with the lineno.
-    let _ = sock.set_cap_ack(true);
-    Ok(sock)
+    wire::open_netfilter(wire::SocketOptions {
+        rcvbuf: RCVBUF,
+        recv_timeout: RECV_TIMEOUT,
+        // ipset's own batch error replies carry the request with the lineno.
+        ext_ack: false,
+    })
+    .map_err(|(step, e)| io_err(step, e))
 }
 
 impl NetlinkDataplane {

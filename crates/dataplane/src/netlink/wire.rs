@@ -11,6 +11,44 @@ pub use super::consts::{
     NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN,
 };
 
+/// How a NETLINK_NETFILTER socket is opened ([`open_netfilter`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SocketOptions {
+    /// Receive buffer asked of the kernel (SO_RCVBUFFORCE as root).
+    pub rcvbuf: usize,
+    /// A kernel that does not answer within this is treated as unavailable.
+    pub recv_timeout: std::time::Duration,
+    /// Errors name the failing attribute by its offset (extended ack).
+    pub ext_ack: bool,
+}
+
+/// A connected NETLINK_NETFILTER socket, shared by the ipset and the
+/// nf_tables backends; an error names the step that failed.
+pub fn open_netfilter(
+    o: SocketOptions,
+) -> Result<netlink_sys::Socket, (&'static str, std::io::Error)> {
+    use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
+    use nix::sys::socket::{setsockopt, sockopt};
+    let mut sock = Socket::new(NETLINK_NETFILTER).map_err(|e| ("socket(NETLINK_NETFILTER)", e))?;
+    sock.bind_auto().map_err(|e| ("bind", e))?;
+    sock.connect(&SocketAddr::new(0, 0))
+        .map_err(|e| ("connect", e))?;
+    if setsockopt(&sock, sockopt::RcvBufForce, &o.rcvbuf).is_err() {
+        // Without CAP_NET_ADMIN over the socket: as much as rmem_max allows.
+        let _ = sock.set_rx_buf_sz(o.rcvbuf);
+    }
+    let tv = nix::sys::time::TimeVal::new(o.recv_timeout.as_secs() as _, 0);
+    // Best effort: without it a lost reply blocks until the kernel answers.
+    let _ = setsockopt(&sock, sockopt::ReceiveTimeout, &tv);
+    if o.ext_ack {
+        let _ = sock.set_ext_ack(true);
+    }
+    // Plain acks need not echo the (up to 64 KiB) request; error replies
+    // still carry what their backend needs.
+    let _ = sock.set_cap_ack(true);
+    Ok(sock)
+}
+
 /// A malformed byte sequence from the kernel (or a fuzzer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeError(pub &'static str);

@@ -29,7 +29,7 @@ mod tests;
 use std::time::Duration;
 
 use ipsetmgr_dataplane::netlink::wire::{self, DecodeError, NLMSG_DONE, NLMSG_ERROR};
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
+use netlink_sys::Socket;
 
 use self::consts::*;
 use self::decode::{ElementReader, RawSet};
@@ -77,24 +77,14 @@ pub struct NetlinkNft {
 }
 
 fn open_socket() -> Result<Socket, NftError> {
-    use nix::sys::socket::{setsockopt, sockopt};
-    let mut sock =
-        Socket::new(NETLINK_NETFILTER).map_err(|e| io_err("socket(NETLINK_NETFILTER)", e))?;
-    sock.bind_auto().map_err(|e| io_err("bind", e))?;
-    sock.connect(&SocketAddr::new(0, 0))
-        .map_err(|e| io_err("connect", e))?;
-    if setsockopt(&sock, sockopt::RcvBufForce, &RCVBUF).is_err() {
-        // Without CAP_NET_ADMIN: as much as rmem_max allows.
-        let _ = sock.set_rx_buf_sz(RCVBUF);
-    }
-    let tv = nix::sys::time::TimeVal::new(RECV_TIMEOUT.as_secs() as _, 0);
-    // Best effort: without it a lost reply blocks until the kernel answers.
-    let _ = setsockopt(&sock, sockopt::ReceiveTimeout, &tv);
-    // Errors name the failing attribute by its offset (extended ack); the
-    // message itself need not come back (up to 64 KiB per failing one).
-    let _ = sock.set_ext_ack(true);
-    let _ = sock.set_cap_ack(true);
-    Ok(sock)
+    wire::open_netfilter(wire::SocketOptions {
+        rcvbuf: RCVBUF,
+        recv_timeout: RECV_TIMEOUT,
+        // Errors name the failing attribute by its offset; the message
+        // itself need not come back.
+        ext_ack: true,
+    })
+    .map_err(|(step, e)| io_err(step, e))
 }
 
 impl NetlinkNft {
