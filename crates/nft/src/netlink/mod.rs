@@ -332,25 +332,28 @@ impl NetlinkNft {
         Ok(r.map(|()| sets))
     }
 
-    /// How many objects of one kind (`msg`, replied as `reply`) the table has.
+    /// How many objects of one kind (`msg`, replied as `reply`) the table
+    /// has that `also` accepts.
     fn count_in_table(
         &mut self,
+        what: &str,
         table: &Table,
         msg: u8,
         reply: u8,
         table_attr: u16,
+        also: &dyn Fn(&[u8]) -> Result<bool, DecodeError>,
     ) -> Result<usize, NftError> {
         let name = table.name.clone();
         let count = std::cell::Cell::new(0usize);
         self.dump_all(
-            &format!("listing table {table}"),
+            what,
             msg,
             table.family.nfproto(),
             reply,
             &|b| encode::put_str(b, table_attr, &name),
             &mut || count.set(0),
             &mut |p| {
-                if decode::object_table(p)? == name {
+                if decode::object_table(p)? == name && also(p)? {
                     count.set(count.get() + 1);
                 }
                 Ok(())
@@ -361,25 +364,15 @@ impl NetlinkNft {
 
     /// How many rules of the table reference set `set`.
     fn references(&mut self, table: &Table, set: &str) -> Result<u32, NftError> {
-        let name = table.name.clone();
-        let count = std::cell::Cell::new(0u32);
-        self.dump_all(
+        let n = self.count_in_table(
             &format!("listing the rules of table {table}"),
+            table,
             NFT_MSG_GETRULE,
-            table.family.nfproto(),
             NFT_MSG_NEWRULE,
-            &|b| encode::put_str(b, NFTA_RULE_TABLE, &name),
-            &mut || count.set(0),
-            &mut |p| {
-                if decode::object_table(p)? == name
-                    && decode::rule_set_refs(p)?.iter().any(|s| s == set)
-                {
-                    count.set(count.get() + 1);
-                }
-                Ok(())
-            },
+            NFTA_RULE_TABLE,
+            &|p| Ok(decode::rule_set_refs(p)?.iter().any(|s| s == set)),
         )?;
-        Ok(count.get())
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
     /// Send the batch in `sbuf` and read the kernel's answers.
@@ -625,7 +618,15 @@ impl NftDataplane for NetlinkNft {
                 NFTA_FLOWTABLE_TABLE,
             ),
         ] {
-            if self.count_in_table(table, msg, reply, attr)? > 0 {
+            if self.count_in_table(
+                &format!("listing table {table}"),
+                table,
+                msg,
+                reply,
+                attr,
+                &|_| Ok(true),
+            )? > 0
+            {
                 return Ok(true);
             }
         }
