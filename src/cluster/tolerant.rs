@@ -63,21 +63,30 @@ where
 pub fn decode<K: DeserializeOwned>(mut obj: DynamicObject) -> Tolerant<K> {
     // Nobody reads them, and they are large.
     obj.metadata.managed_fields = None;
-    let name = obj.name_any();
-    let uid = obj.metadata.uid.clone();
-    let resource_version = obj.metadata.resource_version.clone().unwrap_or_default();
-    let generation = obj.metadata.generation;
-    let labels = obj.metadata.labels.clone().unwrap_or_default();
-    let value = serde_json::to_value(obj)
+    // The identity first: decoding consumes the object.
+    let mut t = Tolerant::of_meta(&obj.metadata, Err(String::new()));
+    t.value = serde_json::to_value(obj)
         .and_then(serde_json::from_value::<K>)
         .map_err(|e| crate::logging::bounded(&e.to_string(), MAX_ERROR_LEN).into_owned());
-    Tolerant {
-        name,
-        uid,
-        resource_version,
-        generation,
-        labels,
-        value,
+    t
+}
+
+impl<K> Tolerant<K> {
+    /// The object's identity from its metadata, with `value` as read.
+    fn of_meta(m: &kube::api::ObjectMeta, value: Result<K, String>) -> Tolerant<K> {
+        Tolerant {
+            // As ResourceExt::name_any reads it.
+            name: m
+                .name
+                .clone()
+                .or_else(|| m.generate_name.clone())
+                .unwrap_or_default(),
+            uid: m.uid.clone(),
+            resource_version: m.resource_version.clone().unwrap_or_default(),
+            generation: m.generation,
+            labels: m.labels.clone().unwrap_or_default(),
+            value,
+        }
     }
 }
 
@@ -151,16 +160,8 @@ where
                 Event::Init => return Some((Ok(Event::Init), st)),
                 Event::InitDone => return Some((Ok(Event::InitDone), st)),
                 Event::Delete(m) => {
-                    let name = m.name_any();
-                    st.known.remove(&name);
-                    let gone = Tolerant {
-                        uid: m.metadata.uid.clone(),
-                        resource_version: m.metadata.resource_version.clone().unwrap_or_default(),
-                        generation: m.metadata.generation,
-                        labels: m.metadata.labels.clone().unwrap_or_default(),
-                        value: Err("deleted".to_string()),
-                        name,
-                    };
+                    st.known.remove(&m.name_any());
+                    let gone = Tolerant::of_meta(&m.metadata, Err("deleted".to_string()));
                     return Some((Ok(Event::Delete(gone)), st));
                 }
                 Event::Apply(m) => (m, false),

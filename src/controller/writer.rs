@@ -77,9 +77,6 @@ struct Writer {
     deferred_until: Option<Instant>,
 }
 
-/// What makes a status change worth writing at once: the generation
-/// observed and each condition's status and reason (not messages or
-/// counts, which move while nodes converge).
 /// The last status write of one policy.
 struct Written {
     status: IPSetPolicyStatus,
@@ -94,6 +91,9 @@ struct Written {
 /// are still refreshed now and then.
 const COUNT_REFRESH_INTERVALS: u32 = 30;
 
+/// What makes a status change worth writing at once: the generation
+/// observed and each condition's status and reason (not messages or
+/// counts, which move while nodes converge).
 type Shape<'a> = (
     Option<i64>,
     Vec<(&'a str, &'a str, &'a str, Option<i64>)>,
@@ -144,7 +144,9 @@ impl Writer {
                 .written
                 .get(policy)
                 .is_some_and(|w| shape(&w.status) == shape(status));
-            if let Some(w) = self.written.get(policy).filter(|_| counts_only) {
+            if let Some(w) = self.written.get(policy)
+                && counts_only
+            {
                 let wait = match w.counts {
                     0 => self.settings.summary_interval,
                     _ => self.settings.summary_interval * COUNT_REFRESH_INTERVALS,
