@@ -15,6 +15,7 @@ use crate::commands::{apply, run, sets, slice};
 use crate::ipset::Naming;
 use crate::kernel::{self, KernelOptions, KernelSide};
 use crate::logging;
+use crate::manager::ManagerConfig;
 use crate::manager::driver::DriverConfig;
 
 /// Run the command line; exit 0 on success, 1 when something failed, 2 on
@@ -66,8 +67,8 @@ fn real_main() -> Result<bool> {
             // A dry run only reads, so it never waits for a writer.
             let lock_as = (!dry_run).then_some("apply");
             let files = apply::load_inputs(&naming, &args);
-            let ok = kernel::run_once(&opts, lock_as, |dp| {
-                apply::apply(dp, naming, files, &args, &mut std::io::stdout().lock())
+            let ok = kernel::run_once(&opts, lock_as, |opened| {
+                apply::apply(opened, naming, files, &args, &mut std::io::stdout().lock())
             })??;
             Ok(ok)
         }
@@ -96,8 +97,16 @@ fn real_main() -> Result<bool> {
             Ok(true)
         }
         Command::Sets => {
-            kernel::run_once(&opts, None, |dp| {
-                sets::sets(dp, &naming, &mut std::io::stdout().lock())
+            kernel::run_once(&opts, None, |opened| {
+                let config = ManagerConfig {
+                    naming: naming.clone(),
+                    ..ManagerConfig::default()
+                };
+                sets::sets(
+                    opened.into_backend(config),
+                    &naming,
+                    &mut std::io::stdout().lock(),
+                )
             })?
             .context("listing sets")?;
             Ok(true)

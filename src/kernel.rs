@@ -13,7 +13,7 @@ use crate::dataplane::{Backend, Dataplane, OpenError, open};
 use crate::ipset::Naming;
 use crate::lock::{self, LockError, LockGuard};
 use crate::manager::driver::{self, Command, DriverConfig, Observer};
-use crate::manager::{Manager, ManagerConfig};
+use crate::manager::{Manager, ManagerConfig, SetsBackend};
 
 /// Where and how the kernel side runs.
 #[derive(Clone, Debug)]
@@ -39,29 +39,43 @@ pub enum KernelError {
     Died,
 }
 
+/// An opened kernel, not yet a backend: opening can fail (no netlink, no
+/// tool), choosing the manager's tunables cannot.
+pub struct Opened {
+    dataplane: Box<dyn Dataplane>,
+}
+
+impl Opened {
+    /// The backend over this kernel. `config.naming` says which sets it owns.
+    pub fn into_backend(self, config: ManagerConfig) -> Box<dyn SetsBackend> {
+        Box::new(Manager::new(self.dataplane, config))
+    }
+}
+
 /// Take the writer lock (when `lock_as` names the command) and open the
-/// dataplane, on the calling thread (already in the namespace).
+/// kernel, on the calling thread (already in the namespace).
 fn prepare(
     opts: &KernelOptions,
     lock_as: Option<&str>,
-) -> Result<(Option<LockGuard>, Box<dyn Dataplane>), KernelError> {
+) -> Result<(Option<LockGuard>, Opened), KernelError> {
     let guard = match lock_as {
         Some(command) => Some(lock::acquire(&opts.naming, command, opts.lock_wait)?),
         None => None,
     };
-    Ok((guard, open(opts.backend)?))
+    let dataplane = open(opts.backend)?;
+    Ok((guard, Opened { dataplane }))
 }
 
-/// Run one job against the dataplane inside the namespace, holding the
-/// writer lock for it when `lock_as` is given (readers take none).
+/// Run one job against the kernel inside the namespace, holding the writer
+/// lock for it when `lock_as` is given (readers take none).
 pub fn run_once<T: Send>(
     opts: &KernelOptions,
     lock_as: Option<&str>,
-    job: impl FnOnce(Box<dyn Dataplane>) -> T + Send,
+    job: impl FnOnce(Opened) -> T + Send,
 ) -> Result<T, KernelError> {
     netns::run_in(opts.netns.as_deref(), || {
-        let (_guard, dp) = prepare(opts, lock_as)?;
-        Ok(job(dp))
+        let (_guard, opened) = prepare(opts, lock_as)?;
+        Ok(job(opened))
     })?
 }
 
@@ -72,7 +86,7 @@ pub struct KernelSide {
 }
 
 impl KernelSide {
-    /// Enter the namespace, take the lock as `command`, open the dataplane
+    /// Enter the namespace, take the lock as `command`, open the backend
     /// and start the driver; returns once all of that succeeded (or why not).
     pub fn start(
         opts: KernelOptions,
@@ -82,23 +96,27 @@ impl KernelSide {
     ) -> Result<KernelSide, KernelError> {
         let ns = opts.netns.clone();
         Self::start_with(ns, driver, observer, move || {
-            let (guard, dp) = prepare(&opts, Some(command))?;
-            Ok((guard, dp, opts.naming))
+            let (guard, opened) = prepare(&opts, Some(command))?;
+            let config = ManagerConfig {
+                naming: opts.naming,
+                ..ManagerConfig::default()
+            };
+            Ok((guard, opened.into_backend(config)))
         })
     }
 
-    /// [`KernelSide::start`] with the lock and dataplane made by `make`
-    /// (tests pass the in-memory model).
-    pub fn start_with<D: Dataplane + 'static>(
+    /// [`KernelSide::start`] with the lock and backend made by `make` (the
+    /// hollow agents pass the ipset manager over the in-memory model).
+    pub fn start_with<B: SetsBackend + 'static>(
         ns: Option<String>,
         driver: DriverConfig,
         mut observer: Box<dyn Observer + Send>,
-        make: impl FnOnce() -> Result<(Option<LockGuard>, D, Naming), KernelError> + Send + 'static,
+        make: impl FnOnce() -> Result<(Option<LockGuard>, B), KernelError> + Send + 'static,
     ) -> Result<KernelSide, KernelError> {
         let (commands, rx) = mpsc::channel();
         let (ready_tx, ready) = mpsc::channel();
         let join = netns::spawn_in(ns, "ipset-manager", move || {
-            let (guard, dp, naming) = match make() {
+            let (guard, mut backend) = match make() {
                 Ok(parts) => parts,
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -106,11 +124,7 @@ impl KernelSide {
                 }
             };
             let _ = ready_tx.send(Ok(()));
-            let config = ManagerConfig {
-                naming,
-                ..ManagerConfig::default()
-            };
-            driver::run(Manager::new(dp, config), &driver, &rx, observer.as_mut());
+            driver::run(&mut backend, &driver, &rx, observer.as_mut());
             tracing::info!("manager thread stopped; kernel left as it is");
             drop(guard);
         })

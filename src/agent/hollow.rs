@@ -22,6 +22,7 @@ use crate::dataplane::model::ModelDataplane;
 use crate::ipset::Naming;
 use crate::kernel::KernelSide;
 use crate::manager::driver::DriverConfig;
+use crate::manager::{Manager, ManagerConfig};
 
 /// `ipsetmgr hollow`.
 #[derive(Clone, Debug, clap::Args)]
@@ -108,7 +109,13 @@ pub async fn run_hollow(config: HollowConfig, naming: Naming) -> anyhow::Result<
                 None,
                 DriverConfig::new(config.resync_interval),
                 Box::new(observer),
-                move || Ok((None, ModelDataplane::new(), kernel_naming)),
+                move || {
+                    let config = ManagerConfig {
+                        naming: kernel_naming,
+                        ..ManagerConfig::default()
+                    };
+                    Ok((None, Manager::new(ModelDataplane::new(), config)))
+                },
             )
         })?;
         let (status_tx, status_rx) = tokio::sync::watch::channel(None);

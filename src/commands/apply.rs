@@ -7,9 +7,9 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use super::{FilePolicies, load, table};
-use crate::dataplane::Dataplane;
 use crate::ipset::Naming;
-use crate::manager::{ApplyOutcome, DeletionReport, Manager, ManagerConfig, Plan};
+use crate::kernel::Opened;
+use crate::manager::{ApplyOutcome, DeletionReport, ManagerConfig, Plan, SetsBackend};
 use crate::policy::PolicyError;
 
 pub struct ApplyArgs {
@@ -50,7 +50,7 @@ pub fn load_inputs(naming: &Naming, args: &ApplyArgs) -> FilePolicies {
 /// Run the command on what [`load_inputs`] read, printing to `out`; returns
 /// whether everything succeeded.
 pub fn apply(
-    dp: Box<dyn Dataplane>,
+    kernel: Opened,
     naming: Naming,
     mut files: FilePolicies,
     args: &ApplyArgs,
@@ -60,27 +60,24 @@ pub fn apply(
         writeln!(out, "error: {e}")?;
     }
     let prune = prune_allowed(args, &files, out)?;
-    let backend = dp.name();
-    let mut mgr = Manager::new(
-        dp,
-        ManagerConfig {
-            naming,
-            prune,
-            ..ManagerConfig::default()
-        },
-    );
+    let mut mgr = kernel.into_backend(ManagerConfig {
+        naming,
+        prune,
+        ..ManagerConfig::default()
+    });
+    let backend = mgr.name();
     mgr.set_desired(
         std::mem::take(&mut files.compiled.sets),
         files.compiled.held.clone(),
     );
     let inputs_ok = files.load_errors.is_empty() && files.compiled.errors.is_empty();
     if args.dry_run {
-        return Ok(print_plan(&mut mgr, backend, out)?
+        return Ok(print_plan(mgr.as_mut(), backend, out)?
             && print_policy_errors(&files.compiled.errors, out).map(|()| inputs_ok)?);
     }
 
     let outcome = mgr.apply_updates();
-    let (rows, sets_ok) = result_rows(&mgr, &outcome, &files);
+    let (rows, sets_ok) = result_rows(mgr.as_ref(), &outcome, &files);
     if !rows.is_empty() {
         let headers = ["POLICY", "SET", "TYPE", "MEMBERS", "PROBLEMS", "RESULT"];
         write!(out, "{}", table::render(&headers, &rows))?;
@@ -93,11 +90,11 @@ pub fn apply(
         }
     }
     let undeleted = mgr.deletion_report();
-    print_side_effects(&mgr, &outcome, &files, &undeleted, out)?;
+    print_side_effects(mgr.as_ref(), &outcome, &files, &undeleted, out)?;
     // Asked to prune and could not: not a success, even if every desired
     // set is in sync.
     let ok = inputs_ok && sets_ok && outcome.applied && undeleted.is_empty();
-    print_summary(&mgr, &outcome, backend, ok, &undeleted, out)?;
+    print_summary(mgr.as_ref(), &outcome, backend, ok, &undeleted, out)?;
     Ok(ok)
 }
 
@@ -115,11 +112,7 @@ fn prune_allowed(args: &ApplyArgs, files: &FilePolicies, out: &mut dyn Write) ->
 
 /// `--dry-run`: the planned operations after a read-only resync. Returns
 /// whether the kernel could be read.
-fn print_plan<D: Dataplane>(
-    mgr: &mut Manager<D>,
-    backend: &str,
-    out: &mut dyn Write,
-) -> io::Result<bool> {
+fn print_plan(mgr: &mut dyn SetsBackend, backend: &str, out: &mut dyn Write) -> io::Result<bool> {
     let plan = match mgr.plan() {
         Ok(p) => p,
         Err(e) => {
@@ -148,8 +141,8 @@ fn print_plan<D: Dataplane>(
 
 /// One row per desired set and one per rejected policy, sorted; and whether
 /// every desired set is in sync.
-fn result_rows<D: Dataplane>(
-    mgr: &Manager<D>,
+fn result_rows(
+    mgr: &dyn SetsBackend,
     outcome: &ApplyOutcome,
     files: &FilePolicies,
 ) -> (Vec<Vec<String>>, bool) {
@@ -225,8 +218,8 @@ fn print_policy_errors(errors: &[PolicyError], out: &mut dyn Write) -> io::Resul
 
 /// What the run did besides writing desired sets: skipped policies,
 /// removed and kept sets, deletions that failed.
-fn print_side_effects<D: Dataplane>(
-    mgr: &Manager<D>,
+fn print_side_effects(
+    mgr: &dyn SetsBackend,
     outcome: &ApplyOutcome,
     files: &FilePolicies,
     undeleted: &[DeletionReport],
@@ -259,8 +252,8 @@ fn print_side_effects<D: Dataplane>(
 
 /// The last lines: whether the kernel update went through and how much is
 /// in sync.
-fn print_summary<D: Dataplane>(
-    mgr: &Manager<D>,
+fn print_summary(
+    mgr: &dyn SetsBackend,
     outcome: &ApplyOutcome,
     backend: &str,
     ok: bool,

@@ -3,38 +3,29 @@
 use std::io::Write;
 
 use super::table;
-use crate::dataplane::{Dataplane, DataplaneError};
+use crate::dataplane::DataplaneError;
 use crate::ipset::Naming;
+use crate::manager::SetsBackend;
 
 pub fn sets(
-    mut dp: Box<dyn Dataplane>,
+    mut backend: Box<dyn SetsBackend>,
     naming: &Naming,
     out: &mut dyn Write,
 ) -> Result<(), SetsError> {
-    let names = dp.list_owned(&|n| naming.owns(n))?;
-    let mut rows = Vec::new();
-    for name in names {
-        let Some(k) = dp.read_set(&name)? else {
-            continue;
-        };
-        let (kind, max) = match &k.header {
-            Some(h) => (h.kind.to_string(), h.max_elem.to_string()),
-            None => ("(unmanaged type)".into(), "-".into()),
-        };
-        let role = if naming.is_temp(&name) {
-            "temp"
-        } else {
-            "main"
-        };
-        rows.push(vec![
-            name,
-            kind,
-            k.members.as_ref().map_or(0, |m| m.len()).to_string(),
-            max,
-            k.references.to_string(),
-            role.into(),
-        ]);
-    }
+    let rows: Vec<Vec<String>> = backend
+        .list()?
+        .into_iter()
+        .map(|s| {
+            vec![
+                s.name,
+                s.kind,
+                s.members.to_string(),
+                s.max_elem.map_or("-".into(), |m| m.to_string()),
+                s.references.to_string(),
+                s.role.into(),
+            ]
+        })
+        .collect();
     if rows.is_empty() {
         writeln!(
             out,

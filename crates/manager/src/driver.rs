@@ -1,4 +1,4 @@
-//! The one loop that drives a [`Manager`]: used by `ipsetmgr run` and by the
+//! The one loop that drives a [`SetsBackend`] (the ipset [`Manager`](crate::Manager) or another): used by `ipsetmgr run` and by the
 //! cluster agent alike, each feeding it complete desired states through a
 //! channel from its own source (a policy directory, the API server).
 //!
@@ -14,9 +14,7 @@
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use ipsetmgr_dataplane::Dataplane;
-
-use crate::{ApplyOutcome, DeletionReport, DesiredSet, Manager, SetReport};
+use crate::{ApplyOutcome, DeletionReport, DesiredSet, SetReport, SetsBackend};
 
 /// What a source tells the driver.
 pub enum Command {
@@ -75,8 +73,8 @@ pub trait Observer {
 
 /// Run the loop until [`Command::Shutdown`], the command channel closes, or
 /// the observer stops listening. The kernel is left as it is on the way out.
-pub fn run<D: Dataplane>(
-    mut manager: Manager<D>,
+pub fn run<B: SetsBackend + ?Sized>(
+    manager: &mut B,
     config: &DriverConfig,
     commands: &Receiver<Command>,
     observer: &mut dyn Observer,
@@ -99,7 +97,7 @@ pub fn run<D: Dataplane>(
             Ok(Command::Shutdown) | Err(RecvTimeoutError::Disconnected) => break,
             Ok(Command::Resync) => manager.queue_resync(),
             Ok(Command::Desired { seq: s, sets, held }) => {
-                let Some((s, sets, held)) = newest(s, sets, held, commands, &mut manager) else {
+                let Some((s, sets, held)) = newest(s, sets, held, commands, manager) else {
                     break;
                 };
                 seq = Some(s);
@@ -146,12 +144,12 @@ pub fn run<D: Dataplane>(
 /// The newest desired state among `first` and whatever else is queued
 /// (resync requests in between are honoured). `None` when a shutdown is
 /// queued behind it.
-fn newest<D: Dataplane>(
+fn newest<B: SetsBackend + ?Sized>(
     seq: u64,
     sets: Vec<DesiredSet>,
     held: Vec<String>,
     commands: &Receiver<Command>,
-    manager: &mut Manager<D>,
+    manager: &mut B,
 ) -> Option<(u64, Vec<DesiredSet>, Vec<String>)> {
     let mut latest = (seq, sets, held);
     while let Ok(cmd) = commands.try_recv() {
@@ -173,7 +171,7 @@ mod tests {
     use ipsetmgr_ipset::{Family, Member, MemberSet, SetHeader, SetKind, SetType};
 
     use super::*;
-    use crate::ManagerConfig;
+    use crate::{Manager, ManagerConfig};
 
     fn one_set(member: &str) -> Vec<DesiredSet> {
         let kind = SetKind::new(SetType::HashIp, Some(Family::V4));
@@ -227,7 +225,7 @@ mod tests {
                 reports: Vec::new(),
                 limit: 1,
             };
-            run(manager(&model), &config, &rx, &mut c);
+            run(&mut manager(&model), &config, &rx, &mut c);
             (c.reports, model)
         });
         // Several resync periods pass with no desired state: no report.
@@ -263,7 +261,7 @@ mod tests {
             limit: 10,
         };
         run(
-            manager(&model),
+            &mut manager(&model),
             &DriverConfig::new(Duration::from_secs(60)),
             &rx,
             &mut c,
@@ -286,7 +284,7 @@ mod tests {
             limit: 1,
         };
         run(
-            manager(&model),
+            &mut manager(&model),
             &DriverConfig::new(Duration::from_secs(60)),
             &rx,
             &mut c,
@@ -329,7 +327,7 @@ mod tests {
             reports: Vec::new(),
         };
         run(
-            manager(&model),
+            &mut manager(&model),
             &DriverConfig::new(Duration::from_millis(20)),
             &rx,
             &mut obs,

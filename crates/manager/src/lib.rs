@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+mod backend;
 mod batch;
 mod desired;
 pub mod driver;
@@ -17,6 +18,7 @@ mod state;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 
+pub use backend::{ListedSet, SetsBackend};
 pub use batch::Plan;
 pub use desired::DesiredSet;
 use ipsetmgr_dataplane::{BatchError, Dataplane, DataplaneError, Op};
@@ -651,6 +653,70 @@ impl<D: Dataplane> Manager<D> {
             }
         }
         Ok(lines)
+    }
+}
+
+/// The ipset manager is the first sets backend; the trait's methods are its
+/// inherent ones.
+impl<D: Dataplane> SetsBackend for Manager<D> {
+    fn name(&self) -> &'static str {
+        self.dp.name()
+    }
+    fn naming(&self) -> &Naming {
+        Manager::naming(self)
+    }
+    fn set_desired(&mut self, desired: Vec<DesiredSet>, held: Vec<String>) {
+        Manager::set_desired(self, desired, held)
+    }
+    fn queue_resync(&mut self) {
+        Manager::queue_resync(self)
+    }
+    fn retry_due(&self) -> bool {
+        Manager::retry_due(self)
+    }
+    fn next_retry(&self) -> Option<Instant> {
+        Manager::next_retry(self)
+    }
+    fn apply_updates(&mut self) -> ApplyOutcome {
+        Manager::apply_updates(self)
+    }
+    fn report(&self) -> Vec<SetReport> {
+        Manager::report(self)
+    }
+    fn unwanted(&self) -> Vec<String> {
+        Manager::unwanted(self)
+    }
+    fn deletion_report(&self) -> Vec<DeletionReport> {
+        Manager::deletion_report(self)
+    }
+    fn plan(&mut self) -> Result<Vec<String>, DataplaneError> {
+        Manager::plan(self)
+    }
+    fn list(&mut self) -> Result<Vec<ListedSet>, DataplaneError> {
+        let naming = self.config.naming.clone();
+        let names = self.dp.list_owned(&|n| naming.owns(n))?;
+        let mut listed = Vec::with_capacity(names.len());
+        for name in names {
+            let Some(k) = self.dp.read_set(&name)? else {
+                continue;
+            };
+            listed.push(ListedSet {
+                kind: k
+                    .header
+                    .as_ref()
+                    .map_or("(unmanaged type)".into(), |h| h.kind.to_string()),
+                members: k.members.as_ref().map_or(0, |m| m.len()),
+                max_elem: k.header.as_ref().map(|h| h.max_elem),
+                references: k.references,
+                role: if naming.is_temp(&name) {
+                    "temp"
+                } else {
+                    "main"
+                },
+                name,
+            });
+        }
+        Ok(listed)
     }
 }
 
