@@ -25,7 +25,12 @@ of --repeat rounds. Ratios below 1 mean ipsetmgr is faster.
     set's namespace by this script).
   * memory: peak and steady resident memory of `ipsetmgr run` holding a
     1M-member set from YAML and from a plain list (a `membersFrom` file).
-Needs root and the ipset binary.
+  * nftables (--nft-backends nft,nft-cli; on by default): the same new sets
+    with `ipsetmgr --backend nft apply` of the YAML policy against `nft -f`
+    of the equivalent ruleset file (a table with one named set holding the
+    elements); the 10-member change; and the resync of the biggest set
+    (examples/delta.rs --backend nft) against `nft list set` of it.
+Needs root, the ipset and the nft binaries.
 """
 import argparse
 import ipaddress
@@ -128,6 +133,15 @@ class Inputs:
             f.write(f"create raw-{name} {set_type} family {kfam} maxelem {self.max_elem}\n")
             f.writelines(f"add raw-{name} {m}\n" for m in members)
         self.kernel_name = f"ipm{'4' if family == 'IPv4' else '6'}-{name}"
+        # The same set as an nft ruleset file, for `nft -f`.
+        self.nft = stem + ".nft"
+        key = "ipv4_addr" if family == "IPv4" else "ipv6_addr"
+        flags = "flags interval; " if set_type == "hash:net" else ""
+        with open(self.nft, "w") as f:
+            f.write(f"table inet bench {{\n  set raw-{name} {{\n    type {key}; {flags}size {self.max_elem};\n"
+                    "    elements = {\n")
+            f.writelines(f"      {m},\n" for m in members)
+            f.write("    }\n  }\n}\n")
 
     def apply_cmd(self, ns, fmt, backend):
         base = [BIN, "--netns", ns, "--backend", backend, "apply"]
@@ -173,6 +187,48 @@ def new_set_rows(nss, inp, formats, backends, repeat):
     raw = rows[0][1]
     rows += [(f"{what}: ipsetmgr apply {k}", t, t / raw) for k, t in med.items()]
     return rows
+
+
+def nft_new_set_rows(nss, inp, backends, repeat):
+    """A new set: `nft -f` of the ruleset file against `ipsetmgr apply` of
+    the YAML policy with each nft backend."""
+    def nft_f():
+        ns = nss.fresh()
+        try:
+            return timed(in_ns(ns) + ["nft", "-f", inp.nft])
+        finally:
+            nss.drop(ns)
+
+    def ipsetmgr(backend):
+        def go():
+            ns = nss.fresh()
+            try:
+                return timed(inp.apply_cmd(ns, "yaml", backend))
+            finally:
+                nss.drop(ns)
+        return go
+
+    variants = {"nft -f": nft_f}
+    for b in backends:
+        variants[f"yaml ({b})"] = ipsetmgr(b)
+    med = median_rounds(repeat, variants)
+    what = f"new nft set from {inp.set_type} {inp.family} {inp.max_elem - 2 * CHANGES:,}"
+    raw = med.pop("nft -f")
+    return [(f"{what}: nft -f", raw, None)] + [
+        (f"{what}: ipsetmgr apply {k}", t, t / raw) for k, t in med.items()]
+
+
+def nft_list_time(nss, inp, repeat):
+    """Median seconds of `nft list set` of the set `nft -f` made."""
+    times = []
+    for _ in range(repeat):
+        ns = nss.fresh()
+        try:
+            run(in_ns(ns) + ["nft", "-f", inp.nft])
+            times.append(timed(in_ns(ns) + ["nft", "list", "set", "inet", "bench", f"raw-{inp.name}"]))
+        finally:
+            nss.drop(ns)
+    return statistics.median(times)
 
 
 def change_rows(nss, base, after, formats, backend, repeat):
@@ -307,6 +363,7 @@ def main():
     ap.add_argument("--v6", type=int, default=1_000_000, help="hash:net IPv6 size (0: skip)")
     ap.add_argument("--formats", default="yaml,json,text")
     ap.add_argument("--backends", default="netlink", help="netlink and/or cli")
+    ap.add_argument("--nft-backends", default="nft", help="nft and/or nft-cli (empty: skip nftables)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--settle", type=float, default=5.0, help="seconds before reading steady RSS")
     ap.add_argument("--skip-memory", action="store_true")
@@ -319,6 +376,7 @@ def main():
     run(["cargo", "build", "--release", "--quiet", "--bin", "ipsetmgr", "--example", "delta"], cwd=ROOT)
     formats = [f for f in args.formats.split(",") if f]
     backends = [b for b in args.backends.split(",") if b]
+    nft_backends = [b for b in args.nft_backends.split(",") if b]
     nss = Namespaces()
     rows, notes = [], []
     with tempfile.TemporaryDirectory() as d:
@@ -345,6 +403,18 @@ def main():
                              dump, dump / save))
                 rows.append((f"resync {what}: read back + diff (in process)",
                              stats["resync_ms"] / 1e3, stats["resync_ms"] / 1e3 / save))
+            if nft_backends:
+                rows += nft_new_set_rows(nss, inp, nft_backends, args.repeat)
+                if set_type == "hash:ip":
+                    rows += change_rows(nss, inp, after, ["yaml"], nft_backends[0], args.repeat)
+                if biggest_v4 or ipv6:
+                    nstats = delta_stats(nss, len(members), nft_backends[0], args.repeat, ipv6)
+                    notes.append(f"{what} as an nft set ({nft_backends[0]}): diff {nstats['diff_ms']:.2f} ms, "
+                                 f"kernel write {nstats['update_ms']:.3f} ms, resync {nstats['resync_ms']:.0f} ms")
+                    listed = nft_list_time(nss, inp, args.repeat)
+                    rows.append((f"read back {what}: nft list set", listed, None))
+                    rows.append((f"resync {what} as an nft set: read back + diff (in process)",
+                                 nstats["resync_ms"] / 1e3, nstats["resync_ms"] / 1e3 / listed))
             if biggest_v4 and not args.skip_memory:
                 for fmt in [f for f in ("yaml", "text") if f in formats]:
                     peak, steady = run_memory(nss, d, inp, fmt, backends[0], args.settle)
@@ -353,7 +423,7 @@ def main():
     print(f"{'case':<78} {'seconds':>9} {'ratio':>7}")
     for label, t, ratio in rows:
         print(f"{label:<78} {t:>9.3f} {'' if ratio is None else f'{ratio:.2f}':>7}")
-    print(f"(median of {args.repeat}; ratio = ipsetmgr / ipset)")
+    print(f"(median of {args.repeat}; ratio = ipsetmgr / ipset, or / nft for the nft rows)")
     for n in notes:
         print(n)
 
