@@ -9,6 +9,7 @@
 
 mod backend;
 mod batch;
+mod both;
 mod desired;
 pub mod driver;
 mod report;
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 pub use backend::{ListedSet, SetsBackend};
 pub use batch::Plan;
+pub use both::BothBackends;
 pub use desired::DesiredSet;
 use ipsetmgr_dataplane::{BatchError, Dataplane, DataplaneError, Op};
 use ipsetmgr_ipset::{Member, MemberSet, Naming, SetType};
