@@ -21,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod backend;
 pub mod cli;
 mod element;
 pub mod interval;
