@@ -127,3 +127,56 @@ impl<A: SetsBackend, B: SetsBackend> SetsBackend for BothBackends<A, B> {
         Ok(l)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ipsetmgr_dataplane::model::ModelDataplane;
+    use ipsetmgr_ipset::{Family, Member, MemberSet, SetHeader, SetKind, SetType};
+
+    use super::*;
+    use crate::{Manager, ManagerConfig};
+
+    fn desired(policy: &str, ips: &[&str]) -> DesiredSet {
+        let kind = SetKind::new(SetType::HashIp, Some(Family::V4));
+        let members = ips.iter().map(|s| Member::Ip(s.parse().unwrap()));
+        DesiredSet {
+            name: Naming::default().main_set_name(policy, Some(Family::V4)),
+            policy: policy.into(),
+            header: SetHeader {
+                kind,
+                max_elem: 65536,
+                hash_size: None,
+                options: Default::default(),
+            },
+            members: Arc::new(MemberSet::from_members(kind, members)),
+        }
+    }
+
+    #[test]
+    fn both_backends_get_the_same_state_and_the_second_is_named_nft() {
+        let (k1, k2) = (ModelDataplane::new(), ModelDataplane::new());
+        let m = |k: &ModelDataplane| {
+            Manager::new(k.clone(), ManagerConfig::default()).with_sleep(|_| {})
+        };
+        let mut both = BothBackends::new(m(&k1), m(&k2));
+        assert_eq!(both.name(), "both");
+        both.set_desired(vec![desired("a", &["10.0.0.1"])], vec![]);
+        let o = both.apply_updates();
+        assert!(o.applied, "{:?}", o.error);
+        let mut written: Vec<String> = o.written.iter().map(|(n, _)| n.clone()).collect();
+        written.sort();
+        assert_eq!(written, ["ipm4-a", "nft:ipm4-a"]);
+        let names: Vec<String> = both.report().into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["ipm4-a", "nft:ipm4-a"]);
+        assert!(both.report().iter().all(|r| r.synced));
+        assert_eq!(both.first.list().unwrap().len(), 1);
+        assert_eq!(both.second.list().unwrap().len(), 1);
+        assert_eq!(both.list().unwrap().len(), 2);
+        both.set_desired(vec![], vec![]);
+        let o = both.apply_updates();
+        assert_eq!(o.deleted, ["ipm4-a", "nft:ipm4-a"]);
+        assert!(both.next_retry().is_none() && !both.retry_due());
+    }
+}

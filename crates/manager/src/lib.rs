@@ -4,6 +4,7 @@
 //! and reports per set; and the one loop that drives it ([`driver`]). It
 //! knows nothing of Kubernetes or of policy files: it is given complete
 //! desired states. The algorithm is described in `docs/architecture.md`.
+//! [`BothBackends`] runs two [`SetsBackend`]s (ipset and nft) as one.
 
 #![forbid(unsafe_code)]
 

@@ -66,7 +66,15 @@ fn backend_like(dp: &dyn NftDataplane) -> Backend {
         "cli" => Box::new(CliNft::new()),
         other => panic!("no kernel backend {other}"),
     };
-    NftBackend::new(inner, default_table(), ManagerConfig::default()).with_sleep(|_| {})
+    let b = NftBackend::new(inner, default_table(), ManagerConfig::default()).with_sleep(|_| {});
+    // The names the metrics are labelled with.
+    let want = if dp.name() == "netlink" {
+        "nft"
+    } else {
+        "nft-cli"
+    };
+    assert_eq!(b.name(), want);
+    b
 }
 
 fn desired(p: &str, t: SetType, f: Family, items: &[&str]) -> DesiredSet {

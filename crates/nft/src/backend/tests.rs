@@ -515,3 +515,64 @@ fn plan_is_read_only_and_stale_beliefs_are_reread() {
     assert!(b2.apply_updates().applied);
     assert!(m.table(&other).unwrap().sets.contains_key("ipm4-a"));
 }
+
+#[test]
+fn a_failed_resync_changes_nothing_and_is_retried() {
+    let (mut b, m) = backend();
+    b.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.1"])], vec![]);
+    apply(&mut b);
+    b.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.2"])], vec![]);
+    b.queue_resync();
+    for _ in 0..10 {
+        m.inject(Fault::FailNextList(NftError::Unavailable("down".into())));
+    }
+    let o = b.apply_updates();
+    assert!(!o.applied);
+    assert!(
+        matches!(
+            o.error,
+            Some(ipsetmgr_manager::ApplyError::Resync(
+                DataplaneError::Unavailable(_)
+            ))
+        ),
+        "{:?}",
+        o.error
+    );
+    assert_eq!(
+        shown(&m, "ipm4-a").unwrap(),
+        vec!["10.0.0.1".to_string()],
+        "fail static"
+    );
+    // The kernel answers again: the resync and the change go through.
+    let o = apply(&mut b);
+    assert_eq!(o.written, vec![("ipm4-a".into(), Plan::Delta)]);
+    assert_eq!(shown(&m, "ipm4-a").unwrap(), vec!["10.0.0.2".to_string()]);
+}
+
+#[test]
+fn comments_and_size_changes_are_deltas() {
+    let (mut b, m) = backend();
+    let mut d = desired("c", SetType::HashIp, &["10.0.0.1 comment:one"]);
+    d.header.options.comment = true;
+    b.set_desired(vec![d.clone()], vec![]);
+    apply(&mut b);
+    let mut d2 = desired("c", SetType::HashIp, &["10.0.0.1 comment:two"]);
+    d2.header.options.comment = true;
+    d2.header.max_elem = 10;
+    b.set_desired(vec![d2], vec![]);
+    let o = apply(&mut b);
+    assert_eq!(o.written, vec![("ipm4-c".into(), Plan::Delta)]);
+    let t = m.table(&default_table()).unwrap();
+    let s = &t.sets["ipm4-c"];
+    assert_eq!(s.spec.size, Some(10));
+    let comments: Vec<String> = s
+        .elements
+        .values()
+        .map(|c| c.as_ref().unwrap().as_str().to_string())
+        .collect();
+    assert_eq!(comments, ["two"]);
+    b.queue_resync();
+    let o = apply(&mut b);
+    assert!(o.written.is_empty());
+    assert_eq!(report_of(&b, "ipm4-c").problems, 0);
+}
