@@ -240,8 +240,12 @@ pub fn a_rule_keeps_its_set_across_update_and_replacement(
     use SetType::*;
     let mut b = backend_like(dp);
     let v4 = Family::V4;
+    let other = desired("other", HashIp, v4, &["10.0.0.7"]);
     b.set_desired(
-        vec![desired("blocklist", HashIp, v4, &["10.0.0.1"])],
+        vec![
+            desired("blocklist", HashIp, v4, &["10.0.0.1"]),
+            other.clone(),
+        ],
         vec![],
     );
     apply(&mut b);
@@ -267,14 +271,14 @@ pub fn a_rule_keeps_its_set_across_update_and_replacement(
     assert!(rule_text().contains("@ipm4-blocklist"));
     // A member update: a delta under the rule.
     let updated = desired("blocklist", HashIp, v4, &["10.0.0.2", "10.0.0.3"]);
-    b.set_desired(vec![updated.clone()], vec![]);
+    b.set_desired(vec![updated.clone(), other.clone()], vec![]);
     let o = apply(&mut b);
     assert_eq!(o.written, vec![("ipm4-blocklist".into(), Plan::Delta)]);
     assert_eq!(kernel_elements("ipm4-blocklist"), Some(expected(&updated)));
     assert!(rule_text().contains("ip saddr @ipm4-blocklist drop"));
     // A replacement of all members in one transaction.
     let replaced = desired("blocklist", HashIp, v4, &["192.0.2.1"]);
-    b.set_desired(vec![replaced.clone()], vec![]);
+    b.set_desired(vec![replaced.clone(), other.clone()], vec![]);
     apply(&mut b);
     assert_eq!(kernel_elements("ipm4-blocklist"), Some(expected(&replaced)));
     assert!(rule_text().contains("ip saddr @ipm4-blocklist drop"));
@@ -284,12 +288,16 @@ pub fn a_rule_keeps_its_set_across_update_and_replacement(
     // leaves the transaction unapplied), then by the backend itself once a
     // resync has counted the reference.
     b.set_desired(
-        vec![desired("blocklist", HashNet, v4, &["10.0.0.0/8"])],
+        vec![
+            desired("blocklist", HashNet, v4, &["10.0.0.0/8"]),
+            other.clone(),
+        ],
         vec![],
     );
     let o = b.apply_updates();
     assert!(o.written.is_empty(), "{:?}", o.written);
     let r = &b.report()[0];
+    assert_eq!(r.name, "ipm4-blocklist");
     assert!(
         matches!(&r.error, Some(SetError::Kernel(DataplaneError::InUse(_)))),
         "{:?}",
@@ -300,12 +308,16 @@ pub fn a_rule_keeps_its_set_across_update_and_replacement(
     b.queue_resync();
     // New content: retried now, whatever the backoff said.
     b.set_desired(
-        vec![desired("blocklist", HashNet, v4, &["10.0.0.0/9"])],
+        vec![
+            desired("blocklist", HashNet, v4, &["10.0.0.0/9"]),
+            other.clone(),
+        ],
         vec![],
     );
     let o = b.apply_updates();
     assert!(o.written.is_empty(), "{:?}", o.written);
     let r = &b.report()[0];
+    assert_eq!(r.name, "ipm4-blocklist");
     assert!(
         matches!(&r.error, Some(SetError::NotReplaced(n)) if n.references >= 1),
         "{:?}",
@@ -314,10 +326,12 @@ pub fn a_rule_keeps_its_set_across_update_and_replacement(
     assert_eq!(kernel_elements("ipm4-blocklist"), Some(expected(&replaced)));
     assert!(rule_text().contains("ip saddr @ipm4-blocklist drop"));
     // Deleting the policy while the rule exists: in use, the set stays,
-    // and it is retried at the next resync.
+    // and it is retried at the next resync; the other set deleted in the
+    // same apply goes.
     b.set_desired(vec![], vec![]);
     let o = b.apply_updates();
-    assert!(o.deleted.is_empty());
+    assert_eq!(o.deleted, vec!["ipm4-other".to_string()]);
+    assert_eq!(kernel_elements("ipm4-other"), None);
     let d = b.deletion_report();
     assert_eq!(d.len(), 1, "{d:?}");
     assert!(matches!(d[0].error, DataplaneError::InUse(_)), "{d:?}");

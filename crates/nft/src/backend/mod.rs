@@ -87,11 +87,14 @@ struct NftSet {
 /// The write one set needs.
 enum Write {
     Create,
-    /// `size` changed too when `resize`.
+    /// `size` changed too when `resize`; `flush` when every element the
+    /// kernel holds goes (one op instead of naming each: a replaced
+    /// million-element set sends only its new elements).
     Delta {
         del: Elements,
         add: Elements,
         resize: bool,
+        flush: bool,
     },
     Recreate,
 }
@@ -109,11 +112,13 @@ impl NftSet {
             } if spec.key == c.shape.spec.key && spec.interval == c.shape.spec.interval => {
                 let (del, add) = c.elements.diff(have);
                 let resize = spec.size != c.shape.spec.size;
+                let flush = !del.is_empty() && del.len() == have.len();
                 Ok(
                     (resize || !del.is_empty() || !add.is_empty()).then_some(Write::Delta {
                         del,
                         add,
                         resize,
+                        flush,
                     }),
                 )
             }
@@ -375,13 +380,20 @@ impl<D: NftDataplane> NftBackend<D> {
             match w {
                 Write::Create => ops.push(create),
                 Write::Recreate => ops.extend([NftOp::DeleteSet { set: name }, create]),
-                Write::Delta { del, add, resize } => {
+                Write::Delta {
+                    del,
+                    add,
+                    resize,
+                    flush,
+                } => {
                     if *resize {
                         // `add set` on an existing set of the same key and
                         // flags only takes the new size.
                         ops.push(create);
                     }
-                    if !del.is_empty() {
+                    if *flush {
+                        ops.push(NftOp::FlushSet { set: name });
+                    } else if !del.is_empty() {
                         ops.push(NftOp::DelElements {
                             set: name,
                             elements: del,
@@ -488,42 +500,54 @@ impl<D: NftDataplane> NftBackend<D> {
         false
     }
 
-    /// Delete owned sets nobody wants, each in its own transaction: one
-    /// that a rule references (EBUSY) must not keep the others.
+    /// Delete owned sets nobody wants, in one transaction. A set the
+    /// kernel refuses to delete (a rule references it: EBUSY) is reported
+    /// and left for the next resync; the rest go again without it, so one
+    /// referenced set never keeps the others.
     fn apply_deletions(&mut self) -> Vec<String> {
-        let mut deleted = Vec::new();
         if !self.config.prune {
-            return deleted;
+            return Vec::new();
         }
+        let mut todo: Vec<String> = std::mem::take(&mut self.pending_deletions)
+            .into_iter()
+            .filter(|n| !self.sets.contains_key(n) && !self.is_held(n))
+            .collect();
         let naming = self.config.naming.clone();
-        for name in std::mem::take(&mut self.pending_deletions) {
-            if self.sets.contains_key(&name) || self.is_held(&name) {
-                continue;
-            }
-            let op = [NftOp::DeleteSet { set: &name }];
-            match self
+        while !todo.is_empty() {
+            let ops: Vec<NftOp<'_>> = todo.iter().map(|set| NftOp::DeleteSet { set }).collect();
+            let result = self
                 .dp
-                .apply(&self.table, &op, &|n| names::owns(&naming, n))
-            {
-                Ok(()) => {
-                    self.existing.remove(&name);
-                    self.deletion_errors.remove(&name);
-                    deleted.push(name);
+                .apply(&self.table, &ops, &|n| names::owns(&naming, n));
+            drop(ops);
+            let e = match result {
+                Ok(()) => break,
+                Err(e) => e,
+            };
+            let Some(i) = e.op_index.filter(|i| *i < todo.len()) else {
+                // Refused as a whole: every one is retried at the next resync.
+                let error = to_dataplane(&e.error);
+                tracing::warn!(%error, "nft sets not deleted; retried at the next resync");
+                for name in todo {
+                    self.deletion_errors.insert(name, error.clone());
                 }
-                Err(e)
-                    if matches!(e.error, NftError::SetMissing(_) | NftError::TableMissing(_)) =>
-                {
-                    self.existing.remove(&name);
-                    self.deletion_errors.remove(&name);
-                }
-                Err(e) => {
-                    let error = to_dataplane(&e.error);
-                    tracing::warn!(set = %name, %error, "nft set not deleted; retried at the next resync");
-                    self.deletion_errors.insert(name, error);
-                }
+                return Vec::new();
+            };
+            let name = todo.remove(i);
+            if matches!(e.error, NftError::SetMissing(_) | NftError::TableMissing(_)) {
+                // Gone already: nothing to report.
+                self.existing.remove(&name);
+                self.deletion_errors.remove(&name);
+            } else {
+                let error = to_dataplane(&e.error);
+                tracing::warn!(set = %name, %error, "nft set not deleted; retried at the next resync");
+                self.deletion_errors.insert(name, error);
             }
         }
-        deleted
+        for name in &todo {
+            self.existing.remove(name);
+            self.deletion_errors.remove(name);
+        }
+        todo
     }
 
     fn listed_name(&self, set: &str) -> String {

@@ -159,6 +159,11 @@ fn member_change_is_a_delta() {
         0,
         "our own change is no drift"
     );
+    // Every element replaced: a flush and the new ones, still one delta.
+    b.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.9"])], vec![]);
+    let o = apply(&mut b);
+    assert_eq!(o.written, vec![("ipm4-a".into(), Plan::Delta)]);
+    assert_eq!(shown(&m, "ipm4-a").unwrap(), vec!["10.0.0.9".to_string()]);
 }
 
 #[test]
@@ -492,9 +497,12 @@ fn list_set_is_flattened_or_refused() {
 #[test]
 fn plan_is_read_only_and_stale_beliefs_are_reread() {
     let (mut b, m) = backend();
-    b.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.1"])], vec![]);
+    b.set_desired(
+        vec![desired("a", SetType::HashIp, &["10.0.0.1", "10.0.0.3"])],
+        vec![],
+    );
     let lines = b.plan().unwrap();
-    assert_eq!(lines, vec!["create inet ipsetmgr ipm4-a with 1 elements"]);
+    assert_eq!(lines, vec!["create inet ipsetmgr ipm4-a with 2 elements"]);
     assert_eq!(m.stats().transactions, 0);
     assert!(m.table(&default_table()).is_none(), "plan creates nothing");
     apply(&mut b);
@@ -503,10 +511,21 @@ fn plan_is_read_only_and_stale_beliefs_are_reread() {
     m.tamper(&default_table(), |t| {
         t.sets.get_mut("ipm4-a").unwrap().elements.clear();
     });
-    b.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.2"])], vec![]);
+    b.set_desired(
+        vec![desired("a", SetType::HashIp, &["10.0.0.2", "10.0.0.3"])],
+        vec![],
+    );
+    assert_eq!(
+        b.plan().unwrap(),
+        vec!["update inet ipsetmgr ipm4-a: add 1, delete 1 elements"]
+    );
     let o = apply(&mut b);
     assert!(o.attempts >= 2);
-    assert_eq!(shown(&m, "ipm4-a").unwrap(), vec!["10.0.0.2".to_string()]);
+    assert_eq!(
+        shown(&m, "ipm4-a").unwrap(),
+        vec!["10.0.0.2".to_string(), "10.0.0.3".to_string()]
+    );
+    assert_eq!(report_of(&b, "ipm4-a").problems, 0, "a re-read is no drift");
     assert!(report_of(&b, "ipm4-a").error.is_none());
     // Another table family and name work the same.
     let other = crate::Table::new(TableFamily::Ip, "filter");
