@@ -407,3 +407,41 @@ pub fn out_of_band_changes_are_repaired_and_counted(
     check(&mut b);
     assert!(b.report().iter().all(|r| r.problems == 0 && r.synced));
 }
+
+/// `--backend both`: one policy becomes an ipset and an nft set in the same
+/// namespace, reported twice (`nft:` in front of the nft side).
+#[test]
+fn both_backends_hold_one_policy_as_an_ipset_and_an_nft_set() {
+    conformance::run(
+        "both_backends_hold_one_policy_as_an_ipset_and_an_nft_set",
+        conformance::Mode::Kernel,
+        || Box::new(NetlinkNft::new().expect("a NETLINK_NETFILTER socket")),
+        |dp, _env| {
+            use ipsetmgr_manager::{BothBackends, Manager};
+            let ipset = Manager::new(
+                ipsetmgr_dataplane::netlink::NetlinkDataplane::new().expect("ipset netlink"),
+                ManagerConfig::default(),
+            );
+            let mut both = BothBackends::new(ipset, backend_like(dp));
+            let d = desired("blocklist", SetType::HashIp, Family::V4, &["10.0.0.1"]);
+            both.set_desired(vec![d.clone()], vec![]);
+            let o = both.apply_updates();
+            assert!(o.applied, "{:?}", o.error);
+            let names: Vec<String> = both.report().into_iter().map(|r| r.name).collect();
+            assert_eq!(names, ["ipm4-blocklist", "nft:ipm4-blocklist"]);
+            assert!(both.report().iter().all(|r| r.synced));
+            let out = Command::new("ipset")
+                .args(["list", "ipm4-blocklist"])
+                .output()
+                .expect("run ipset");
+            assert!(out.status.success());
+            assert!(String::from_utf8_lossy(&out.stdout).contains("10.0.0.1"));
+            assert_eq!(kernel_elements("ipm4-blocklist"), Some(expected(&d)));
+            let listed: Vec<String> = both.list().unwrap().into_iter().map(|l| l.name).collect();
+            assert_eq!(listed, ["ipm4-blocklist", "inet ipsetmgr ipm4-blocklist"]);
+            both.set_desired(vec![], vec![]);
+            let o = both.apply_updates();
+            assert_eq!(o.deleted, ["ipm4-blocklist", "nft:ipm4-blocklist"]);
+        },
+    );
+}
