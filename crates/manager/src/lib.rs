@@ -4,11 +4,13 @@
 //! and reports per set; and the one loop that drives it ([`driver`]). It
 //! knows nothing of Kubernetes or of policy files: it is given complete
 //! desired states. The algorithm is described in `docs/architecture.md`.
+//! [`BothBackends`] runs two [`SetsBackend`]s (ipset and nft) as one.
 
 #![forbid(unsafe_code)]
 
 mod backend;
 mod batch;
+mod both;
 mod desired;
 pub mod driver;
 mod report;
@@ -20,6 +22,7 @@ use std::time::{Duration, Instant};
 
 pub use backend::{ListedSet, SetsBackend};
 pub use batch::Plan;
+pub use both::BothBackends;
 pub use desired::DesiredSet;
 use ipsetmgr_dataplane::{BatchError, Dataplane, DataplaneError, Op};
 use ipsetmgr_ipset::{Member, MemberSet, Naming, SetType};

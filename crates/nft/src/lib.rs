@@ -1,6 +1,12 @@
 //! nftables named sets as a kernel backend for ipset-shaped policies: the
-//! kernel layer only (the manager builds on [`NftDataplane`]).
+//! kernel layer, and [`backend::NftBackend`], which implements the
+//! manager's `SetsBackend` seam on it (`--backend nft|nft-cli`, and the nft
+//! half of `both`).
 //!
+//! - [`backend`]: desired sets (as the policy compiler gives them to the
+//!   ipset manager) kept equal in one table: one transaction per apply,
+//!   drift repair by resync, poison isolation, in-use deletions retried,
+//!   held sets untouched, list:sets flattened.
 //! - [`SetShape`]: what an ipset type, family and header become in nft (key
 //!   fields, `flags interval`, `size`), and members to elements and back;
 //!   whatever nft cannot hold exactly is a typed error.
@@ -16,11 +22,14 @@
 //!
 //! Ownership: only sets whose names the caller's `owned` accepts are listed,
 //! changed or deleted; chains, rules, maps, objects and other sets are never
-//! touched; a missing table is created, and no table is ever deleted. See
-//! docs/architecture.md for the project's rules this follows.
+//! touched; a missing table is created, and no table is ever deleted. This
+//! crate must never depend on kube or tokio (it runs on the agent's kernel
+//! thread, inside the node's network namespace). See docs/architecture.md
+//! for the project's rules this follows.
 
 #![forbid(unsafe_code)]
 
+pub mod backend;
 pub mod cli;
 mod element;
 pub mod interval;

@@ -113,6 +113,12 @@ impl ModelNft {
         true
     }
 
+    /// `nft delete table` out of band (with everything in it); whether the
+    /// table was there.
+    pub fn delete_table(&self, t: &Table) -> bool {
+        self.lock().tables.remove(&key_of(t)).is_some()
+    }
+
     /// Out-of-band objects ("someone ran nft by hand").
     pub fn tamper(&self, t: &Table, f: impl FnOnce(&mut ModelTable)) {
         let mut s = self.lock();

@@ -1,0 +1,597 @@
+//! NftBackend on the in-memory nf_tables model (which the conformance suite
+//! holds to the kernel's behaviour), with faults and out-of-band changes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipsetmgr_dataplane::DataplaneError;
+use ipsetmgr_ipset::{
+    DEFAULT_MAX_ELEM, Family, HeaderOptions, Member, MemberSet, Naming, SetHeader, SetKind, SetType,
+};
+use ipsetmgr_manager::{DesiredSet, ManagerConfig, Plan, SetError, SetsBackend};
+
+use super::{NftBackend, default_table};
+use crate::model::{Fault, ModelNft};
+use crate::{NftBatchError, NftError, SetShape, TableFamily};
+
+fn members(t: SetType, items: &[&str]) -> Vec<Member> {
+    items
+        .iter()
+        .flat_map(|i| Member::parse_user(t, i).unwrap().members)
+        .collect()
+}
+
+/// What a policy compiler hands a backend: policy `p` of type `t`, IPv4
+/// (or family-less), members in user syntax; a list:set lists policies.
+fn desired(p: &str, t: SetType, items: &[&str]) -> DesiredSet {
+    desired_fam(p, t, Some(Family::V4), items)
+}
+
+fn desired_fam(p: &str, t: SetType, f: Option<Family>, items: &[&str]) -> DesiredSet {
+    let naming = Naming::default();
+    let family = f.filter(|_| t.has_family() || t == SetType::ListSet);
+    let kind = SetKind::new(t, family);
+    let ms: Vec<Member> = if t == SetType::ListSet {
+        items
+            .iter()
+            .map(|m| Member::Set(naming.main_set_name(m, family).into()))
+            .collect()
+    } else {
+        members(t, items)
+    };
+    DesiredSet {
+        name: naming.main_set_name(p, family),
+        policy: p.into(),
+        header: SetHeader {
+            kind,
+            max_elem: if t == SetType::ListSet {
+                8
+            } else {
+                DEFAULT_MAX_ELEM
+            },
+            hash_size: None,
+            options: HeaderOptions::default(),
+        },
+        members: Arc::new(MemberSet::from_members(kind, ms)),
+    }
+}
+
+fn backend() -> (NftBackend<ModelNft>, ModelNft) {
+    let m = ModelNft::new();
+    let config = ManagerConfig {
+        set_retry_base: Duration::from_secs(60),
+        ..ManagerConfig::default()
+    };
+    let b = NftBackend::new(m.clone(), default_table(), config).with_sleep(|_| {});
+    (b, m)
+}
+
+/// The model's elements of `set` as `nft` prints them.
+fn shown(m: &ModelNft, set: &str) -> Option<Vec<String>> {
+    let mut dp = m.clone();
+    let k = crate::NftDataplane::read_set(&mut dp, &default_table(), set).unwrap()?;
+    Some(k.elements.unwrap().iter().map(|e| e.to_string()).collect())
+}
+
+/// What nft should hold for `items` of type `t` (the shape's own mapping).
+fn expected(t: SetType, f: Option<Family>, items: &[&str]) -> Vec<String> {
+    let shape = SetShape::new(t, f, &HeaderOptions::default(), DEFAULT_MAX_ELEM).unwrap();
+    shape
+        .elements(members(t, items))
+        .unwrap()
+        .iter()
+        .map(|e| e.to_string())
+        .collect()
+}
+
+fn apply(b: &mut NftBackend<ModelNft>) -> ipsetmgr_manager::ApplyOutcome {
+    let o = b.apply_updates();
+    assert!(o.applied, "{:?}", o.error);
+    o
+}
+
+fn report_of(b: &NftBackend<ModelNft>, name: &str) -> ipsetmgr_manager::SetReport {
+    b.report()
+        .into_iter()
+        .find(|r| r.name == name)
+        .unwrap_or_else(|| panic!("no report for {name}"))
+}
+
+#[test]
+fn creates_in_one_transaction_then_writes_nothing() {
+    let (mut b, m) = backend();
+    assert_eq!(b.name(), "nft-model");
+    b.set_desired(
+        vec![
+            desired("a", SetType::HashIp, &["10.0.0.1", "10.0.0.2"]),
+            desired_fam("a", SetType::HashIp, Some(Family::V6), &["2001:db8::1"]),
+            desired("p", SetType::HashIpPort, &["10.0.0.1,tcp:80"]),
+        ],
+        vec![],
+    );
+    let o = apply(&mut b);
+    assert_eq!(m.stats().transactions, 1);
+    let mut written = o.written.clone();
+    written.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        written,
+        vec![
+            ("ipm4-a".to_string(), Plan::Create),
+            ("ipm4-p".to_string(), Plan::Create),
+            ("ipm6-a".to_string(), Plan::Create),
+        ]
+    );
+    assert_eq!(
+        shown(&m, "ipm4-a").unwrap(),
+        expected(SetType::HashIp, Some(Family::V4), &["10.0.0.1", "10.0.0.2"])
+    );
+    assert!(b.report().iter().all(|r| r.synced && r.problems == 0));
+    let o = apply(&mut b);
+    assert!(o.written.is_empty());
+    b.queue_resync();
+    let o = apply(&mut b);
+    assert!(o.written.is_empty(), "{:?}", o.written);
+    assert_eq!(m.stats().transactions, 1, "nothing more sent");
+    assert!(b.report().iter().all(|r| r.problems == 0));
+}
+
+#[test]
+fn member_change_is_a_delta() {
+    let (mut b, m) = backend();
+    b.set_desired(
+        vec![desired("a", SetType::HashIp, &["10.0.0.1", "10.0.0.2"])],
+        vec![],
+    );
+    apply(&mut b);
+    b.set_desired(
+        vec![desired("a", SetType::HashIp, &["10.0.0.2", "10.0.0.3"])],
+        vec![],
+    );
+    let o = apply(&mut b);
+    assert_eq!(o.written, vec![("ipm4-a".into(), Plan::Delta)]);
+    assert_eq!(
+        shown(&m, "ipm4-a").unwrap(),
+        expected(SetType::HashIp, Some(Family::V4), &["10.0.0.2", "10.0.0.3"])
+    );
+    assert_eq!(m.stats().transactions, 2);
+    assert_eq!(
+        report_of(&b, "ipm4-a").problems,
+        0,
+        "our own change is no drift"
+    );
+    // Every element replaced: a flush and the new ones, still one delta.
+    b.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.9"])], vec![]);
+    let o = apply(&mut b);
+    assert_eq!(o.written, vec![("ipm4-a".into(), Plan::Delta)]);
+    assert_eq!(shown(&m, "ipm4-a").unwrap(), vec!["10.0.0.9".to_string()]);
+}
+
+#[test]
+fn held_sets_are_left_exactly_as_they_are() {
+    let (mut b, m) = backend();
+    b.set_desired(
+        vec![
+            desired("a", SetType::HashIp, &["10.0.0.1"]),
+            desired("h", SetType::HashIp, &["10.0.0.9"]),
+        ],
+        vec![],
+    );
+    apply(&mut b);
+    // The policy of h fails: it is held, not deleted nor changed.
+    let held = Naming::default().main_set_name("h", Some(Family::V4));
+    b.set_desired(
+        vec![desired("a", SetType::HashIp, &["10.0.0.1"])],
+        vec![held.clone()],
+    );
+    let o = apply(&mut b);
+    assert!(o.deleted.is_empty());
+    b.queue_resync();
+    let o = apply(&mut b);
+    assert!(o.deleted.is_empty(), "{:?}", o.deleted);
+    assert_eq!(shown(&m, "ipm4-h").unwrap(), vec!["10.0.0.9".to_string()]);
+    // Held by its long policy's shortened ipset name, too.
+    let long = "a-policy-with-a-name-too-long-for-ipset";
+    b.set_desired(vec![desired(long, SetType::HashIp, &["1.1.1.1"])], vec![]);
+    apply(&mut b);
+    let full = format!("ipm4-{long}");
+    assert!(shown(&m, &full).is_some(), "the full policy name in nft");
+    let short = Naming::default().main_set_name(long, Some(Family::V4));
+    assert_ne!(short, full);
+    b.set_desired(vec![], vec![short, held]);
+    let o = apply(&mut b);
+    assert!(o.deleted.is_empty(), "{:?}", o.deleted);
+    assert!(shown(&m, &full).is_some());
+}
+
+#[test]
+fn one_bad_set_is_isolated_and_the_others_applied() {
+    let (mut b, m) = backend();
+    let mut full = desired(
+        "full",
+        SetType::HashIp,
+        &["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+    );
+    full.header.max_elem = 2;
+    b.set_desired(
+        vec![
+            desired("a", SetType::HashIp, &["10.0.0.1"]),
+            full,
+            // nft holds no ICMP type/code in a port field.
+            desired("icmp", SetType::HashIpPort, &["10.0.0.1,icmp:ping"]),
+            desired("z", SetType::HashNet, &["10.0.0.0/8"]),
+        ],
+        vec![],
+    );
+    let o = b.apply_updates();
+    assert!(o.applied, "{:?}", o.error);
+    assert!(shown(&m, "ipm4-a").is_some() && shown(&m, "ipm4-z").is_some());
+    assert!(shown(&m, "ipm4-full").is_none());
+    assert!(shown(&m, "ipm4-icmp").is_none());
+    let r = report_of(&b, "ipm4-full");
+    assert!(!r.synced);
+    assert!(
+        matches!(r.error, Some(SetError::Kernel(DataplaneError::SetFull(_)))),
+        "{:?}",
+        r.error
+    );
+    let r = report_of(&b, "ipm4-icmp");
+    let why = r.error.expect("an error").to_string();
+    assert!(why.contains("ICMP"), "{why}");
+    assert!(b.next_retry().is_some() && !b.retry_due());
+    // A whole-transaction failure isolates nothing: retried with backoff.
+    b.set_desired(
+        vec![desired("a", SetType::HashIp, &["10.0.0.1", "10.0.0.5"])],
+        vec![],
+    );
+    m.inject(Fault::FailNextApply(NftBatchError {
+        op_index: None,
+        element_index: None,
+        error: NftError::Unavailable("busy".into()),
+    }));
+    let o = apply(&mut b);
+    assert_eq!(o.attempts, 2);
+    assert!(report_of(&b, "ipm4-a").synced);
+}
+
+#[test]
+fn type_change_recreates_unless_a_rule_references_the_set() {
+    let (mut b, m) = backend();
+    b.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.1"])], vec![]);
+    apply(&mut b);
+    b.set_desired(
+        vec![desired("a", SetType::HashNet, &["10.0.0.0/8"])],
+        vec![],
+    );
+    let o = apply(&mut b);
+    assert_eq!(o.written, vec![("ipm4-a".into(), Plan::Recreate)]);
+    let t = m.table(&default_table()).unwrap();
+    assert!(t.sets["ipm4-a"].spec.interval);
+    assert!(m.add_rule_referencing(&default_table(), "ipm4-a"));
+    b.queue_resync();
+    apply(&mut b);
+    b.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.1"])], vec![]);
+    let o = b.apply_updates();
+    assert!(o.written.is_empty());
+    let r = report_of(&b, "ipm4-a");
+    assert!(
+        matches!(r.error, Some(SetError::NotReplaced(ref n)) if n.references == 1),
+        "{:?}",
+        r.error
+    );
+    let t = m.table(&default_table()).unwrap();
+    assert!(t.sets["ipm4-a"].spec.interval, "left as it was");
+    assert_eq!(t.sets["ipm4-a"].references, 1);
+    // Members of the same type still change under the rule.
+    b.set_desired(
+        vec![desired("a", SetType::HashNet, &["10.0.0.0/9"])],
+        vec![],
+    );
+    let o = apply(&mut b);
+    assert_eq!(o.written, vec![("ipm4-a".into(), Plan::Delta)]);
+}
+
+#[test]
+fn drift_is_repaired_and_counted() {
+    let (mut b, m) = backend();
+    let t = default_table();
+    b.set_desired(
+        vec![
+            desired("a", SetType::HashIp, &["10.0.0.1", "10.0.0.2"]),
+            desired("b", SetType::HashIp, &["10.0.0.3"]),
+            desired("c", SetType::HashIp, &["10.0.0.4"]),
+        ],
+        vec![],
+    );
+    apply(&mut b);
+    let snapshot = m.table(&t).unwrap();
+    let extra = snapshot.sets["ipm4-b"]
+        .elements
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    m.tamper(&t, |tt| {
+        let a = tt.sets.get_mut("ipm4-a").unwrap();
+        let first = a.elements.keys().next().unwrap().clone();
+        a.elements.remove(&first); // one missing
+        // ... and one extra (10.0.0.3's bytes), in a.
+        a.elements.insert(extra.clone(), None);
+        tt.sets.get_mut("ipm4-b").unwrap().elements.clear(); // flushed
+        tt.sets.remove("ipm4-c"); // deleted
+    });
+    b.queue_resync();
+    apply(&mut b);
+    let r = report_of(&b, "ipm4-a");
+    assert_eq!((r.drift.missing, r.drift.extra, r.problems), (1, 1, 2));
+    assert_eq!(report_of(&b, "ipm4-b").drift.missing, 1);
+    let c = report_of(&b, "ipm4-c");
+    assert!(c.drift.rewritten && c.problems == 1);
+    let without_handles = |mut tt: crate::model::ModelTable| {
+        for s in tt.sets.values_mut() {
+            s.handle = 0;
+        }
+        tt
+    };
+    assert_eq!(
+        without_handles(m.table(&t).unwrap()),
+        without_handles(snapshot.clone()),
+        "all repaired"
+    );
+    // The table deleted out of band (`nft delete table`) is created again.
+    assert!(m.delete_table(&t));
+    b.queue_resync();
+    apply(&mut b);
+    assert!(
+        b.report().iter().all(|r| r.drift.rewritten && r.synced),
+        "{:?}",
+        b.report()
+    );
+    assert_eq!(
+        without_handles(m.table(&t).unwrap()),
+        without_handles(snapshot)
+    );
+    b.queue_resync();
+    apply(&mut b);
+    assert!(b.report().iter().all(|r| r.problems == 0), "repaired");
+}
+
+#[test]
+fn deletions_in_use_are_reported_and_retried() {
+    let (mut b, m) = backend();
+    let t = default_table();
+    b.set_desired(
+        vec![
+            desired("a", SetType::HashIp, &["10.0.0.1"]),
+            desired("b", SetType::HashIp, &["10.0.0.2"]),
+        ],
+        vec![],
+    );
+    apply(&mut b);
+    assert!(m.add_rule_referencing(&t, "ipm4-b"));
+    b.set_desired(vec![], vec![]);
+    let o = apply(&mut b);
+    assert_eq!(o.deleted, vec!["ipm4-a".to_string()]);
+    let d = b.deletion_report();
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].name, "ipm4-b");
+    assert!(matches!(d[0].error, DataplaneError::InUse(_)), "{:?}", d[0]);
+    assert!(shown(&m, "ipm4-b").is_some(), "the set stays");
+    // The rule is removed: the next resync deletes the set.
+    m.tamper(&t, |tt| {
+        tt.sets.get_mut("ipm4-b").unwrap().references = 0;
+        tt.chains.clear();
+    });
+    b.queue_resync();
+    let o = apply(&mut b);
+    assert_eq!(o.deleted, vec!["ipm4-b".to_string()]);
+    assert!(b.deletion_report().is_empty());
+    assert!(m.table(&t).is_some(), "the table is never deleted");
+    // Without pruning, unwanted sets are only reported.
+    let mut keep = NftBackend::new(
+        m.clone(),
+        t.clone(),
+        ManagerConfig {
+            prune: false,
+            ..ManagerConfig::default()
+        },
+    );
+    b.set_desired(vec![desired("k", SetType::HashIp, &["10.0.0.7"])], vec![]);
+    apply(&mut b);
+    keep.set_desired(vec![], vec![]);
+    let o = keep.apply_updates();
+    assert!(o.deleted.is_empty());
+    assert_eq!(keep.unwanted(), vec!["ipm4-k".to_string()]);
+}
+
+#[test]
+fn foreign_sets_and_chains_are_never_touched() {
+    let (mut b, m) = backend();
+    let t = default_table();
+    b.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.1"])], vec![]);
+    apply(&mut b);
+    let spec = m.table(&t).unwrap().sets["ipm4-a"].clone();
+    m.tamper(&t, |tt| {
+        tt.sets.insert("theirs".into(), spec.clone());
+        tt.sets.insert("ipmt-1".into(), spec.clone());
+        tt.chains.insert("input".into());
+        tt.others.insert("amap".into());
+    });
+    let before = m.table(&t).unwrap();
+    b.set_desired(vec![], vec![]);
+    b.queue_resync();
+    apply(&mut b);
+    let after = m.table(&t).unwrap();
+    assert!(!after.sets.contains_key("ipm4-a"));
+    assert_eq!(after.sets["theirs"], before.sets["theirs"]);
+    assert_eq!(after.sets["ipmt-1"], before.sets["ipmt-1"]);
+    assert_eq!(after.chains, before.chains);
+    assert_eq!(after.others, before.others);
+    let listed = b.list().unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
+}
+
+#[test]
+fn nomatch_becomes_intervals() {
+    let (mut b, m) = backend();
+    let items = ["10.0.0.0/8", "10.1.0.0/16 nomatch"];
+    b.set_desired(vec![desired("n", SetType::HashNet, &items)], vec![]);
+    apply(&mut b);
+    let t = m.table(&default_table()).unwrap();
+    assert!(t.sets["ipm4-n"].spec.interval);
+    assert_eq!(
+        shown(&m, "ipm4-n").unwrap(),
+        vec!["10.0.0.0/16", "10.2.0.0-10.255.255.255"]
+    );
+    let listed = b.list().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].name, "inet ipsetmgr ipm4-n");
+    assert_eq!(listed[0].role, "main");
+    assert_eq!(listed[0].members, 2);
+}
+
+#[test]
+fn list_set_is_flattened_or_refused() {
+    let (mut b, m) = backend();
+    let x = desired(
+        "x",
+        SetType::HashNet,
+        &["10.0.0.0/8", "10.1.0.0/16 nomatch"],
+    );
+    let y = desired("y", SetType::HashNet, &["10.1.2.0/24", "192.168.0.0/16"]);
+    let l = desired("l", SetType::ListSet, &["x", "y"]);
+    b.set_desired(vec![x.clone(), y.clone(), l], vec![]);
+    apply(&mut b);
+    // 10.1.2.0/24 matches through y although x cuts 10.1.0.0/16 out.
+    assert_eq!(
+        shown(&m, "ipm4-l").unwrap(),
+        vec![
+            "10.0.0.0/16",
+            "10.1.2.0/24",
+            "10.2.0.0-10.255.255.255",
+            "192.168.0.0/16"
+        ]
+    );
+    assert!(report_of(&b, "ipm4-l").synced);
+    // A member change of a listed set reaches the flattened list.
+    let y2 = desired("y", SetType::HashNet, &["192.168.0.0/16"]);
+    let l = desired("l", SetType::ListSet, &["x", "y"]);
+    b.set_desired(vec![x.clone(), y2, l], vec![]);
+    let o = apply(&mut b);
+    assert!(
+        o.written.contains(&("ipm4-l".into(), Plan::Delta)),
+        "{:?}",
+        o.written
+    );
+    // Mixed element types: a per-set error; the others go through.
+    let ip = desired("ip", SetType::HashIp, &["10.9.9.9"]);
+    let mixed = desired("m", SetType::ListSet, &["x", "ip"]);
+    b.set_desired(vec![x, ip, mixed], vec![]);
+    let o = b.apply_updates();
+    assert!(o.applied);
+    assert!(shown(&m, "ipm4-ip").is_some());
+    assert!(shown(&m, "ipm4-m").is_none());
+    let why = report_of(&b, "ipm4-m").error.unwrap().to_string();
+    assert!(why.contains("different element types"), "{why}");
+}
+
+#[test]
+fn plan_is_read_only_and_stale_beliefs_are_reread() {
+    let (mut b, m) = backend();
+    b.set_desired(
+        vec![desired("a", SetType::HashIp, &["10.0.0.1", "10.0.0.3"])],
+        vec![],
+    );
+    let lines = b.plan().unwrap();
+    assert_eq!(lines, vec!["create inet ipsetmgr ipm4-a with 2 elements"]);
+    assert_eq!(m.stats().transactions, 0);
+    assert!(m.table(&default_table()).is_none(), "plan creates nothing");
+    apply(&mut b);
+    // Someone deletes the element we are about to delete: the transaction
+    // fails, the set is read again and the retry succeeds.
+    m.tamper(&default_table(), |t| {
+        t.sets.get_mut("ipm4-a").unwrap().elements.clear();
+    });
+    b.set_desired(
+        vec![desired("a", SetType::HashIp, &["10.0.0.2", "10.0.0.3"])],
+        vec![],
+    );
+    assert_eq!(
+        b.plan().unwrap(),
+        vec!["update inet ipsetmgr ipm4-a: add 1, delete 1 elements"]
+    );
+    let o = apply(&mut b);
+    assert!(o.attempts >= 2);
+    assert_eq!(
+        shown(&m, "ipm4-a").unwrap(),
+        vec!["10.0.0.2".to_string(), "10.0.0.3".to_string()]
+    );
+    assert_eq!(report_of(&b, "ipm4-a").problems, 0, "a re-read is no drift");
+    assert!(report_of(&b, "ipm4-a").error.is_none());
+    // Another table family and name work the same.
+    let other = crate::Table::new(TableFamily::Ip, "filter");
+    let mut b2 = NftBackend::new(m.clone(), other.clone(), ManagerConfig::default());
+    b2.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.1"])], vec![]);
+    assert!(b2.apply_updates().applied);
+    assert!(m.table(&other).unwrap().sets.contains_key("ipm4-a"));
+}
+
+#[test]
+fn a_failed_resync_changes_nothing_and_is_retried() {
+    let (mut b, m) = backend();
+    b.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.1"])], vec![]);
+    apply(&mut b);
+    b.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.2"])], vec![]);
+    b.queue_resync();
+    for _ in 0..10 {
+        m.inject(Fault::FailNextList(NftError::Unavailable("down".into())));
+    }
+    let o = b.apply_updates();
+    assert!(!o.applied);
+    assert!(
+        matches!(
+            o.error,
+            Some(ipsetmgr_manager::ApplyError::Resync(
+                DataplaneError::Unavailable(_)
+            ))
+        ),
+        "{:?}",
+        o.error
+    );
+    assert_eq!(
+        shown(&m, "ipm4-a").unwrap(),
+        vec!["10.0.0.1".to_string()],
+        "fail static"
+    );
+    // The kernel answers again: the resync and the change go through.
+    let o = apply(&mut b);
+    assert_eq!(o.written, vec![("ipm4-a".into(), Plan::Delta)]);
+    assert_eq!(shown(&m, "ipm4-a").unwrap(), vec!["10.0.0.2".to_string()]);
+}
+
+#[test]
+fn comments_and_size_changes_are_deltas() {
+    let (mut b, m) = backend();
+    let mut d = desired("c", SetType::HashIp, &["10.0.0.1 comment:one"]);
+    d.header.options.comment = true;
+    b.set_desired(vec![d.clone()], vec![]);
+    apply(&mut b);
+    let mut d2 = desired("c", SetType::HashIp, &["10.0.0.1 comment:two"]);
+    d2.header.options.comment = true;
+    d2.header.max_elem = 10;
+    b.set_desired(vec![d2], vec![]);
+    let o = apply(&mut b);
+    assert_eq!(o.written, vec![("ipm4-c".into(), Plan::Delta)]);
+    let t = m.table(&default_table()).unwrap();
+    let s = &t.sets["ipm4-c"];
+    assert_eq!(s.spec.size, Some(10));
+    let comments: Vec<String> = s
+        .elements
+        .values()
+        .map(|c| c.as_ref().unwrap().as_str().to_string())
+        .collect();
+    assert_eq!(comments, ["two"]);
+    b.queue_resync();
+    let o = apply(&mut b);
+    assert!(o.written.is_empty());
+    assert_eq!(report_of(&b, "ipm4-c").problems, 0);
+}

@@ -1,0 +1,447 @@
+//! NftBackend against the real kernel, over the netlink and the `nft -j`
+//! backends: each test in its own fresh network namespace (the conformance
+//! suite's runner; without root a test skips, under `CI=true` it fails),
+//! with `nft` itself as the oracle.
+
+#[macro_use]
+mod conformance;
+
+use std::process::Command;
+use std::sync::Arc;
+
+use ipsetmgr_dataplane::DataplaneError;
+use ipsetmgr_ipset::{
+    DEFAULT_MAX_ELEM, Family, HeaderOptions, Member, MemberSet, Naming, SetHeader, SetKind, SetType,
+};
+use ipsetmgr_manager::{DesiredSet, ManagerConfig, Plan, SetError, SetsBackend};
+use ipsetmgr_nft::backend::{NftBackend, default_table};
+use ipsetmgr_nft::cli::CliNft;
+use ipsetmgr_nft::netlink::NetlinkNft;
+use ipsetmgr_nft::{NftDataplane, SetShape};
+
+type Backend = NftBackend<Box<dyn NftDataplane>>;
+
+/// Instantiate each body for the netlink and the cli backend.
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => {
+        mod netlink {
+            $(
+                #[test]
+                fn $name() {
+                    $crate::conformance::run(
+                        concat!("netlink::", stringify!($name)),
+                        $crate::conformance::Mode::Kernel,
+                        || Box::new(ipsetmgr_nft::netlink::NetlinkNft::new().expect("a NETLINK_NETFILTER socket")),
+                        $crate::$name,
+                    );
+                }
+            )*
+        }
+        mod cli {
+            $(
+                #[test]
+                fn $name() {
+                    $crate::conformance::run(
+                        concat!("cli::", stringify!($name)),
+                        $crate::conformance::Mode::Kernel,
+                        || Box::new(ipsetmgr_nft::cli::CliNft::new()),
+                        $crate::$name,
+                    );
+                }
+            )*
+        }
+    };
+}
+
+backend_tests!(
+    every_type_holds_exactly_the_declared_elements,
+    a_rule_keeps_its_set_across_update_and_replacement,
+    out_of_band_changes_are_repaired_and_counted,
+);
+
+/// A backend of the same kind as the runner's (opened inside the netns).
+fn backend_like(dp: &dyn NftDataplane) -> Backend {
+    let inner: Box<dyn NftDataplane> = match dp.name() {
+        "netlink" => Box::new(NetlinkNft::new().expect("a NETLINK_NETFILTER socket")),
+        "cli" => Box::new(CliNft::new()),
+        other => panic!("no kernel backend {other}"),
+    };
+    let b = NftBackend::new(inner, default_table(), ManagerConfig::default()).with_sleep(|_| {});
+    // The names the metrics are labelled with.
+    let want = if dp.name() == "netlink" {
+        "nft"
+    } else {
+        "nft-cli"
+    };
+    assert_eq!(b.name(), want);
+    b
+}
+
+fn desired(p: &str, t: SetType, f: Family, items: &[&str]) -> DesiredSet {
+    let kind = SetKind::new(t, Some(f));
+    let members: Vec<Member> = items
+        .iter()
+        .flat_map(|i| Member::parse_user(t, i).unwrap().members)
+        .collect();
+    DesiredSet {
+        name: Naming::default().main_set_name(p, Some(f)),
+        policy: p.into(),
+        header: SetHeader {
+            kind,
+            max_elem: DEFAULT_MAX_ELEM,
+            hash_size: None,
+            options: HeaderOptions::default(),
+        },
+        members: Arc::new(MemberSet::from_members(kind, members)),
+    }
+}
+
+/// The elements nft should hold for `d`, as nft prints them.
+fn expected(d: &DesiredSet) -> Vec<String> {
+    let shape = SetShape::from_header(&d.header).unwrap();
+    shape
+        .elements(d.members.iter())
+        .unwrap()
+        .iter()
+        .map(|e| e.to_string())
+        .collect()
+}
+
+fn nft(args: &[&str]) -> String {
+    let out = Command::new("nft").args(args).output().expect("run nft");
+    assert!(
+        out.status.success(),
+        "nft {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `nft -j list table inet ipsetmgr`: each set's name and element count,
+/// and the number of rules.
+fn listed_table() -> (Vec<(String, usize)>, usize) {
+    let text = nft(&["-j", "list", "table", "inet", "ipsetmgr"]);
+    let v: serde_json::Value = serde_json::from_str(&text).expect("nft -j output");
+    let mut sets = Vec::new();
+    let mut rules = 0;
+    for obj in v["nftables"].as_array().expect("nftables array") {
+        if let Some(s) = obj.get("set") {
+            let n = s.get("elem").and_then(|e| e.as_array()).map_or(0, Vec::len);
+            sets.push((s["name"].as_str().unwrap().to_string(), n));
+        }
+        if obj.get("rule").is_some() {
+            rules += 1;
+        }
+    }
+    sets.sort();
+    (sets, rules)
+}
+
+/// The set's elements per `nft -j list set`, as nft prints them.
+fn kernel_elements(set: &str) -> Option<Vec<String>> {
+    let k = CliNft::new().read_set(&default_table(), set).unwrap()?;
+    Some(k.elements?.iter().map(|e| e.to_string()).collect())
+}
+
+fn apply(b: &mut Backend) -> ipsetmgr_manager::ApplyOutcome {
+    let o = b.apply_updates();
+    assert!(o.applied, "{} backend: {:?}", b.name(), o.error);
+    o
+}
+
+fn every_type() -> Vec<DesiredSet> {
+    use Family::*;
+    use SetType::*;
+    vec![
+        desired("blocklist", HashIp, V4, &["10.0.0.1", "192.168.1.255"]),
+        desired("blocklist", HashIp, V6, &["2001:db8::1", "fe80::1"]),
+        desired(
+            "nets",
+            HashNet,
+            V4,
+            &["10.0.0.0/8", "10.1.0.0/16 nomatch", "172.16.0.0/12"],
+        ),
+        desired(
+            "ports",
+            HashIpPort,
+            V4,
+            &["10.0.0.1,tcp:80", "10.0.0.2,udp:53"],
+        ),
+        desired(
+            "netports",
+            HashNetPort,
+            V4,
+            &["10.0.0.0/24,tcp:443", "10.0.1.0/24,tcp:443 nomatch"],
+        ),
+        desired(
+            "ifaces",
+            HashNetIface,
+            V4,
+            &["10.0.0.0/8,eth0", "192.168.0.0/16,lo"],
+        ),
+    ]
+}
+
+pub fn every_type_holds_exactly_the_declared_elements(
+    dp: &mut dyn NftDataplane,
+    _env: &conformance::Env,
+) {
+    let mut b = backend_like(dp);
+    let want = every_type();
+    b.set_desired(want.clone(), vec![]);
+    let o = apply(&mut b);
+    assert_eq!(o.written.len(), want.len());
+    assert!(o.written.iter().all(|(_, p)| *p == Plan::Create));
+    let (sets, rules) = listed_table();
+    let mut declared: Vec<(String, usize)> = want
+        .iter()
+        .map(|d| (b.set_name(d), expected(d).len()))
+        .collect();
+    declared.sort();
+    assert_eq!(sets, declared, "nft -j list table inet ipsetmgr");
+    assert_eq!(rules, 0);
+    for d in &want {
+        let name = b.set_name(d);
+        assert_eq!(kernel_elements(&name), Some(expected(d)), "{name}");
+    }
+    // 10.1.0.0/16 nomatch is cut out of 10.0.0.0/8.
+    assert_eq!(
+        kernel_elements("ipm4-nets").unwrap(),
+        vec!["10.0.0.0/16", "10.2.0.0-10.255.255.255", "172.16.0.0/12"]
+    );
+    // A second apply, and a resync, write nothing.
+    let o = apply(&mut b);
+    assert!(o.written.is_empty(), "{:?}", o.written);
+    b.queue_resync();
+    let o = apply(&mut b);
+    assert!(o.written.is_empty(), "{:?}", o.written);
+    assert!(
+        b.report().iter().all(|r| r.synced && r.problems == 0),
+        "{:?}",
+        b.report()
+    );
+    let listed = b.list().unwrap();
+    assert_eq!(listed.len(), want.len());
+    assert!(
+        listed
+            .iter()
+            .all(|l| l.name.starts_with("inet ipsetmgr ipm"))
+    );
+}
+
+fn rule_text() -> String {
+    nft(&["list", "chain", "inet", "ipsetmgr", "c"])
+}
+
+pub fn a_rule_keeps_its_set_across_update_and_replacement(
+    dp: &mut dyn NftDataplane,
+    _env: &conformance::Env,
+) {
+    use SetType::*;
+    let mut b = backend_like(dp);
+    let v4 = Family::V4;
+    let other = desired("other", HashIp, v4, &["10.0.0.7"]);
+    b.set_desired(
+        vec![
+            desired("blocklist", HashIp, v4, &["10.0.0.1"]),
+            other.clone(),
+        ],
+        vec![],
+    );
+    apply(&mut b);
+    nft(&[
+        "add",
+        "chain",
+        "inet",
+        "ipsetmgr",
+        "c",
+        "{ type filter hook input priority 0; }",
+    ]);
+    nft(&[
+        "add",
+        "rule",
+        "inet",
+        "ipsetmgr",
+        "c",
+        "ip",
+        "saddr",
+        "@ipm4-blocklist",
+        "drop",
+    ]);
+    assert!(rule_text().contains("@ipm4-blocklist"));
+    // A member update: a delta under the rule.
+    let updated = desired("blocklist", HashIp, v4, &["10.0.0.2", "10.0.0.3"]);
+    b.set_desired(vec![updated.clone(), other.clone()], vec![]);
+    let o = apply(&mut b);
+    assert_eq!(o.written, vec![("ipm4-blocklist".into(), Plan::Delta)]);
+    assert_eq!(kernel_elements("ipm4-blocklist"), Some(expected(&updated)));
+    assert!(rule_text().contains("ip saddr @ipm4-blocklist drop"));
+    // A replacement of all members in one transaction.
+    let replaced = desired("blocklist", HashIp, v4, &["192.0.2.1"]);
+    b.set_desired(vec![replaced.clone(), other.clone()], vec![]);
+    apply(&mut b);
+    assert_eq!(kernel_elements("ipm4-blocklist"), Some(expected(&replaced)));
+    assert!(rule_text().contains("ip saddr @ipm4-blocklist drop"));
+    // A type change is refused while the rule references the set: first
+    // by the kernel (the backend has not read the rule's reference yet, so
+    // it tries a recreate, which the kernel refuses with EBUSY and which
+    // leaves the transaction unapplied), then by the backend itself once a
+    // resync has counted the reference.
+    b.set_desired(
+        vec![
+            desired("blocklist", HashNet, v4, &["10.0.0.0/8"]),
+            other.clone(),
+        ],
+        vec![],
+    );
+    let o = b.apply_updates();
+    assert!(o.written.is_empty(), "{:?}", o.written);
+    let r = &b.report()[0];
+    assert_eq!(r.name, "ipm4-blocklist");
+    assert!(
+        matches!(&r.error, Some(SetError::Kernel(DataplaneError::InUse(_)))),
+        "{:?}",
+        r.error
+    );
+    assert_eq!(kernel_elements("ipm4-blocklist"), Some(expected(&replaced)));
+    assert!(rule_text().contains("ip saddr @ipm4-blocklist drop"));
+    b.queue_resync();
+    // New content: retried now, whatever the backoff said.
+    b.set_desired(
+        vec![
+            desired("blocklist", HashNet, v4, &["10.0.0.0/9"]),
+            other.clone(),
+        ],
+        vec![],
+    );
+    let o = b.apply_updates();
+    assert!(o.written.is_empty(), "{:?}", o.written);
+    let r = &b.report()[0];
+    assert_eq!(r.name, "ipm4-blocklist");
+    assert!(
+        matches!(&r.error, Some(SetError::NotReplaced(n)) if n.references >= 1),
+        "{:?}",
+        r.error
+    );
+    assert_eq!(kernel_elements("ipm4-blocklist"), Some(expected(&replaced)));
+    assert!(rule_text().contains("ip saddr @ipm4-blocklist drop"));
+    // Deleting the policy while the rule exists: in use, the set stays,
+    // and it is retried at the next resync; the other set deleted in the
+    // same apply goes.
+    b.set_desired(vec![], vec![]);
+    let o = b.apply_updates();
+    assert_eq!(o.deleted, vec!["ipm4-other".to_string()]);
+    assert_eq!(kernel_elements("ipm4-other"), None);
+    let d = b.deletion_report();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert!(matches!(d[0].error, DataplaneError::InUse(_)), "{d:?}");
+    assert!(kernel_elements("ipm4-blocklist").is_some());
+    b.queue_resync();
+    let o = b.apply_updates();
+    assert!(o.deleted.is_empty());
+    assert_eq!(b.deletion_report().len(), 1);
+    // The rule goes: the retry deletes the set; the chain and the table stay.
+    nft(&["flush", "chain", "inet", "ipsetmgr", "c"]);
+    b.queue_resync();
+    let o = apply(&mut b);
+    assert_eq!(o.deleted, vec!["ipm4-blocklist".to_string()]);
+    assert!(b.deletion_report().is_empty());
+    assert!(rule_text().contains("chain c"));
+}
+
+pub fn out_of_band_changes_are_repaired_and_counted(
+    dp: &mut dyn NftDataplane,
+    _env: &conformance::Env,
+) {
+    use SetType::*;
+    let v4 = Family::V4;
+    let mut b = backend_like(dp);
+    let a = desired("a", HashIp, v4, &["10.0.0.1", "10.0.0.2"]);
+    let n = desired("n", HashNet, v4, &["10.0.0.0/8", "10.1.0.0/16 nomatch"]);
+    b.set_desired(vec![a.clone(), n.clone()], vec![]);
+    apply(&mut b);
+    let report = |b: &Backend, name: &str| {
+        b.report()
+            .into_iter()
+            .find(|r| r.name == name)
+            .unwrap_or_else(|| panic!("{name}"))
+    };
+    let check = |b: &mut Backend| {
+        b.queue_resync();
+        let o = b.apply_updates();
+        assert!(o.applied, "{:?}", o.error);
+        assert_eq!(kernel_elements("ipm4-a"), Some(expected(&a)));
+        assert_eq!(kernel_elements("ipm4-n"), Some(expected(&n)));
+    };
+    // An element added by hand.
+    nft(&[
+        "add",
+        "element",
+        "inet",
+        "ipsetmgr",
+        "ipm4-a",
+        "{ 10.9.9.9 }",
+    ]);
+    check(&mut b);
+    assert_eq!(report(&b, "ipm4-a").drift.extra, 1);
+    assert_eq!(report(&b, "ipm4-n").problems, 0);
+    // Flushed.
+    nft(&["flush", "set", "inet", "ipsetmgr", "ipm4-n"]);
+    check(&mut b);
+    assert_eq!(report(&b, "ipm4-n").drift.missing, 2);
+    assert_eq!(report(&b, "ipm4-a").problems, 0);
+    // Deleted.
+    nft(&["delete", "set", "inet", "ipsetmgr", "ipm4-a"]);
+    check(&mut b);
+    assert!(report(&b, "ipm4-a").drift.rewritten);
+    assert_eq!(report(&b, "ipm4-a").problems, 1);
+    // The whole table deleted.
+    nft(&["delete", "table", "inet", "ipsetmgr"]);
+    check(&mut b);
+    assert!(
+        b.report()
+            .iter()
+            .all(|r| r.drift.rewritten && r.problems == 1)
+    );
+    // Repaired: the next resync finds nothing.
+    check(&mut b);
+    assert!(b.report().iter().all(|r| r.problems == 0 && r.synced));
+}
+
+/// `--backend both`: one policy becomes an ipset and an nft set in the same
+/// namespace, reported twice (`nft:` in front of the nft side).
+#[test]
+fn both_backends_hold_one_policy_as_an_ipset_and_an_nft_set() {
+    conformance::run(
+        "both_backends_hold_one_policy_as_an_ipset_and_an_nft_set",
+        conformance::Mode::Kernel,
+        || Box::new(NetlinkNft::new().expect("a NETLINK_NETFILTER socket")),
+        |dp, _env| {
+            use ipsetmgr_manager::{BothBackends, Manager};
+            let ipset = Manager::new(
+                ipsetmgr_dataplane::netlink::NetlinkDataplane::new().expect("ipset netlink"),
+                ManagerConfig::default(),
+            );
+            let mut both = BothBackends::new(ipset, backend_like(dp));
+            let d = desired("blocklist", SetType::HashIp, Family::V4, &["10.0.0.1"]);
+            both.set_desired(vec![d.clone()], vec![]);
+            let o = both.apply_updates();
+            assert!(o.applied, "{:?}", o.error);
+            let names: Vec<String> = both.report().into_iter().map(|r| r.name).collect();
+            assert_eq!(names, ["ipm4-blocklist", "nft:ipm4-blocklist"]);
+            assert!(both.report().iter().all(|r| r.synced));
+            let out = Command::new("ipset")
+                .args(["list", "ipm4-blocklist"])
+                .output()
+                .expect("run ipset");
+            assert!(out.status.success());
+            assert!(String::from_utf8_lossy(&out.stdout).contains("10.0.0.1"));
+            assert_eq!(kernel_elements("ipm4-blocklist"), Some(expected(&d)));
+            let listed: Vec<String> = both.list().unwrap().into_iter().map(|l| l.name).collect();
+            assert_eq!(listed, ["ipm4-blocklist", "inet ipsetmgr ipm4-blocklist"]);
+            both.set_desired(vec![], vec![]);
+            let o = both.apply_updates();
+            assert_eq!(o.deleted, ["ipm4-blocklist", "nft:ipm4-blocklist"]);
+        },
+    );
+}
