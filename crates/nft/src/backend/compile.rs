@@ -66,6 +66,13 @@ pub(crate) fn compile(
     d: &DesiredSet,
     by_ipset_name: &HashMap<&str, &DesiredSet>,
 ) -> Result<Compiled, SetError> {
+    if !crate::is_valid_name(nft_name) {
+        // A prefix that starts with a digit, say: refused before it costs a
+        // failed transaction per apply.
+        return Err(SetError::Kernel(DataplaneError::Other(format!(
+            "{nft_name} is not a set name nf_tables takes (a letter first, then letters, digits, _ - . /)"
+        ))));
+    }
     if d.header.kind.set_type == SetType::ListSet {
         return flatten(nft_name, d, by_ipset_name);
     }

@@ -595,3 +595,23 @@ fn comments_and_size_changes_are_deltas() {
     assert!(o.written.is_empty());
     assert_eq!(report_of(&b, "ipm4-c").problems, 0);
 }
+
+#[test]
+fn a_prefix_nft_cannot_name_is_a_per_set_error() {
+    let m = ModelNft::new();
+    let naming = Naming::new("1pm").unwrap();
+    let config = ManagerConfig {
+        naming: naming.clone(),
+        ..ManagerConfig::default()
+    };
+    let mut b = NftBackend::new(m.clone(), default_table(), config).with_sleep(|_| {});
+    let mut d = desired("a", SetType::HashIp, &["10.0.0.1"]);
+    d.name = naming.main_set_name("a", Some(Family::V4));
+    b.set_desired(vec![d], vec![]);
+    let o = b.apply_updates();
+    assert!(o.applied);
+    assert_eq!(o.attempts, 1, "no transaction tried and failed");
+    assert_eq!(m.stats().transactions, 0);
+    let why = b.report()[0].error.clone().unwrap().to_string();
+    assert!(why.contains("not a set name nf_tables takes"), "{why}");
+}
