@@ -9,13 +9,14 @@ use clap::{Parser, Subcommand};
 
 use crate::agent::AgentConfig;
 use crate::commands::slice::{OutputFormat, parse_policy_name};
-use crate::dataplane::Backend;
 use crate::duration;
 use crate::ipset::SetType;
+use crate::kernel::{KernelBackend, parse_table_family, parse_table_name};
 use crate::logging::LogFormat;
 use crate::policy::FamilySpec;
 use crate::policy::member_list::ListFormat;
 use crate::sources::egress::{Cidr, EgressGuard, Setting as EgressSetting};
+use ipsetmgr_nft::TableFamily;
 
 /// Defaults shared by several flags, the chart and the docs.
 pub mod defaults {
@@ -54,15 +55,27 @@ pub struct Cli {
     /// Prefix of the kernel sets this tool owns (1-8 letters or digits).
     #[arg(long, global = true, env = "IPSETMGR_SET_PREFIX", default_value = crate::ipset::Naming::DEFAULT_PREFIX)]
     pub set_prefix: String,
-    /// Dataplane backend: `netlink` (native, the default; falls back to cli
-    /// when the kernel lacks it) or `cli` (the `ipset` binary).
+    /// Kernel backend: ipsets over `netlink` (native, the default; falls
+    /// back to cli when the kernel lacks it) or `cli` (the `ipset` binary);
+    /// nf_tables named sets over `nft` (native netlink) or `nft-cli` (`nft
+    /// -j`); or `both` (each set as an ipset and as an nft set).
     #[arg(
         long,
         global = true,
         env = "IPSETMGR_BACKEND",
-        default_value = "netlink"
+        value_enum,
+        default_value_t = KernelBackend::Netlink
     )]
-    pub backend: Backend,
+    pub backend: KernelBackend,
+    /// The family of the nft table the nft backends keep their sets in (a
+    /// rule can match only sets of its own table).
+    #[arg(long, global = true, env = "IPSETMGR_NFT_FAMILY", value_parser = parse_table_family, default_value = "inet")]
+    pub nft_family: TableFamily,
+    /// The nft table the nft backends keep their sets in: created when
+    /// missing, never deleted; only its sets named with the prefix are
+    /// touched (chains, rules, maps and other sets never).
+    #[arg(long, global = true, env = "IPSETMGR_NFT_TABLE", value_parser = parse_table_name, default_value = "ipsetmgr")]
+    pub nft_table: String,
     /// Log format on stderr.
     #[arg(long, global = true, env = "IPSETMGR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -44,6 +44,7 @@ fn real_main() -> Result<bool> {
     let opts = KernelOptions {
         netns: cli.netns.clone(),
         backend: cli.backend,
+        nft_table: ipsetmgr_nft::Table::new(cli.nft_family, cli.nft_table.clone()),
         naming: naming.clone(),
         lock_wait: cli.lock_wait,
     };

@@ -8,18 +8,76 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use ipsetmgr_nft::backend::NftBackend;
+use ipsetmgr_nft::netlink::NetlinkNft;
+use ipsetmgr_nft::{NftError, Table, TableFamily};
+
 use crate::dataplane::netns::{self, NetnsError};
 use crate::dataplane::{Backend, Dataplane, OpenError, open};
 use crate::ipset::Naming;
 use crate::lock::{self, LockError, LockGuard};
 use crate::manager::driver::{self, Command, DriverConfig, Observer};
-use crate::manager::{Manager, ManagerConfig, SetsBackend};
+use crate::manager::{BothBackends, Manager, ManagerConfig, SetsBackend};
+
+/// What `--backend` chooses: which kernel facility holds the sets, and how
+/// this process talks to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KernelBackend {
+    /// ipsets over native netlink (falls back to `cli` when the kernel
+    /// lacks the ipset netlink protocol).
+    Netlink,
+    /// ipsets through the `ipset` binary.
+    Cli,
+    /// nf_tables named sets over native netlink (no `nft` binary).
+    Nft,
+    /// nf_tables named sets through `nft -j` (JSON).
+    NftCli,
+    /// The same sets as ipsets (netlink) and as nft sets (netlink).
+    Both,
+}
+
+impl KernelBackend {
+    /// The kind of kernel set its reports describe, for metrics: `ipset`
+    /// or `nft` (with `Both`, the ipset side's; the nft side's set names
+    /// say `nft:`).
+    pub fn sets_kind(self) -> &'static str {
+        match self {
+            KernelBackend::Netlink | KernelBackend::Cli | KernelBackend::Both => "ipset",
+            KernelBackend::Nft | KernelBackend::NftCli => "nft",
+        }
+    }
+}
+
+/// `--nft-family`: the table family, as `nft` spells it.
+pub fn parse_table_family(s: &str) -> Result<TableFamily, String> {
+    TableFamily::from_nft_name(s).ok_or_else(|| {
+        let all: Vec<&str> = TableFamily::ALL.iter().map(|f| f.nft_name()).collect();
+        format!(
+            "unknown nft table family {s:?}: use one of {}",
+            all.join(", ")
+        )
+    })
+}
+
+/// `--nft-table`: a table name nft accepts.
+pub fn parse_table_name(s: &str) -> Result<String, String> {
+    if ipsetmgr_nft::is_valid_name(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "invalid nft table name {s:?}: 1 to {} characters, a letter first, then letters, digits, '_', '-' or '.'",
+            ipsetmgr_nft::MAX_NAME_LEN
+        ))
+    }
+}
 
 /// Where and how the kernel side runs.
 #[derive(Clone, Debug)]
 pub struct KernelOptions {
     pub netns: Option<String>,
-    pub backend: Backend,
+    pub backend: KernelBackend,
+    /// The table whose sets the nft backends own (`--nft-family`, `--nft-table`).
+    pub nft_table: Table,
     pub naming: Naming,
     /// How long to wait for another writer's lock.
     pub lock_wait: Duration,
@@ -33,6 +91,8 @@ pub enum KernelError {
     Lock(#[from] LockError),
     #[error(transparent)]
     Open(#[from] OpenError),
+    #[error("cannot open nf_tables netlink: {0}")]
+    Nft(#[from] NftError),
     #[error("cannot start the manager thread: {0}")]
     Thread(std::io::Error),
     #[error("the manager thread stopped before it was ready")]
@@ -42,14 +102,47 @@ pub enum KernelError {
 /// An opened kernel, not yet a backend: opening can fail (no netlink, no
 /// tool), choosing the manager's tunables cannot.
 pub struct Opened {
-    dataplane: Box<dyn Dataplane>,
+    kernel: OpenedKernel,
+    nft_table: Table,
+}
+
+enum OpenedKernel {
+    Ipset(Box<dyn Dataplane>),
+    Nft(NetlinkNft),
+    NftCli,
+    Both(Box<dyn Dataplane>, NetlinkNft),
 }
 
 impl Opened {
     /// The backend over this kernel. `config.naming` says which sets it owns.
     pub fn into_backend(self, config: ManagerConfig) -> Box<dyn SetsBackend> {
-        Box::new(Manager::new(self.dataplane, config))
+        let table = self.nft_table;
+        match self.kernel {
+            OpenedKernel::Ipset(dp) => Box::new(Manager::new(dp, config)),
+            OpenedKernel::Nft(nl) => Box::new(NftBackend::new(nl, table, config)),
+            OpenedKernel::NftCli => Box::new(NftBackend::cli(table, config)),
+            OpenedKernel::Both(dp, nl) => Box::new(BothBackends::new(
+                Manager::new(dp, config.clone()),
+                NftBackend::new(nl, table, config),
+            )),
+        }
     }
+}
+
+/// Open what `opts.backend` needs (on the calling thread: in the namespace).
+fn open_kernel(opts: &KernelOptions) -> Result<Opened, KernelError> {
+    let kernel = match opts.backend {
+        KernelBackend::Netlink => OpenedKernel::Ipset(open(Backend::Netlink)?),
+        KernelBackend::Cli => OpenedKernel::Ipset(open(Backend::Cli)?),
+        KernelBackend::Nft => OpenedKernel::Nft(NetlinkNft::new()?),
+        // `nft` is run per apply; a missing binary is that apply's error.
+        KernelBackend::NftCli => OpenedKernel::NftCli,
+        KernelBackend::Both => OpenedKernel::Both(open(Backend::Netlink)?, NetlinkNft::new()?),
+    };
+    Ok(Opened {
+        kernel,
+        nft_table: opts.nft_table.clone(),
+    })
 }
 
 /// Take the writer lock (when `lock_as` names the command) and open the
@@ -62,8 +155,7 @@ fn prepare(
         Some(command) => Some(lock::acquire(&opts.naming, command, opts.lock_wait)?),
         None => None,
     };
-    let dataplane = open(opts.backend)?;
-    Ok((guard, Opened { dataplane }))
+    Ok((guard, open_kernel(opts)?))
 }
 
 /// Run one job against the kernel inside the namespace, holding the writer

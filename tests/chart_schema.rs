@@ -236,6 +236,10 @@ fn agent_flags(values: &Value) -> Vec<String> {
         &as_flag(&values["setPrefix"]),
         "--backend",
         &as_flag(&values["backend"]),
+        "--nft-family",
+        &as_flag(&values["nftTable"]["family"]),
+        "--nft-table",
+        &as_flag(&values["nftTable"]["name"]),
         "--log-format",
         &as_flag(&values["logFormat"]),
         "agent",
@@ -338,6 +342,12 @@ fn the_binary_takes_the_defaults_and_the_documented_values() {
         ],
         vec![("resyncInterval", json!("9999999"))],
         vec![("setPrefix", json!("ABC12345")), ("backend", json!("cli"))],
+        vec![("backend", json!("nft-cli"))],
+        vec![
+            ("backend", json!("both")),
+            ("nftTable.family", json!("ip")),
+            ("nftTable.name", json!("filter")),
+        ],
         vec![("logFormat", json!("json"))],
         vec![
             ("metrics.address", json!("127.0.0.1")),
@@ -357,6 +367,9 @@ fn what_the_schema_refuses_for_the_binary_the_binary_refuses_too() {
     // The settings the binary judges: the schema's refusals there mirror it.
     for (path, v) in [
         ("backend", json!("iptables")),
+        ("nftTable.family", json!("ipv4")),
+        ("nftTable.name", json!("1table")),
+        ("nftTable.name", json!("a table")),
         ("setPrefix", json!("this-is-way-too-long")),
         ("resyncInterval", json!(0)),
         ("logFormat", json!("xml")),

@@ -1157,6 +1157,8 @@ fn check_daemonset(ds: &DaemonSet, listen: &Listeners, what: &str) {
             "IPSETMGR_MAX_HASH_SIZE",
             "IPSETMGR_NODE_STATE_INTERVAL",
             "IPSETMGR_BACKEND",
+            "IPSETMGR_NFT_FAMILY",
+            "IPSETMGR_NFT_TABLE",
             "IPSETMGR_RESYNC_INTERVAL",
             "IPSETMGR_HEARTBEAT_INTERVAL",
             "IPSETMGR_LISTEN",
@@ -1168,7 +1170,7 @@ fn check_daemonset(ds: &DaemonSet, listen: &Listeners, what: &str) {
     check_common_env(&c, listen, what);
     let backend = env_value(&c, "IPSETMGR_BACKEND").unwrap_or_default();
     assert!(
-        ["netlink", "cli"].contains(&backend.as_str()),
+        ["netlink", "cli", "nft", "nft-cli", "both"].contains(&backend.as_str()),
         "{what}: backend {backend}"
     );
     let resync = env_value(&c, "IPSETMGR_RESYNC_INTERVAL").unwrap_or_default();

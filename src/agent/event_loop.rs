@@ -7,6 +7,7 @@
 //! It never waits on the API server: the only requests are the writer's,
 //! in its own task.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +23,9 @@ use super::store::Store;
 use crate::ipset::Naming;
 use crate::kernel::KernelSide;
 use crate::manager::driver::{Command, Report};
+use crate::manager::{BOTH_SECOND_PREFIX, SetReport};
 use crate::policy::compile::{Compiled, MemberCache};
-use crate::telemetry::labels::OutcomeLabel;
+use crate::telemetry::labels::{BackendLabel, OutcomeLabel};
 use kube::runtime::watcher::Event;
 
 /// Where desired states go: the kernel side (tests use an inline one).
@@ -57,6 +59,9 @@ pub struct Settings {
     pub heartbeat: Duration,
     /// This cluster's caps on policies (the controller's are the same).
     pub limits: crate::cluster::slices::ClusterLimits,
+    /// The kind of kernel set this node's reports describe (`ipset`, `nft`);
+    /// with `--backend both`, sets named `nft:…` are nft sets.
+    pub sets_kind: &'static str,
 }
 
 impl Settings {
@@ -67,7 +72,17 @@ impl Settings {
             deletion_grace: Duration::from_secs(2),
             heartbeat,
             limits: Default::default(),
+            sets_kind: "ipset",
         }
+    }
+}
+
+/// The kind of kernel set a report's set is (see [`Settings::sets_kind`]).
+fn kind_of<'a>(set: &SetReport, default: &'a str) -> &'a str {
+    if set.name.starts_with(BOTH_SECOND_PREFIX) {
+        "nft"
+    } else {
+        default
     }
 }
 
@@ -337,22 +352,30 @@ impl Agent {
 
     fn on_report(&mut self, report: Report) {
         let m = &self.shared.metrics;
-        m.sets.set(report.sets.len() as i64);
-        // Only sets in sync are known to hold their members.
-        m.members.set(
-            report
-                .sets
-                .iter()
-                .filter(|s| s.synced)
-                .map(|s| s.members as i64)
-                .sum::<i64>(),
-        );
+        let default = self.settings.sets_kind;
+        let mut kinds: BTreeMap<&str, (i64, i64)> = BTreeMap::from([(default, (0, 0))]);
+        for s in &report.sets {
+            let (sets, members) = kinds.entry(kind_of(s, default)).or_default();
+            *sets += 1;
+            // Only sets in sync are known to hold their members.
+            if s.synced {
+                *members += s.members as i64;
+            }
+        }
+        for (kind, (sets, members)) in kinds {
+            let label = BackendLabel::of(kind);
+            m.sets.get_or_create(&label).set(sets);
+            m.members.get_or_create(&label).set(members);
+        }
         m.apply_duration
             .get_or_create(&OutcomeLabel::of(report.outcome.applied))
             .observe(report.outcome.duration.as_secs_f64());
         if report.full_resync {
-            m.problems
-                .inc_by(report.sets.iter().map(|s| s.problems as u64).sum::<u64>());
+            for s in report.sets.iter().filter(|s| s.problems > 0) {
+                m.problems
+                    .get_or_create(&BackendLabel::of(kind_of(s, default)))
+                    .inc_by(s.problems as u64);
+            }
             for s in report.sets.iter().filter(|s| s.synced && s.problems > 0) {
                 m.drift_repaired
                     .get_or_create(&crate::telemetry::labels::PolicyLabel {

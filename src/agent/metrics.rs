@@ -18,7 +18,7 @@ use prometheus_client::registry::Registry;
 
 use crate::api::IPSetNodeStateStatus;
 use crate::telemetry::ApiMetrics;
-use crate::telemetry::labels::{OutcomeLabel, PolicyLabel, ResultLabel};
+use crate::telemetry::labels::{BackendLabel, OutcomeLabel, PolicyLabel, ResultLabel};
 use crate::telemetry::watch_health::WatchHealth;
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -31,11 +31,12 @@ fn apply_histogram() -> Histogram {
 /// The agent's metrics. Handles are cheap clones sharing the same values.
 pub struct Metrics {
     registry: Registry,
-    pub sets: Gauge,
+    /// By kind of kernel set (`ipset`, `nft`): see [`BackendLabel`].
+    pub sets: Family<BackendLabel, Gauge>,
     /// Members of this node's sets that are in sync (in the kernel).
-    pub members: Gauge,
+    pub members: Family<BackendLabel, Gauge>,
     pub apply_duration: Family<OutcomeLabel, Histogram, fn() -> Histogram>,
-    pub problems: Counter,
+    pub problems: Family<BackendLabel, Counter>,
     pub dataplane_errors: Counter,
     pub status_writes: Family<ResultLabel, Counter>,
     pub api: ApiMetrics,
@@ -53,10 +54,10 @@ impl Default for Metrics {
         let mut registry = Registry::default();
         let m = Metrics {
             registry: Registry::default(),
-            sets: Gauge::default(),
-            members: Gauge::default(),
+            sets: Family::default(),
+            members: Family::default(),
             apply_duration: Family::new_with_constructor(apply_histogram),
-            problems: Counter::default(),
+            problems: Family::default(),
             dataplane_errors: Counter::default(),
             status_writes: Family::default(),
             api: ApiMetrics::default(),
@@ -72,12 +73,12 @@ impl Default for Metrics {
         let r = &mut registry;
         r.register(
             "ipsetmgr_sets",
-            "Kernel sets this node should hold",
+            "Kernel sets this node should hold, by kind of set (ipset, nft)",
             m.sets.clone(),
         );
         r.register(
             "ipsetmgr_members",
-            "Members of this node's sets that are in sync with the kernel",
+            "Members of this node's sets that are in sync with the kernel, by kind of set",
             m.members.clone(),
         );
         r.register(
@@ -87,7 +88,7 @@ impl Default for Metrics {
         );
         r.register(
             "ipsetmgr_problems",
-            "Discrepancies between kernel and desired state found by full resyncs",
+            "Discrepancies between kernel and desired state found by full resyncs, by kind of set",
             m.problems.clone(),
         );
         r.register(
@@ -196,6 +197,10 @@ impl Metrics {
         m.api.touch_every_family();
         let _ = m.status_writes.get_or_create(&ResultLabel::of(true));
         let _ = m.apply_duration.get_or_create(&OutcomeLabel::of(true));
+        let ipset = BackendLabel::of("ipset");
+        let _ = m.sets.get_or_create(&ipset);
+        let _ = m.members.get_or_create(&ipset);
+        let _ = m.problems.get_or_create(&ipset);
         m
     }
 }

@@ -84,6 +84,7 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
     // dataplane, and either failing is a reason not to start at all.
     let (reports_tx, reports) = tokio::sync::mpsc::unbounded_channel();
     let observer = worker::Forward::new(shared.clone(), reports_tx);
+    let sets_kind = kernel.backend.sets_kind();
     let kernel = tokio::task::block_in_place(|| {
         KernelSide::start(
             kernel,
@@ -111,6 +112,7 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
     let inputs = inputs::watch_inputs(client, &config.node_name);
     let mut settings = event_loop::Settings::new(naming, config.heartbeat_interval);
     settings.limits = config.limits;
+    settings.sets_kind = sets_kind;
     let agent = event_loop::Agent::new(
         settings,
         &crds,

@@ -24,6 +24,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::metrics::Shared;
 use crate::api::{IPSetNodeState, IPSetNodeStateSpec, IPSetNodeStateStatus, PolicyState};
+use crate::manager::BOTH_SECOND_PREFIX;
 use crate::manager::driver::Report;
 use crate::telemetry::labels::ResultLabel;
 
@@ -84,13 +85,27 @@ pub fn status_of(
             .map(|s| s.last_sync)
             .collect::<Option<Vec<_>>>()
             .and_then(|times| times.into_iter().min());
+        // With `--backend both` each set is also an nft set, reported as
+        // `nft:<set>`: listed beside the ipset's name, and its members not
+        // counted twice.
+        let mut set_names = facts.sets.clone();
+        set_names.extend(
+            sets.iter()
+                .filter(|s| s.name.starts_with(BOTH_SECOND_PREFIX))
+                .map(|s| s.name.clone()),
+        );
+        let members = sets
+            .iter()
+            .filter(|s| !s.name.starts_with(BOTH_SECOND_PREFIX))
+            .map(|s| s.members as i64)
+            .sum();
         policies.push(PolicyState {
             name: name.clone(),
             observed_generation: facts.generation,
             revision: facts.revision.clone(),
             synced,
-            set_names: facts.sets.clone(),
-            members: sets.iter().map(|s| s.members as i64).sum(),
+            set_names,
+            members,
             problems: sets.iter().map(|s| s.problems as i64).sum(),
             last_sync_time: last_sync.and_then(rfc3339),
             error: fit(&error),

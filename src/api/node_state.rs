@@ -91,7 +91,9 @@ pub struct PolicyState {
     /// Whether the kernel holds exactly the desired sets of that generation.
     #[serde(default)]
     pub synced: bool,
-    /// Kernel set names (usable in iptables rules).
+    /// Kernel set names (usable in iptables rules, or in nft rules of the
+    /// agent's table with `--backend nft`); with `--backend both` the nft
+    /// sets follow as `nft:<name>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub set_names: Vec<String>,
     /// Members across the policy's sets on this node.

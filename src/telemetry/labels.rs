@@ -43,3 +43,18 @@ impl OutcomeLabel {
         }
     }
 }
+
+/// Which kind of kernel set: `ipset` or `nft` (with `--backend both`, a
+/// node holds each set as both).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendLabel {
+    pub backend: String,
+}
+
+impl BackendLabel {
+    pub fn of(kind: &str) -> BackendLabel {
+        BackendLabel {
+            backend: kind.to_string(),
+        }
+    }
+}

@@ -10,6 +10,9 @@ use crate::{
     ApplyError, ApplyOutcome, DeletionReport, DesiredSet, ListedSet, SetReport, SetsBackend,
 };
 
+/// What the second backend's set names carry in front in reports.
+pub const SECOND_PREFIX: &str = "nft:";
+
 /// `first` (the ipset backend) and `second` (the nft backend) given the
 /// same desired state. Reports, deletions and written sets of `second` are
 /// named with [`BothBackends::SECOND_PREFIX`] in front, so a status or table
@@ -21,7 +24,7 @@ pub struct BothBackends<A: SetsBackend, B: SetsBackend> {
 }
 
 impl<A: SetsBackend, B: SetsBackend> BothBackends<A, B> {
-    pub const SECOND_PREFIX: &'static str = "nft:";
+    pub const SECOND_PREFIX: &'static str = SECOND_PREFIX;
 
     pub fn new(first: A, second: B) -> Self {
         BothBackends { first, second }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 pub use backend::{ListedSet, SetsBackend};
 pub use batch::Plan;
-pub use both::BothBackends;
+pub use both::{BothBackends, SECOND_PREFIX as BOTH_SECOND_PREFIX};
 pub use desired::DesiredSet;
 use ipsetmgr_dataplane::{BatchError, Dataplane, DataplaneError, Op};
 use ipsetmgr_ipset::{Member, MemberSet, Naming, SetType};

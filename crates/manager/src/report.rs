@@ -24,6 +24,11 @@ pub enum SetError {
     /// Replacing the set would break what references it.
     #[error(transparent)]
     NotReplaced(#[from] NotReplaced),
+    /// The backend cannot hold the set exactly (an nft set has no ICMP
+    /// ports, no physdev: interfaces, no list:set of mixed types): a
+    /// property of the policy and the backend, not of this kernel.
+    #[error("{0}")]
+    Unrepresentable(String),
 }
 
 /// A set whose type or family must change is still referenced from outside

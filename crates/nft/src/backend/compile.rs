@@ -36,18 +36,16 @@ pub(crate) enum FlattenError {
     Empty(String),
 }
 
+/// Not "not supported by this kernel": no kernel's nf_tables can hold it.
 fn unsupported(kind: SetKind, why: impl std::fmt::Display) -> SetError {
-    SetError::Kernel(DataplaneError::TypeNotSupported(format!(
-        "{kind} as an nft set: {why}"
-    )))
+    SetError::Unrepresentable(format!("{kind} cannot be an nft set: {why}"))
 }
 
 fn bad_member(set: &str, e: UnrepresentableMember) -> SetError {
-    SetError::Kernel(DataplaneError::InvalidElement {
-        set: set.to_string(),
-        element: e.member,
-        reason: e.reason.to_string(),
-    })
+    SetError::Unrepresentable(format!(
+        "nft set {set} cannot hold member {}: {}",
+        e.member, e.reason
+    ))
 }
 
 fn is_nomatch(m: &Member) -> bool {
