@@ -1,0 +1,808 @@
+//! End-to-end tests of the `ipsetmgr` binary in file mode on nf_tables
+//! (`--backend nft` and `--backend nft-cli`, plus `both`), against the real
+//! kernel. Each test creates its own named network namespace (the binary's
+//! `--netns` enters it) and removes it afterwards. Without root they skip;
+//! under `CI=true` they fail instead (tests/common/kernel_gate.rs).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use ipsetmgr::ipset::{Naming, SetType};
+use ipsetmgr::policy::{compile, load_policies};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ipsetmgr");
+
+#[path = "common/kernel_gate.rs"]
+mod kernel_gate;
+
+/// The two nft backends every test runs on.
+const NFT_BACKENDS: [&str; 2] = ["nft", "nft-cli"];
+
+/// A throwaway named network namespace, deleted on drop.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    /// `None` (with a message; a failure under CI=true) when the test cannot
+    /// run here.
+    fn new(tag: &str) -> Option<Netns> {
+        if !nix::unistd::geteuid().is_root() {
+            kernel_gate::cannot_run(tag, "");
+            return None;
+        }
+        let name = format!("ipsetmgr-nft-{tag}-{}", std::process::id());
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        let ok = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            kernel_gate::cannot_run(
+                tag,
+                " (`ip netns add` failed: no iproute2 or no netns support)",
+            );
+            return None;
+        }
+        Some(Netns { name })
+    }
+
+    fn exec(&self, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .output()
+            .expect("ip netns exec")
+    }
+
+    /// Run a command in the namespace; it must succeed.
+    fn sh(&self, args: &[&str]) -> String {
+        let out = self.exec(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `ipsetmgr --netns NS --backend B ARGS`: (exit code, stdout+stderr).
+    fn ipsetmgr(&self, backend: &str, args: &[&str]) -> (Option<i32>, String) {
+        let out = Command::new(BIN)
+            .args(["--netns", &self.name, "--backend", backend])
+            .args(args)
+            .output()
+            .expect("run ipsetmgr");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    }
+
+    /// `nft -j list table FAMILY NAME`, or `None` when there is no such table.
+    fn table(&self, family: &str, name: &str) -> Option<Value> {
+        let out = self.exec(&["nft", "-j", "list", "table", family, name]);
+        if !out.status.success() {
+            return None;
+        }
+        Some(serde_json::from_slice(&out.stdout).expect("nft -j output is JSON"))
+    }
+
+    /// The owned table (`inet ipsetmgr`); it must exist.
+    fn owned(&self) -> Value {
+        self.table("inet", "ipsetmgr")
+            .expect("table inet ipsetmgr exists")
+    }
+
+    /// `nft -j list ruleset` without handles or metainfo.
+    fn ruleset(&self) -> Value {
+        let out = self.sh(&["nft", "-j", "list", "ruleset"]);
+        stripped(&serde_json::from_str(&out).unwrap())
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+/// The objects of an `nft -j` listing, handles and metainfo removed, so
+/// two listings compare equal when nothing but handles differs.
+fn stripped(v: &Value) -> Value {
+    fn strip(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .filter(|(k, _)| k.as_str() != "handle")
+                    .map(|(k, v)| (k.clone(), strip(v)))
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.iter().map(strip).collect()),
+            other => other.clone(),
+        }
+    }
+    let items = v["nftables"].as_array().expect("an nftables array");
+    Value::Array(
+        items
+            .iter()
+            .filter(|o| o.get("metainfo").is_none())
+            .map(strip)
+            .collect(),
+    )
+}
+
+/// Every object of kind `kind` ("set", "rule", "chain", "table") in a listing.
+fn objects<'a>(listing: &'a Value, kind: &str) -> Vec<&'a Value> {
+    listing["nftables"]
+        .as_array()
+        .expect("an nftables array")
+        .iter()
+        .filter_map(|o| o.get(kind))
+        .collect()
+}
+
+/// The set `name` of a listing.
+fn set<'a>(listing: &'a Value, name: &str) -> Option<&'a Value> {
+    objects(listing, "set")
+        .into_iter()
+        .find(|s| s["name"] == name)
+}
+
+fn set_names(listing: &Value) -> Vec<String> {
+    let mut v: Vec<String> = objects(listing, "set")
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// One `nft -j` element as a string: values as nft prints them, prefixes as
+/// `A/N`, ranges as `A-B`, concatenations joined with `,`, a comment as
+/// ` comment:TEXT`.
+fn elem_string(e: &Value) -> String {
+    match e {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Object(m) => {
+            if let Some(p) = m.get("prefix") {
+                format!("{}/{}", elem_string(&p["addr"]), p["len"])
+            } else if let Some(r) = m.get("range") {
+                format!("{}-{}", elem_string(&r[0]), elem_string(&r[1]))
+            } else if let Some(c) = m.get("concat") {
+                let parts: Vec<String> = c.as_array().unwrap().iter().map(elem_string).collect();
+                parts.join(",")
+            } else if let Some(inner) = m.get("elem") {
+                let mut s = elem_string(&inner["val"]);
+                if let Some(c) = inner.get("comment") {
+                    s += &format!(" comment:{}", c.as_str().unwrap());
+                }
+                s
+            } else {
+                panic!("unknown nft element {e}")
+            }
+        }
+        other => panic!("unknown nft element {other}"),
+    }
+}
+
+/// The elements of a set, as sorted strings.
+fn elements(set: &Value) -> Vec<String> {
+    let mut v: Vec<String> = set
+        .get("elem")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(elem_string).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// A set's flags, sorted (none: empty).
+fn flags(set: &Value) -> Vec<String> {
+    let mut v: Vec<String> = match set.get("flags") {
+        None => vec![],
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a.iter().map(|f| f.as_str().unwrap().to_string()).collect(),
+        Some(other) => panic!("flags {other}"),
+    };
+    v.sort();
+    v
+}
+
+fn samples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples")
+}
+
+fn write_policy(dir: &Path, file: &str, yaml: &str) {
+    std::fs::write(dir.join(file), yaml).unwrap();
+}
+
+fn policy_yaml(name: &str, set_type: &str, members: &[&str]) -> String {
+    let list: Vec<String> = members.iter().map(|m| format!("{m:?}")).collect();
+    format!(
+        "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata:\n  name: {name}\nspec:\n  type: \"{set_type}\"\n  family: IPv4\n  members: [{}]\n",
+        list.join(", ")
+    )
+}
+
+/// The row of the result table for a set (cells split on whitespace).
+fn row<'a>(output: &'a str, set: &str) -> Option<Vec<&'a str>> {
+    output
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|cells| cells.get(1) == Some(&set))
+}
+
+/// The RESULT cell of a set's row: the rest of the line after the first
+/// five cells (POLICY SET TYPE MEMBERS PROBLEMS).
+fn result<'a>(output: &'a str, set: &str) -> &'a str {
+    let line = output
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(set))
+        .unwrap_or_else(|| panic!("no row for {set} in:\n{output}"));
+    let mut rest = line.trim_start();
+    for _ in 0..5 {
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        rest = rest[end..].trim_start();
+    }
+    rest.trim_end()
+}
+
+/// The samples nft cannot hold: (set, policy, what the reason says).
+const UNREPRESENTABLE: [(&str, &str, &str); 3] = [
+    (
+        "ipm4-allowed-services",
+        "allowed-services",
+        "ICMP type/code has no nft inet_service value",
+    ),
+    (
+        "ipm4-uplinks",
+        "uplinks",
+        "physdev: interfaces are matched by nft rules",
+    ),
+    (
+        "ipm4-audit-sources",
+        "audit-sources",
+        "list:set cannot be an nft set",
+    ),
+];
+
+/// The declared shape of each sample's nft set: (type, flags, size).
+fn declared(name: &str) -> (Value, Vec<&'static str>, u64) {
+    use serde_json::json;
+    match name {
+        "ipmx-admin-ports" => (json!("inet_service"), vec![], 1024),
+        "ipm4-lab-hosts" => (json!("ipv4_addr"), vec![], 256),
+        "ipm4-blocklist" => (json!("ipv4_addr"), vec![], 65536),
+        "ipm4-routed-hosts" => (json!(["ipv4_addr", "mark"]), vec![], 65536),
+        "ipm4-dns-pairs" => (
+            json!(["ipv4_addr", "inet_proto", "inet_service", "ipv4_addr"]),
+            vec![],
+            65536,
+        ),
+        "ipm4-backup-targets" => (
+            json!(["ipv4_addr", "inet_proto", "inet_service", "ipv4_addr"]),
+            vec!["interval"],
+            65536,
+        ),
+        "ipmx-known-hosts" => (json!("ether_addr"), vec![], 65536),
+        "ipm4-web-clients" => (
+            json!(["ipv4_addr", "inet_proto", "inet_service"]),
+            vec!["interval"],
+            65536,
+        ),
+        "ipm4-trusted-networks" => (json!("ipv4_addr"), vec!["interval"], 4096),
+        "ipm6-trusted-networks" => (json!("ipv6_addr"), vec!["interval"], 4096),
+        other => panic!("no declared shape for {other}"),
+    }
+}
+
+/// The nft elements of a set, from the compiled members. Networks with
+/// nomatch become disjoint ranges: those sets are written out by hand.
+fn expected_elements(set_type: SetType, name: &str, members: &[String]) -> Vec<String> {
+    let hand: Option<&[&str]> = match name {
+        // 203.0.113.128/25 nomatch leaves the lower half of 203.0.113.0/24.
+        "ipm4-trusted-networks" => Some(&["198.51.100.0/24", "203.0.113.0/25"]),
+        // 2001:db8:100:ff::/64 nomatch cut out of 2001:db8:100::/48.
+        "ipm6-trusted-networks" => Some(&[
+            "2001:db8:100:100::-2001:db8:100:ffff:ffff:ffff:ffff:ffff",
+            "2001:db8:100::-2001:db8:100:fe:ffff:ffff:ffff:ffff",
+        ]),
+        // 10.66.0.0/16 nomatch cut out of 10.0.0.0/8 for tcp:443 only.
+        "ipm4-web-clients" => Some(&[
+            "10.0.0.0-10.65.255.255,tcp,443",
+            "10.0.0.0/8,tcp,80",
+            "10.67.0.0-10.255.255.255,tcp,443",
+            "192.0.2.7,udp,53",
+        ]),
+        // 10.99.0.0/16 nomatch cut out of 10.0.0.0/8.
+        "ipm4-backup-targets" => Some(&[
+            "198.51.100.20,tcp,22,10.0.0.0-10.98.255.255",
+            "198.51.100.20,tcp,22,10.100.0.0-10.255.255.255",
+        ]),
+        _ => None,
+    };
+    if let Some(hand) = hand {
+        let mut v: Vec<String> = hand.iter().map(|s| s.to_string()).collect();
+        v.sort();
+        return v;
+    }
+    let mut v: Vec<String> = members
+        .iter()
+        .map(|m| {
+            // A comment: `ADDR comment "TEXT"` as ipset writes it.
+            let (key, comment) = match m.split_once(" comment ") {
+                Some((k, c)) => (k, Some(c.trim_matches('"'))),
+                None => (m.as_str(), None),
+            };
+            let key = match set_type {
+                SetType::HashIp | SetType::BitmapIp | SetType::BitmapPort => key.to_string(),
+                SetType::HashMac => key.to_ascii_lowercase(),
+                // ADDR,PROTO:PORT,ADDR (IPv4 here) → ADDR,PROTO,PORT,ADDR.
+                SetType::HashIpPortIp => key.replacen(':', ",", 1),
+                SetType::HashIpMark => {
+                    let (addr, mark) = key.split_once(',').unwrap();
+                    let mark = mark.trim_start_matches("0x");
+                    format!("{addr},{}", u32::from_str_radix(mark, 16).unwrap())
+                }
+                other => panic!("{name}: no expected elements for {other}"),
+            };
+            match comment {
+                Some(c) => format!("{key} comment:{c}"),
+                None => key,
+            }
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn nft_samples_apply_exactly_and_idempotently() {
+    for backend in NFT_BACKENDS {
+        let Some(ns) = Netns::new(&format!("samples-{backend}")) else {
+            return;
+        };
+        let dir = samples();
+        let dir = dir.to_str().unwrap();
+        let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", dir]);
+        assert_eq!(code, Some(1), "{backend}: three samples fail\n{out}");
+        assert!(!out.contains('\u{1b}'), "{backend}: ANSI codes in {out:?}");
+
+        let policies: Vec<_> = load_policies(&samples())
+            .unwrap()
+            .into_iter()
+            .map(|l| l.policy)
+            .collect();
+        let compiled = compile(&policies, &Naming::default(), None);
+        assert!(compiled.errors.is_empty(), "{:?}", compiled.errors);
+
+        let failed: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains("FAILED"))
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .collect();
+        let mut want_failed: Vec<&str> = UNREPRESENTABLE.iter().map(|u| u.0).collect();
+        want_failed.sort();
+        let mut failed_sorted = failed.clone();
+        failed_sorted.sort();
+        assert_eq!(
+            failed_sorted, want_failed,
+            "{backend}: exactly these fail\n{out}"
+        );
+        for (set, policy, why) in UNREPRESENTABLE {
+            let cells = row(&out, set).unwrap();
+            assert_eq!(cells[0], policy, "{backend}: {out}");
+            let r = result(&out, set);
+            assert!(r.starts_with("FAILED: "), "{backend}: {r}");
+            assert!(r.contains(why), "{backend} {set}: {why:?} not in {r}");
+        }
+
+        let listing = ns.owned();
+        let mut want_names = Vec::new();
+        for s in &compiled.sets {
+            if UNREPRESENTABLE.iter().any(|u| u.0 == s.name) {
+                assert!(
+                    set(&listing, &s.name).is_none(),
+                    "{backend}: {} created",
+                    s.name
+                );
+                continue;
+            }
+            want_names.push(s.name.clone());
+            assert_eq!(
+                result(&out, &s.name),
+                "created",
+                "{backend}: {}\n{out}",
+                s.name
+            );
+            let have = set(&listing, &s.name)
+                .unwrap_or_else(|| panic!("{backend}: {} missing\n{listing}", s.name));
+            let (ty, fl, size) = declared(&s.name);
+            assert_eq!(have["type"], ty, "{backend}: {} type: {have}", s.name);
+            assert_eq!(flags(have), fl, "{backend}: {} flags: {have}", s.name);
+            assert_eq!(have["size"], size, "{backend}: {} size: {have}", s.name);
+            assert_eq!(
+                elements(have),
+                expected_elements(s.header.kind.set_type, &s.name, &s.members.sorted_strings()),
+                "{backend}: {} elements: {have}",
+                s.name
+            );
+        }
+        want_names.sort();
+        assert_eq!(set_names(&listing), want_names, "{backend}: no other sets");
+
+        // Again: every created set unchanged, and the table as it was.
+        let (code, again) = ns.ipsetmgr(backend, &["apply", "-f", dir]);
+        assert_eq!(code, Some(1), "{backend}: {again}");
+        for name in &want_names {
+            assert_eq!(result(&again, name), "unchanged", "{backend}: {again}");
+        }
+        assert_eq!(
+            stripped(&ns.owned()),
+            stripped(&listing),
+            "{backend}: the second apply changed the table"
+        );
+    }
+}
+
+#[test]
+fn nft_rule_references_hold_the_set() {
+    for backend in NFT_BACKENDS {
+        let Some(ns) = Netns::new(&format!("rule-{backend}")) else {
+            return;
+        };
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().to_str().unwrap();
+        let block = |members: &[&str], ty: &str| {
+            write_policy(d.path(), "b.yaml", &policy_yaml("blocklist", ty, members));
+        };
+        write_policy(
+            d.path(),
+            "k.yaml",
+            &policy_yaml("keep", "hash:ip", &["10.9.9.9"]),
+        );
+        block(&["192.0.2.1", "192.0.2.2"], "hash:ip");
+        let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+        assert_eq!(code, Some(0), "{backend}: {out}");
+
+        ns.sh(&[
+            "nft",
+            "add",
+            "chain",
+            "inet",
+            "ipsetmgr",
+            "input",
+            "{ type filter hook input priority 0; }",
+        ]);
+        ns.sh(&[
+            "nft",
+            "add",
+            "rule",
+            "inet",
+            "ipsetmgr",
+            "input",
+            "ip",
+            "saddr",
+            "@ipm4-blocklist",
+            "drop",
+        ]);
+        let rule_refs = |ns: &Netns| -> usize {
+            let l = ns.owned();
+            objects(&l, "rule")
+                .iter()
+                .filter(|r| r.to_string().contains("\"@ipm4-blocklist\""))
+                .count()
+        };
+        assert_eq!(rule_refs(&ns), 1);
+
+        // Members change: updated in place, the rule still points at it.
+        block(&["192.0.2.2", "192.0.2.3", "192.0.2.4"], "hash:ip");
+        let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+        assert_eq!(code, Some(0), "{backend}: {out}");
+        assert_eq!(
+            result(&out, "ipm4-blocklist"),
+            "updated",
+            "{backend}: {out}"
+        );
+        let l = ns.owned();
+        assert_eq!(
+            elements(set(&l, "ipm4-blocklist").unwrap()),
+            ["192.0.2.2", "192.0.2.3", "192.0.2.4"],
+            "{backend}"
+        );
+        assert_eq!(rule_refs(&ns), 1, "{backend}: the rule survives");
+
+        // Another type under the same name: refused while referenced.
+        block(&["192.0.2.0/24"], "hash:net");
+        let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+        assert_eq!(code, Some(1), "{backend}: {out}");
+        let r = result(&out, "ipm4-blocklist");
+        assert!(
+            r.starts_with("FAILED: ") && r.contains("referenced") && r.contains("not replaced"),
+            "{backend}: {r}"
+        );
+        let l = ns.owned();
+        let s = set(&l, "ipm4-blocklist").unwrap();
+        assert_eq!(s["type"], "ipv4_addr", "{backend}: {s}");
+        assert!(flags(s).is_empty(), "{backend}: still the hash:ip set {s}");
+        assert_eq!(
+            elements(s),
+            ["192.0.2.2", "192.0.2.3", "192.0.2.4"],
+            "{backend}"
+        );
+        assert_eq!(rule_refs(&ns), 1, "{backend}: rule intact");
+
+        // The policy removed: pruning reports the set in use, keeps both.
+        std::fs::remove_file(d.path().join("b.yaml")).unwrap();
+        let (code, out) = ns.ipsetmgr(backend, &["apply", "--prune", "-f", path]);
+        assert_ne!(code, Some(0), "{backend}: {out}");
+        assert!(
+            out.lines()
+                .any(|l| l.contains("could not delete ipm4-blocklist") && l.contains("in use")),
+            "{backend}: {out}"
+        );
+        let l = ns.owned();
+        assert!(set(&l, "ipm4-blocklist").is_some(), "{backend}: set kept");
+        assert_eq!(rule_refs(&ns), 1, "{backend}: rule kept");
+
+        // The rule gone: the next prune deletes the set, not chain or table.
+        ns.sh(&["nft", "flush", "chain", "inet", "ipsetmgr", "input"]);
+        let (code, out) = ns.ipsetmgr(backend, &["apply", "--prune", "-f", path]);
+        assert_eq!(code, Some(0), "{backend}: {out}");
+        assert!(out.contains("deleted ipm4-blocklist"), "{backend}: {out}");
+        let l = ns.owned();
+        assert!(set(&l, "ipm4-blocklist").is_none(), "{backend}: {l}");
+        assert!(set(&l, "ipm4-keep").is_some(), "{backend}: {l}");
+        assert!(
+            objects(&l, "chain").iter().any(|c| c["name"] == "input"),
+            "{backend}: the chain survives: {l}"
+        );
+    }
+}
+
+#[test]
+fn nft_foreign_objects_survive_prune() {
+    for backend in NFT_BACKENDS {
+        let Some(ns) = Netns::new(&format!("foreign-{backend}")) else {
+            return;
+        };
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().to_str().unwrap();
+        write_policy(
+            d.path(),
+            "a.yaml",
+            &policy_yaml("a", "hash:ip", &["10.0.0.1"]),
+        );
+        write_policy(
+            d.path(),
+            "b.yaml",
+            &policy_yaml("b", "hash:ip", &["10.0.0.2"]),
+        );
+        let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+        assert_eq!(code, Some(0), "{backend}: {out}");
+        ns.sh(&[
+            "nft",
+            "add",
+            "set",
+            "inet",
+            "ipsetmgr",
+            "other",
+            "{ type ipv4_addr; }",
+        ]);
+        ns.sh(&[
+            "nft",
+            "add",
+            "element",
+            "inet",
+            "ipsetmgr",
+            "other",
+            "{ 10.1.1.1 }",
+        ]);
+        ns.sh(&["nft", "add", "table", "ip", "foreign"]);
+        ns.sh(&[
+            "nft",
+            "add",
+            "set",
+            "ip",
+            "foreign",
+            "ipm4-b",
+            "{ type ipv4_addr; }",
+        ]);
+        let foreign_before = stripped(&ns.table("ip", "foreign").unwrap());
+
+        std::fs::remove_file(d.path().join("b.yaml")).unwrap();
+        let (code, out) = ns.ipsetmgr(backend, &["apply", "--prune", "-f", path]);
+        assert_eq!(code, Some(0), "{backend}: {out}");
+        assert!(out.contains("deleted ipm4-b"), "{backend}: {out}");
+        let l = ns.owned();
+        assert_eq!(set_names(&l), ["ipm4-a", "other"], "{backend}: {l}");
+        assert_eq!(
+            elements(set(&l, "other").unwrap()),
+            ["10.1.1.1"],
+            "{backend}"
+        );
+        assert_eq!(
+            stripped(&ns.table("ip", "foreign").expect("foreign table survives")),
+            foreign_before,
+            "{backend}: the foreign table (and its ipm4-b set) untouched"
+        );
+    }
+}
+
+#[test]
+fn nft_sets_lists_and_dry_run_changes_nothing() {
+    for backend in NFT_BACKENDS {
+        let Some(ns) = Netns::new(&format!("list-{backend}")) else {
+            return;
+        };
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().to_str().unwrap();
+        write_policy(
+            d.path(),
+            "a.yaml",
+            &policy_yaml("a", "hash:ip", &["10.0.0.1", "10.0.0.2"]),
+        );
+        // Dry run on an empty kernel: nothing at all is created.
+        let before = ns.ruleset();
+        let (code, out) = ns.ipsetmgr(backend, &["apply", "--dry-run", "-f", path]);
+        assert_eq!(code, Some(0), "{backend}: {out}");
+        assert!(
+            out.contains("ipm4-a"),
+            "{backend}: the plan names it: {out}"
+        );
+        assert_eq!(ns.ruleset(), before, "{backend}: dry run created something");
+
+        let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+        assert_eq!(code, Some(0), "{backend}: {out}");
+        let (code, out) = ns.ipsetmgr(backend, &["sets"]);
+        assert_eq!(code, Some(0), "{backend}: {out}");
+        let line = out
+            .lines()
+            .find(|l| l.contains("ipm4-a"))
+            .unwrap_or_else(|| panic!("{backend}: sets lists ipm4-a: {out}"));
+        assert!(line.contains("ipv4_addr"), "{backend}: {line}");
+        assert_eq!(
+            line.split_whitespace().find(|c| *c == "2"),
+            Some("2"),
+            "{backend}: two members: {line}"
+        );
+
+        // Dry run of a change, and of a prune: the ruleset stays as it is.
+        write_policy(
+            d.path(),
+            "a.yaml",
+            &policy_yaml("a", "hash:ip", &["10.0.0.3"]),
+        );
+        write_policy(
+            d.path(),
+            "b.yaml",
+            &policy_yaml("b", "hash:ip", &["10.0.0.4"]),
+        );
+        let before = ns.ruleset();
+        let (code, out) = ns.ipsetmgr(backend, &["apply", "--dry-run", "-f", path]);
+        assert_eq!(code, Some(0), "{backend}: {out}");
+        assert_eq!(ns.ruleset(), before, "{backend}: dry run changed something");
+        std::fs::remove_file(d.path().join("a.yaml")).unwrap();
+        let (code, out) = ns.ipsetmgr(backend, &["apply", "--dry-run", "--prune", "-f", path]);
+        assert_eq!(code, Some(0), "{backend}: {out}");
+        assert_eq!(
+            ns.ruleset(),
+            before,
+            "{backend}: dry prune changed something"
+        );
+        assert_eq!(
+            elements(set(&ns.owned(), "ipm4-a").unwrap()),
+            ["10.0.0.1", "10.0.0.2"]
+        );
+    }
+}
+
+#[test]
+fn both_backend_writes_ipset_and_nft_set() {
+    let Some(ns) = Netns::new("both") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        samples().join("hash-ip-blocklist.yaml"),
+        d.path().join("blocklist.yaml"),
+    )
+    .unwrap();
+    let (code, out) = ns.ipsetmgr("both", &["apply", "-f", d.path().to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(result(&out, "ipm4-blocklist"), "created", "{out}");
+    assert_eq!(result(&out, "nft:ipm4-blocklist"), "created", "{out}");
+
+    let want = ["192.0.2.10", "192.0.2.11", "192.0.2.99"];
+    let saved = ns.sh(&["ipset", "save", "ipm4-blocklist"]);
+    let mut members: Vec<&str> = saved
+        .lines()
+        .filter_map(|l| l.strip_prefix("add ipm4-blocklist "))
+        .map(|m| m.split_whitespace().next().unwrap())
+        .collect();
+    members.sort();
+    assert_eq!(members, want, "{saved}");
+    let l = ns.owned();
+    let nft: Vec<String> = elements(set(&l, "ipm4-blocklist").unwrap())
+        .into_iter()
+        .map(|e| e.split(' ').next().unwrap().to_string())
+        .collect();
+    assert_eq!(nft, want, "{l}");
+
+    // Again: both sides unchanged.
+    let (code, out) = ns.ipsetmgr("both", &["apply", "-f", d.path().to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(result(&out, "ipm4-blocklist"), "unchanged", "{out}");
+    assert_eq!(result(&out, "nft:ipm4-blocklist"), "unchanged", "{out}");
+}
+
+#[test]
+fn nft_table_and_family_options_place_the_sets() {
+    for backend in NFT_BACKENDS {
+        let Some(ns) = Netns::new(&format!("table-{backend}")) else {
+            return;
+        };
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().to_str().unwrap();
+        write_policy(
+            d.path(),
+            "a.yaml",
+            &policy_yaml("a", "hash:ip", &["10.0.0.1"]),
+        );
+        let args = ["--nft-family", "ip", "--nft-table", "filter"];
+        let mut apply = args.to_vec();
+        apply.extend(["apply", "-f", path]);
+        let (code, out) = ns.ipsetmgr(backend, &apply);
+        assert_eq!(code, Some(0), "{backend}: {out}");
+        let t = ns
+            .table("ip", "filter")
+            .unwrap_or_else(|| panic!("{backend}: table ip filter created: {out}"));
+        assert_eq!(set_names(&t), ["ipm4-a"], "{backend}: {t}");
+        assert_eq!(elements(set(&t, "ipm4-a").unwrap()), ["10.0.0.1"]);
+        assert!(
+            ns.table("inet", "ipsetmgr").is_none(),
+            "{backend}: inet ipsetmgr must stay absent"
+        );
+        // The same options find them again: unchanged, and listed.
+        let (code, out) = ns.ipsetmgr(backend, &apply);
+        assert_eq!(code, Some(0), "{backend}: {out}");
+        assert_eq!(result(&out, "ipm4-a"), "unchanged", "{backend}: {out}");
+        let mut sets = args.to_vec();
+        sets.push("sets");
+        let (code, out) = ns.ipsetmgr(backend, &sets);
+        assert_eq!(code, Some(0), "{backend}: {out}");
+        assert!(out.contains("ip filter ipm4-a"), "{backend}: {out}");
+    }
+}
+
+/// The helpers' own readers, without a kernel.
+#[test]
+fn nft_element_strings() {
+    let v: Value = serde_json::json!([
+        "10.0.0.1",
+        22,
+        {"prefix": {"addr": "10.0.0.0", "len": 8}},
+        {"range": ["10.0.0.0", "10.0.0.9"]},
+        {"concat": ["10.0.0.1", "tcp", 22]},
+        {"elem": {"val": "10.0.0.2", "comment": "x y"}},
+    ]);
+    let got: Vec<String> = v.as_array().unwrap().iter().map(elem_string).collect();
+    assert_eq!(
+        got,
+        [
+            "10.0.0.1",
+            "22",
+            "10.0.0.0/8",
+            "10.0.0.0-10.0.0.9",
+            "10.0.0.1,tcp,22",
+            "10.0.0.2 comment:x y"
+        ]
+    );
+}
