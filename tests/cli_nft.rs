@@ -806,3 +806,102 @@ fn nft_element_strings() {
         ]
     );
 }
+
+#[test]
+fn nft_and_nft_cli_read_each_other_and_repair_drift() {
+    let Some(ns) = Netns::new("interop") else {
+        return;
+    };
+    let dir = samples();
+    let dir = dir.to_str().unwrap();
+    // The table rows (a set name in the second cell) not "unchanged",
+    // leaving out the three samples nft cannot hold.
+    let changed_sets = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter(|s| s.starts_with("ipm") && !UNREPRESENTABLE.iter().any(|u| u.0 == *s))
+            .filter(|s| result(out, s) != "unchanged")
+            .map(str::to_string)
+            .collect()
+    };
+    let (code, out) = ns.ipsetmgr("nft", &["apply", "-f", dir]);
+    assert_eq!(code, Some(1), "{out}");
+    let written = stripped(&ns.owned());
+    // What one nft backend wrote, the other reads as unchanged.
+    for backend in ["nft-cli", "nft"] {
+        let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", dir]);
+        assert_eq!(code, Some(1), "{backend}: {out}");
+        assert!(changed_sets(&out).is_empty(), "{backend}: {out}");
+        assert_eq!(stripped(&ns.owned()), written, "{backend}");
+    }
+    // Drift in interval and concatenated sets, repaired by each backend.
+    for backend in NFT_BACKENDS {
+        for args in [
+            &[
+                "add",
+                "element",
+                "inet",
+                "ipsetmgr",
+                "ipm4-trusted-networks",
+                "{ 10.0.0.0/8 }",
+            ][..],
+            &[
+                "delete",
+                "element",
+                "inet",
+                "ipsetmgr",
+                "ipm4-web-clients",
+                "{ 192.0.2.7 . udp . 53 }",
+            ],
+            &[
+                "add",
+                "element",
+                "inet",
+                "ipsetmgr",
+                "ipm4-backup-targets",
+                "{ 198.51.100.20 . tcp . 22 . 10.99.0.0/16 }",
+            ],
+            &[
+                "add",
+                "element",
+                "inet",
+                "ipsetmgr",
+                "ipm4-blocklist",
+                "{ 192.0.2.250 }",
+            ],
+            &["flush", "set", "inet", "ipsetmgr", "ipmx-admin-ports"],
+        ] {
+            let mut cmd = vec!["nft"];
+            cmd.extend(args);
+            ns.sh(&cmd);
+        }
+        let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", dir]);
+        assert_eq!(code, Some(1), "{backend}: {out}");
+        let mut changed = changed_sets(&out);
+        changed.sort();
+        assert_eq!(
+            changed,
+            [
+                "ipm4-backup-targets",
+                "ipm4-blocklist",
+                "ipm4-trusted-networks",
+                "ipm4-web-clients",
+                "ipmx-admin-ports"
+            ],
+            "{backend}: {out}"
+        );
+        for set in &changed {
+            assert_eq!(result(&out, set), "updated", "{backend}: {out}");
+        }
+        assert_eq!(
+            row(&out, "ipmx-admin-ports").unwrap()[4],
+            "2",
+            "{backend}: {out}"
+        );
+        assert_eq!(
+            stripped(&ns.owned()),
+            written,
+            "{backend}: repaired exactly"
+        );
+    }
+}
