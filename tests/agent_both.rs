@@ -442,6 +442,36 @@ async fn agent_both_backend() {
     })
     .await;
 
+    // Drift on one side of one node: the agent's resync repairs that side
+    // (and leaves the other as it is).
+    let out = exec(
+        NODES[0],
+        &[
+            "nft",
+            "add",
+            "element",
+            "inet",
+            "ipsetmgr",
+            SET,
+            "{ 192.0.2.99 }",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = exec(NODES[1], &["ipset", "del", SET, "10.1.0.4"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    h.eventually("out-of-band drift repaired on both sides", async |h| {
+        expect_synced(h, &second, g).await
+    })
+    .await;
+
     h.policies
         .delete(POLICY, &DeleteParams::default())
         .await
