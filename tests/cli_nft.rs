@@ -905,3 +905,116 @@ fn nft_and_nft_cli_read_each_other_and_repair_drift() {
         );
     }
 }
+
+/// Pre-create `ipm4-blocklist` in the owned table as `decl` (a set with
+/// options ipsetmgr never sets, or a map), apply the blocklist sample with
+/// `backend`: the set is recreated with exactly the declared shape and
+/// members, and the next apply changes nothing.
+fn foreign_shape_is_recreated(backend: &str, tag: &str, decl: &str) {
+    let Some(ns) = Netns::new(&format!("shape-{tag}-{backend}")) else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        samples().join("hash-ip-blocklist.yaml"),
+        d.path().join("blocklist.yaml"),
+    )
+    .unwrap();
+    let path = d.path().to_str().unwrap();
+    ns.sh(&["nft", "add", "table", "inet", "ipsetmgr"]);
+    let kind = if decl.starts_with("type ipv4_addr :") {
+        "map"
+    } else {
+        "set"
+    };
+    ns.sh(&[
+        "nft",
+        "add",
+        kind,
+        "inet",
+        "ipsetmgr",
+        "ipm4-blocklist",
+        &format!("{{ {decl} }}"),
+    ]);
+    let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+    assert_eq!(code, Some(0), "{backend} {decl}: {out}");
+    assert_eq!(
+        result(&out, "ipm4-blocklist"),
+        "recreated",
+        "{backend} {decl}: {out}"
+    );
+    let l = ns.owned();
+    let s = set(&l, "ipm4-blocklist").unwrap_or_else(|| panic!("{backend} {decl}: {l}"));
+    assert_eq!(s["type"], "ipv4_addr", "{backend} {decl}: {s}");
+    assert!(flags(s).is_empty(), "{backend} {decl}: {s}");
+    assert_eq!(s["size"], 65536, "{backend} {decl}: {s}");
+    for absent in ["timeout", "stmt", "policy", "map"] {
+        assert!(s.get(absent).is_none(), "{backend} {decl}: {absent} in {s}");
+    }
+    assert!(
+        objects(&l, "map").is_empty(),
+        "{backend} {decl}: a map is left: {l}"
+    );
+    assert_eq!(
+        elements(s),
+        [
+            "192.0.2.10 comment:source: spamhaus 2026-11-30",
+            "192.0.2.11",
+            "192.0.2.99"
+        ],
+        "{backend} {decl}"
+    );
+    let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+    assert_eq!(code, Some(0), "{backend} {decl}: {out}");
+    assert_eq!(
+        result(&out, "ipm4-blocklist"),
+        "unchanged",
+        "{backend} {decl}: {out}"
+    );
+}
+
+/// What a set of ours may hold in the kernel that ipsetmgr never sets.
+const FOREIGN_SHAPES: [(&str, &str); 6] = [
+    (
+        "constant",
+        "type ipv4_addr; flags constant; elements = { 192.0.2.1 }",
+    ),
+    ("timeout-flag", "type ipv4_addr; flags timeout;"),
+    ("timeout", "type ipv4_addr; timeout 1h;"),
+    ("counter", "type ipv4_addr; counter;"),
+    ("interval", "type ipv4_addr; flags interval;"),
+    ("memory", "type ipv4_addr; size 10; policy memory;"),
+];
+
+/// Shapes `nft -j` (1.0.6) does not show: a map is listed as a map, and
+/// `flags dynamic` is left out of the JSON.
+const HIDDEN_SHAPES: [(&str, &str); 2] = [
+    ("map", "type ipv4_addr : verdict;"),
+    ("dynamic", "type ipv4_addr; flags dynamic;"),
+];
+
+#[test]
+fn nft_owned_sets_of_another_shape_are_recreated() {
+    for backend in NFT_BACKENDS {
+        for (tag, decl) in FOREIGN_SHAPES {
+            foreign_shape_is_recreated(backend, tag, decl);
+        }
+    }
+    for (tag, decl) in HIDDEN_SHAPES {
+        foreign_shape_is_recreated("nft", tag, decl);
+    }
+}
+
+/// KNOWN BUG (nft-cli only): a map named like an owned set, or an owned set
+/// with `flags dynamic`, is not seen by the nft-cli backend (crates/nft/src/
+/// cli: maps are skipped by list_sets/read_set; nft 1.0.6's JSON omits the
+/// dynamic flag, so the set reads as one of ours with another size). It then
+/// fails for good with "set ipm4-blocklist already exists", where the
+/// netlink nft backend recreates it. Run with `--ignored` to see it.
+#[test]
+#[ignore = "known bug: nft-cli fails with 'already exists' on a map or a flags-dynamic set of an owned name"]
+fn nft_cli_recreates_maps_and_dynamic_sets() {
+    for (tag, decl) in HIDDEN_SHAPES {
+        foreign_shape_is_recreated("nft-cli", tag, decl);
+    }
+}
