@@ -500,4 +500,102 @@ async fn agent_both_backend() {
         Ok(())
     })
     .await;
+
+    // A rule of node a's nft table references the nft set when the policy
+    // is deleted: node b loses both sides; node a loses the ipset, keeps
+    // the nft set (in use) and the rule, and deletes the set once the rule
+    // is gone, never the chain or the table.
+    let g = h.apply_policy(&first).await;
+    h.eventually("the policy again, on both sides", async |h| {
+        expect_synced(h, &first, g).await
+    })
+    .await;
+    let [a, b] = NODES;
+    for args in [
+        &[
+            "nft",
+            "add",
+            "chain",
+            "inet",
+            "ipsetmgr",
+            "input",
+            "{ type filter hook input priority 0; }",
+        ][..],
+        &[
+            "nft",
+            "add",
+            "rule",
+            "inet",
+            "ipsetmgr",
+            "input",
+            "ip",
+            "saddr",
+            "@ipm4-both-p",
+            "drop",
+        ],
+    ] {
+        let out = exec(a, args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let rule_kept = || {
+        let out = exec(a, &["nft", "list", "chain", "inet", "ipsetmgr", "input"]);
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("@ipm4-both-p")
+    };
+    h.policies
+        .delete(POLICY, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| h.fail(format!("deleting the policy: {e}")));
+    h.eventually(
+        "gone where not referenced, the nft set held on node a",
+        async |_| {
+            for (n, side) in [(a, "ipset"), (b, "ipset"), (b, "nft")] {
+                let have = if side == "ipset" {
+                    ipset_members(n)
+                } else {
+                    nft_members(n)
+                };
+                if let Some(m) = have {
+                    return Err(format!("{n}: {side} {SET} still exists with {m:?}"));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+    // Several resyncs (2 s each) later the set is still there, with the rule.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    h.check_processes();
+    let want: BTreeSet<String> = first.iter().map(|m| m.to_string()).collect();
+    if nft_members(a).as_ref() != Some(&want) || !rule_kept() {
+        h.fail(format!(
+            "{a}: the referenced nft set must stay as it was ({:?}) with its rule (kept: {})",
+            nft_members(a),
+            rule_kept()
+        ));
+    }
+    let out = exec(a, &["nft", "flush", "chain", "inet", "ipsetmgr", "input"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    h.eventually(
+        "the unreferenced nft set deleted on node a",
+        async |_| match nft_members(a) {
+            Some(m) => Err(format!("{a}: nft set {SET} still exists with {m:?}")),
+            None => Ok(()),
+        },
+    )
+    .await;
+    let out = exec(a, &["nft", "list", "chain", "inet", "ipsetmgr", "input"]);
+    if !out.status.success() {
+        h.fail(format!(
+            "{a}: the chain (and table) must survive: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
 }
