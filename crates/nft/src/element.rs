@@ -276,7 +276,17 @@ impl Elements {
             // Same key type and range shape: cannot fail.
             let _ = to.push_raw(e.key, e.key_end, e.comment.cloned());
         };
+        // Without comments, equal elements are equal bytes: runs of them
+        // are skipped a block at a time (a 10-element change of a million
+        // elements compares 4 MB, not a million elements one by one).
+        let plain = self.comments.is_empty() && kernel.comments.is_empty();
+        let stride = self.stride();
         while i < self.len() || j < kernel.len() {
+            if plain {
+                let n = common_prefix(&self.data[i * stride..], &kernel.data[j * stride..], stride);
+                i += n;
+                j += n;
+            }
             match (self.get(i), kernel.get(j)) {
                 (Some(a), Some(b)) => match a.bytes_cmp(&b) {
                     Ordering::Less => {
@@ -309,6 +319,83 @@ impl Elements {
         }
         (del, add)
     }
+
+    /// `self` without `del` and with `add`, all three canonical and of one
+    /// key type: what a fresh `canonicalize` of that content gives, copied
+    /// in runs between the changed elements. `None` when an element carries
+    /// a comment or the types differ (then build the elements anew).
+    pub fn splice(&self, del: &Elements, add: &Elements) -> Option<Elements> {
+        let same = |o: &Elements| o.key == self.key && o.ranges == self.ranges;
+        let plain = self.comments.is_empty() && del.comments.is_empty() && add.comments.is_empty();
+        if !same(del) || !same(add) || !plain {
+            return None;
+        }
+        let stride = self.stride();
+        let n = (self.len() + add.len()).saturating_sub(del.len());
+        let mut out = Elements::with_capacity(self.key, self.ranges, n);
+        let mut dels = del.data.chunks_exact(stride).peekable();
+        let mut adds = add.data.chunks_exact(stride).peekable();
+        // Elements of `self` before `at` are in `out` already.
+        let mut at = 0;
+        loop {
+            let next = match (dels.peek(), adds.peek()) {
+                (Some(d), Some(a)) => (*d).min(*a),
+                (Some(d), None) => *d,
+                (None, Some(a)) => *a,
+                (None, None) => break,
+            };
+            // Copy what comes before the next change.
+            let rest = &self.data[at * stride..];
+            let k = lower_bound(rest, stride, next);
+            out.data.extend_from_slice(&rest[..k * stride]);
+            at += k;
+            let here = self.data.get(at * stride..(at + 1) * stride) == Some(next);
+            let deleted = dels.next_if(|d| *d == next).is_some();
+            let added = adds.next_if(|a| *a == next).is_some();
+            if added || (here && !deleted) {
+                out.data.extend_from_slice(next);
+            }
+            if here {
+                at += 1;
+            }
+        }
+        out.data.extend_from_slice(&self.data[at * stride..]);
+        u32::try_from(out.len()).ok()?;
+        Some(out)
+    }
+}
+
+/// How many elements of `stride` bytes at the start of sorted `data` are
+/// below `key`.
+fn lower_bound(data: &[u8], stride: usize, key: &[u8]) -> usize {
+    let (mut lo, mut hi) = (0, data.len() / stride);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if &data[mid * stride..(mid + 1) * stride] < key {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// How many whole elements of `stride` bytes `a` and `b` begin with in
+/// common.
+fn common_prefix(a: &[u8], b: &[u8], stride: usize) -> usize {
+    const BLOCK: usize = 4096;
+    let max = a.len().min(b.len());
+    let mut at = 0;
+    while at + BLOCK <= max && a[at..at + BLOCK] == b[at..at + BLOCK] {
+        at += BLOCK;
+    }
+    let end = (at + BLOCK).min(max);
+    at += a[at..end]
+        .iter()
+        .zip(&b[at..end])
+        .take_while(|(x, y)| x == y)
+        .count();
+    at / stride
 }
 
 impl fmt::Debug for Elements {
@@ -490,6 +577,45 @@ mod tests {
         );
         let (del, add) = want.diff(&want);
         assert!(del.is_empty() && add.is_empty());
+    }
+
+    fn raw(values: &std::collections::BTreeSet<u32>) -> Elements {
+        let mut e = Elements::new(KeyType::single(FieldType::Ipv4Addr), false);
+        for v in values {
+            e.push_raw(&v.to_be_bytes(), None, None).unwrap();
+        }
+        e
+    }
+
+    proptest::proptest! {
+        /// Big enough for the block-wise skip (4 KiB): the diff and the
+        /// splice agree with plain set arithmetic.
+        #[test]
+        fn diff_and_splice_are_set_arithmetic(
+            have in proptest::collection::btree_set(0u32..6000, 0..3000),
+            del in proptest::collection::btree_set(0u32..6000, 0..30),
+            add in proptest::collection::btree_set(0u32..6000, 0..30),
+        ) {
+            let want: std::collections::BTreeSet<u32> =
+                have.difference(&del).chain(&add).copied().collect();
+            let spliced = raw(&have).splice(&raw(&del), &raw(&add)).unwrap();
+            proptest::prop_assert!(spliced.is_canonical());
+            proptest::prop_assert_eq!(&spliced, &raw(&want));
+            let (d, a) = raw(&want).diff(&raw(&have));
+            let gone: std::collections::BTreeSet<u32> = have.difference(&want).copied().collect();
+            let new: std::collections::BTreeSet<u32> = want.difference(&have).copied().collect();
+            proptest::prop_assert_eq!(d, raw(&gone));
+            proptest::prop_assert_eq!(a, raw(&new));
+        }
+    }
+
+    #[test]
+    fn splice_refuses_comments() {
+        let e = v4_elements(&[("1.1.1.1", "1.1.1.1", Some("c"))]);
+        let none = Elements::new(e.key_type(), true);
+        assert_eq!(e.splice(&none, &none), None);
+        let exact = Elements::new(e.key_type(), false);
+        assert_eq!(none.splice(&exact, &none), None);
     }
 
     #[test]
