@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ipsetmgr_ipset::{
-    Family, HeaderOptions, Member, MemberSet, Naming, SetHeader, SetKind, SetType,
+    Family, HeaderOptions, Member, MemberSet, MemberSetBuilder, Naming, SetHeader, SetKind, SetType,
 };
 use ipsetmgr_manager::{DesiredSet, ManagerConfig, Plan, SetsBackend};
 use ipsetmgr_nft::backend::{NftBackend, default_table};
@@ -30,8 +30,18 @@ fn desired(n: u32, offset: u32) -> DesiredSet {
             hash_size: None,
             options: HeaderOptions::default(),
         },
-        members: Arc::new(MemberSet::from_members(kind, members)),
+        // Built as the policy compiler builds them (sorted), so that the
+        // backend sees what `run` and the agent hand it.
+        members: Arc::new(sorted(kind, members)),
     }
+}
+
+fn sorted(kind: SetKind, members: impl Iterator<Item = Member>) -> MemberSet {
+    let mut b = MemberSetBuilder::with_capacity(kind, 0);
+    for m in members {
+        b.push(m);
+    }
+    b.finish().0
 }
 
 #[test]
@@ -57,6 +67,7 @@ fn a_million_member_policy_applied_changed_and_resynced() {
         let d = desired(n, 10);
         let t = Instant::now();
         b.set_desired(vec![d], vec![]);
+        let diffed = t.elapsed();
         let o = b.apply_updates();
         let changed = t.elapsed();
         assert_eq!(o.written, vec![("ipm4-big".into(), Plan::Delta)]);
@@ -67,7 +78,7 @@ fn a_million_member_policy_applied_changed_and_resynced() {
         assert!(o.written.is_empty());
         assert_eq!(b.report()[0].problems, 0);
         eprintln!(
-            "1M hash:ip via NftBackend<NetlinkNft>: set_desired (compile) {compiled:?}, first apply {applied:?}, 10-member change {changed:?}, full resync {resynced:?}"
+            "1M hash:ip via NftBackend<NetlinkNft>: set_desired (compile) {compiled:?}, first apply {applied:?}, 10-member change {changed:?} (set_desired {diffed:?}), full resync {resynced:?}"
         );
     })
     .join()

@@ -81,6 +81,40 @@ pub(crate) fn compile(
     Ok(Compiled { shape, elements })
 }
 
+/// The compile of `new` from `old`, the compile of `old_members`, when
+/// that is cheap and certain to equal [`compile`]: the shape keeps its key
+/// and has no interval part (every member is exactly one element), no
+/// element carries a comment, and `old` has one element per member (no two
+/// members share a key, so taking out the elements of the members that
+/// went takes out nothing that stays). Only the members that changed are
+/// encoded; the elements are then spliced (see [`Elements::splice`],
+/// which refuses comments). `None` means: compile it.
+pub(crate) fn patch(old: &Compiled, old_members: &MemberSet, new: &DesiredSet) -> Option<Compiled> {
+    if new.header.kind.set_type == SetType::ListSet || new.members.kind() != old_members.kind() {
+        return None;
+    }
+    let shape = SetShape::from_header(&new.header).ok()?;
+    let same_shape = shape.kind == old.shape.kind
+        && shape.spec.key == old.shape.spec.key
+        && shape.comments == old.shape.comments
+        && shape.netmask == old.shape.netmask;
+    if !same_shape
+        || shape.spec.interval
+        || old.shape.spec.interval
+        || shape.netmask.is_some()
+        || old.elements.has_comments()
+        || old.elements.len() != old_members.len()
+    {
+        return None;
+    }
+    let (adds, dels) = new.members.diff_both(old_members);
+    // A member that cannot be an element: the full compile names it.
+    let add = shape.elements(adds.iter()).ok()?;
+    let del = shape.elements(dels.iter()).ok()?;
+    let elements = old.elements.splice(&del, &add)?;
+    Some(Compiled { shape, elements })
+}
+
 /// A list:set as one set holding what any set it lists matches: the union
 /// of the listed sets' elements, when they are all of one type and family.
 /// Each listed set is compiled on its own first, so a nomatch entry cuts
@@ -223,4 +257,178 @@ pub(crate) fn kind_of(spec: &NftSetSpec) -> Option<SetKind> {
                 (s.spec.key == spec.key && s.spec.interval == spec.interval).then_some(s.kind)
             })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    use std::sync::Arc;
+
+    use ipsetmgr_ipset::{Comment, Family, IpPortIp, Proto};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn desired(kind: SetKind, options: HeaderOptions, members: Vec<Member>) -> DesiredSet {
+        DesiredSet {
+            name: "s".into(),
+            policy: "p".into(),
+            header: SetHeader {
+                kind,
+                max_elem: 65536,
+                hash_size: None,
+                options,
+            },
+            members: Arc::new(MemberSet::from_members(kind, members)),
+        }
+    }
+
+    fn full(d: &DesiredSet) -> Result<Compiled, SetError> {
+        compile("s", d, &HashMap::new())
+    }
+
+    /// A member of `kind` from a small number (small: changes collide).
+    fn member(kind: SetKind, n: u16) -> Member {
+        let v4 = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + u32::from(n)));
+        let v6 = IpAddr::V6(Ipv6Addr::from(0x2001_0db8_u128 << 96 | u128::from(n)));
+        let proto = [Proto::Tcp, Proto::Udp, Proto::Sctp][usize::from(n % 3)];
+        match (kind.set_type, kind.family) {
+            (SetType::HashIp, Some(Family::V6)) => Member::Ip(v6),
+            (SetType::HashIp | SetType::BitmapIp, _) => Member::Ip(v4),
+            (SetType::HashIpPort, _) => Member::IpPort {
+                addr: v4,
+                proto,
+                port: n / 3,
+            },
+            (SetType::HashIpPortIp, _) => Member::IpPortIp(Box::new(IpPortIp {
+                addr: v6,
+                proto,
+                port: n % 7,
+                addr2: v6,
+            })),
+            (SetType::HashIpMark, _) => Member::IpMark {
+                addr: v4,
+                mark: u32::from(n % 5),
+            },
+            (SetType::HashMac, _) => Member::Mac([2, 0, 0, 0, (n >> 8) as u8, n as u8]),
+            (SetType::BitmapPort, _) => Member::Port(n),
+            _ => unreachable!("not an exact kind"),
+        }
+    }
+
+    fn exact_kinds() -> Vec<SetKind> {
+        vec![
+            SetKind::new(SetType::HashIp, Some(Family::V4)),
+            SetKind::new(SetType::HashIp, Some(Family::V6)),
+            SetKind::new(SetType::BitmapIp, Some(Family::V4)),
+            SetKind::new(SetType::HashIpPort, Some(Family::V4)),
+            SetKind::new(SetType::HashIpPortIp, Some(Family::V6)),
+            SetKind::new(SetType::HashIpMark, Some(Family::V4)),
+            SetKind::new(SetType::HashMac, None),
+            SetKind::new(SetType::BitmapPort, None),
+        ]
+    }
+
+    proptest! {
+        /// Patched elements are the full compile's, whatever changed.
+        #[test]
+        fn a_patch_is_the_full_compile(
+            k in 0usize..8,
+            old in proptest::collection::vec(0u16..3000, 0..1500),
+            adds in proptest::collection::vec(0u16..3000, 0..40),
+            dels in proptest::collection::vec(0u16..3000, 0..40),
+            keep_old in any::<bool>(),
+        ) {
+            let kind = exact_kinds()[k];
+            let old_members: Vec<Member> = old.iter().map(|n| member(kind, *n)).collect();
+            let mut new_members: Vec<Member> = if keep_old {
+                old_members.clone()
+            } else {
+                Vec::new()
+            };
+            new_members.retain(|m| !dels.iter().any(|n| member(kind, *n) == *m));
+            new_members.extend(adds.iter().map(|n| member(kind, *n)));
+            let old_d = desired(kind, HeaderOptions::default(), old_members);
+            let new_d = desired(kind, HeaderOptions::default(), new_members);
+            let old_c = full(&old_d).unwrap();
+            let patched = patch(&old_c, &old_d.members, &new_d);
+            let patched = patched.expect("an exact kind without comments is patched");
+            prop_assert_eq!(Ok(patched), full(&new_d));
+        }
+    }
+
+    #[test]
+    fn a_member_nft_cannot_hold_is_left_to_the_full_compile() {
+        let kind = SetKind::new(SetType::HashIpPort, Some(Family::V4));
+        let old = desired(kind, HeaderOptions::default(), vec![member(kind, 1)]);
+        let icmp = Member::IpPort {
+            addr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)),
+            proto: Proto::Icmp,
+            port: 0,
+        };
+        let new = desired(kind, HeaderOptions::default(), vec![member(kind, 1), icmp]);
+        let c = full(&old).unwrap();
+        assert_eq!(patch(&c, &old.members, &new), None);
+        assert!(full(&new).is_err());
+        // A comment in a set created without comments.
+        let wide = SetKind::new(SetType::HashIpPortIp, Some(Family::V6));
+        let old = desired(wide, HeaderOptions::default(), vec![member(wide, 1)]);
+        let with = member(wide, 2).with_comment(Comment::parse("x").unwrap());
+        let new = desired(wide, HeaderOptions::default(), vec![member(wide, 1), with]);
+        let c = full(&old).unwrap();
+        assert_eq!(patch(&c, &old.members, &new), None);
+        assert!(full(&new).is_err());
+    }
+
+    #[test]
+    fn intervals_comments_and_new_shapes_are_compiled_again() {
+        // hash:net: ranges merge, nomatch cuts: never patched.
+        let net = SetKind::new(SetType::HashNet, Some(Family::V4));
+        let n = |a: u8, nomatch| Member::Net {
+            addr: IpAddr::V4(Ipv4Addr::new(10, a, 0, 0)),
+            prefix: 16,
+            nomatch,
+        };
+        let old = desired(net, HeaderOptions::default(), vec![n(1, false)]);
+        let new = desired(net, HeaderOptions::default(), vec![n(1, false), n(2, true)]);
+        let c = full(&old).unwrap();
+        assert_eq!(patch(&c, &old.members, &new), None);
+        // hash:ip with a netmask holds ranges.
+        let ip = SetKind::new(SetType::HashIp, Some(Family::V4));
+        let masked = HeaderOptions {
+            mask: Some(ipsetmgr_ipset::AddrMask::Prefix(24)),
+            ..HeaderOptions::default()
+        };
+        let old = desired(ip, masked.clone(), vec![member(ip, 1)]);
+        let new = desired(ip, masked, vec![member(ip, 1), member(ip, 300)]);
+        let c = full(&old).unwrap();
+        assert_eq!(patch(&c, &old.members, &new), None);
+        // Comments: which one an element keeps is the full compile's call.
+        let commented = HeaderOptions {
+            comment: true,
+            ..HeaderOptions::default()
+        };
+        let old = desired(ip, commented.clone(), vec![member(ip, 1)]);
+        let with = member(ip, 2).with_comment(Comment::parse("x").unwrap());
+        let new = desired(ip, commented, vec![member(ip, 1), with]);
+        let c = full(&old).unwrap();
+        assert_eq!(patch(&c, &old.members, &new), None);
+        // Another type: a new shape.
+        let port = SetKind::new(SetType::HashIpPort, Some(Family::V4));
+        let new = desired(port, HeaderOptions::default(), vec![member(port, 1)]);
+        let old = desired(ip, HeaderOptions::default(), vec![member(ip, 1)]);
+        let c = full(&old).unwrap();
+        assert_eq!(patch(&c, &old.members, &new), None);
+    }
+
+    #[test]
+    fn a_new_size_is_patched_with_the_new_spec() {
+        let ip = SetKind::new(SetType::HashIp, Some(Family::V4));
+        let old = desired(ip, HeaderOptions::default(), vec![member(ip, 1)]);
+        let mut new = desired(ip, HeaderOptions::default(), vec![member(ip, 2)]);
+        new.header.max_elem = 1 << 20;
+        let c = full(&old).unwrap();
+        let p = patch(&c, &old.members, &new).unwrap();
+        assert_eq!(Ok(p), full(&new));
+    }
 }

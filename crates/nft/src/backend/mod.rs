@@ -644,7 +644,13 @@ impl<D: NftDataplane> SetsBackend for NftBackend<D> {
                 let same = !list && Arc::ptr_eq(&s.members_src, &d.members) && s.header == d.header;
                 s.policy = d.policy.clone();
                 if !same {
-                    let desired = compile(&name, d, &by_ipset_name);
+                    // A few members changed in a set of exact elements:
+                    // patch the elements rather than compile them all.
+                    let patched = match &s.desired {
+                        Ok(c) if !list => compile::patch(c, &s.members_src, d).map(Ok),
+                        _ => None,
+                    };
+                    let desired = patched.unwrap_or_else(|| compile(&name, d, &by_ipset_name));
                     if desired != s.desired {
                         // New content deserves a try now, whatever failed.
                         if let Some(f) = &mut s.failure {
