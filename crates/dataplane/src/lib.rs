@@ -85,7 +85,7 @@ pub enum DataplaneError {
     #[error("set {0} does not exist")]
     SetMissing(String),
     #[error(
-        "set {0} is in use by a kernel component (an iptables rule or a list:set still references it)"
+        "set {0} is in use by a kernel component (a firewall rule, iptables or nft, or a list:set still references it)"
     )]
     InUse(String),
     #[error("set type {0} is not supported by this kernel")]

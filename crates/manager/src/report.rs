@@ -36,7 +36,7 @@ pub enum SetError {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "the kernel set has type {} but the policy wants {wanted}; it is referenced {references} \
-     time(s) (iptables rule or list:set), so it is not replaced: remove the references or \
+     time(s) (an iptables or nft rule, or a list:set), so it is not replaced: remove the references or \
      recreate the policy under another name",
     kernel.map_or("(unmanaged)".to_string(), |k| k.to_string())
 )]
