@@ -1,23 +1,26 @@
 //! Times what a running manager does with a big set: create a set of
 //! `--members` IPv4 addresses (hash:ip) or, with `--ipv6`, IPv6 /64
 //! networks (hash:net), change `--changes` of them, and resync it.
-//! Used by scripts/bench_vs_restore.py; prints one line of key=value pairs.
+//! `--backend` is `ipsetmgr --backend`'s (ipsets or nft sets). Used by
+//! scripts/bench_vs_restore.py; prints one line of key=value pairs.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
 use clap::Parser;
-use ipsetmgr::dataplane::{Backend, open};
 use ipsetmgr::ipset::{Naming, SetType};
-use ipsetmgr::manager::{Manager, ManagerConfig};
+use ipsetmgr::kernel::{KernelBackend, open_for};
+use ipsetmgr::manager::ManagerConfig;
 use ipsetmgr::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
 
 #[derive(Parser)]
 struct Args {
     #[arg(long)]
     netns: String,
-    #[arg(long, default_value = "netlink")]
-    backend: Backend,
+    /// Any of `ipsetmgr --backend`'s: the ipset manager or the nft backend,
+    /// driven through the same trait as `run` and the agent drive them.
+    #[arg(long, value_enum, default_value = "netlink")]
+    backend: KernelBackend,
     #[arg(long, default_value_t = 1_000_000)]
     members: u32,
     #[arg(long, default_value_t = 10)]
@@ -85,9 +88,9 @@ fn peak_rss_mb() -> f64 {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ipsetmgr::dataplane::netns::enter(&args.netns)?;
-    let dp = open(args.backend)?;
-    let backend = dp.name();
-    let mut mgr = Manager::new(dp, ManagerConfig::default());
+    let opened = open_for(args.backend, ipsetmgr_nft::backend::default_table())?;
+    let mut mgr = opened.into_backend(ManagerConfig::default());
+    let backend = mgr.name();
     let naming = Naming::default();
     let max = args.members + args.changes + 10;
     let base: Vec<String> = (0..args.members).map(|i| member(args.ipv6, i)).collect();

@@ -131,7 +131,14 @@ impl Opened {
 
 /// Open what `opts.backend` needs (on the calling thread: in the namespace).
 fn open_kernel(opts: &KernelOptions) -> Result<Opened, KernelError> {
-    let kernel = match opts.backend {
+    open_for(opts.backend, opts.nft_table.clone())
+}
+
+/// Open what `backend` needs, its nft sets in `nft_table`, on the calling
+/// thread (already in the namespace), without the writer lock: for
+/// benchmarks and tests that drive a backend themselves.
+pub fn open_for(backend: KernelBackend, nft_table: Table) -> Result<Opened, KernelError> {
+    let kernel = match backend {
         KernelBackend::Netlink => OpenedKernel::Ipset(open(Backend::Netlink)?),
         KernelBackend::Cli => OpenedKernel::Ipset(open(Backend::Cli)?),
         KernelBackend::Nft => OpenedKernel::Nft(NetlinkNft::new()?),
@@ -139,10 +146,7 @@ fn open_kernel(opts: &KernelOptions) -> Result<Opened, KernelError> {
         KernelBackend::NftCli => OpenedKernel::NftCli,
         KernelBackend::Both => OpenedKernel::Both(open(Backend::Netlink)?, NetlinkNft::new()?),
     };
-    Ok(Opened {
-        kernel,
-        nft_table: opts.nft_table.clone(),
-    })
+    Ok(Opened { kernel, nft_table })
 }
 
 /// Take the writer lock (when `lock_as` names the command) and open the

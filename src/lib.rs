@@ -20,7 +20,9 @@ mod cluster;
 mod commands;
 mod controller;
 mod duration;
-mod kernel;
+/// The kernel side of every command; public for examples/delta.rs.
+#[doc(hidden)]
+pub mod kernel;
 mod lock;
 mod logging;
 pub mod policy;
