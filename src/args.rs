@@ -2,12 +2,12 @@
 //! each defined once (the chart and the docs use the same names).
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::agent::AgentConfig;
 use crate::commands::slice::{OutputFormat, parse_policy_name};
 use crate::dataplane::Backend;
 use crate::duration;
@@ -129,11 +129,11 @@ pub enum Command {
     Agent(AgentConfig),
     /// Run the cluster's controller (normally a small Deployment): policy
     /// validation and status, from the nodes' states.
-    Controller(crate::controller::ControllerConfig),
+    Controller(ControllerConfig),
     /// Run many hollow agents in this process (the real agent code, with
     /// the in-memory kernel model), each with a Node object of its own: for
     /// measuring the control plane at scale (scripts/scale.py).
-    Hollow(crate::agent::hollow::HollowConfig),
+    Hollow(HollowConfig),
     /// Print the CustomResourceDefinitions (IPSetPolicy, IPSetMemberSlice,
     /// IPSetNodeState) as one YAML stream.
     Crd,
@@ -179,6 +179,89 @@ pub enum Command {
         #[arg(long, value_enum, value_name = "FORMAT")]
         format: Option<ListFormat>,
     },
+}
+
+/// Flags of `ipsetmgr agent` (the global flags set the kernel side).
+#[derive(Clone, Debug, clap::Args)]
+pub struct AgentConfig {
+    /// This node's name (from the downward API).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Kubeconfig file; in-cluster configuration (or $KUBECONFIG) when absent.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub resync: Resync,
+    /// Address of the /metrics listener.
+    #[arg(long, env = "IPSETMGR_LISTEN", default_value = defaults::LISTEN)]
+    pub listen: SocketAddr,
+    /// Address of the /healthz, /livez and /readyz listener (the same as
+    /// --listen: one listener serves all).
+    #[arg(long, env = "IPSETMGR_HEALTH_LISTEN", default_value = defaults::HEALTH_LISTEN)]
+    pub health_listen: SocketAddr,
+    /// Time between heartbeats of this node's IPSetNodeState: the
+    /// controller counts a node whose heartbeat is older than three of
+    /// these as not synced.
+    #[arg(long, env = "IPSETMGR_HEARTBEAT_INTERVAL", default_value = defaults::HEARTBEAT_INTERVAL, value_parser = crate::duration::parse_positive)]
+    pub heartbeat_interval: Duration,
+    #[command(flatten)]
+    pub limits: crate::cluster::slices::ClusterLimits,
+    #[command(flatten)]
+    pub node_state: crate::agent::node_state::Pacing,
+}
+
+/// Flags of `ipsetmgr controller`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ControllerConfig {
+    /// Kubeconfig file; in-cluster configuration (or $KUBECONFIG) when absent.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Address of the /metrics listener.
+    #[arg(long, env = "IPSETMGR_LISTEN", default_value = defaults::CONTROLLER_LISTEN)]
+    pub listen: SocketAddr,
+    /// Address of the /healthz, /livez and /readyz listener (the same as
+    /// --listen: one listener serves all).
+    #[arg(long, env = "IPSETMGR_HEALTH_LISTEN", default_value = defaults::CONTROLLER_HEALTH_LISTEN)]
+    pub health_listen: SocketAddr,
+    /// Namespace of the controller's Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = defaults::NAMESPACE)]
+    pub namespace: String,
+    /// This replica's identity in the Lease (defaults to the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    #[command(flatten)]
+    pub egress: FeedEgress,
+    #[command(flatten)]
+    pub limits: crate::cluster::slices::ClusterLimits,
+    /// A policy status change of counts and messages only is written at
+    /// most once per this interval (a change of its conditions at once):
+    /// every status write reaches every agent.
+    #[arg(long, env = "IPSETMGR_STATUS_SUMMARY_INTERVAL", default_value = "10s", value_parser = crate::duration::parse_positive)]
+    pub status_summary_interval: Duration,
+}
+
+/// `ipsetmgr hollow`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct HollowConfig {
+    /// How many hollow agents (and Node objects) to run.
+    #[arg(long)]
+    pub nodes: usize,
+    /// Kubeconfig file; in-cluster configuration (or $KUBECONFIG) when absent.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The Nodes are named `<prefix>-<i>`.
+    #[arg(long, default_value = "hollow")]
+    pub name_prefix: String,
+    /// Between heartbeats of each node's IPSetNodeState.
+    #[arg(long, default_value = "60s", value_parser = crate::duration::parse_positive)]
+    pub heartbeat_interval: Duration,
+    /// Between full resyncs of each agent against its model kernel.
+    #[arg(long, default_value = "10m", value_parser = crate::duration::parse_positive)]
+    pub resync_interval: Duration,
+    #[command(flatten)]
+    pub node_state: crate::agent::node_state::Pacing,
+    #[command(flatten)]
+    pub limits: crate::cluster::slices::ClusterLimits,
 }
 
 /// `--type` of `slice`: a hash type. list:set members name other policies,

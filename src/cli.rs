@@ -113,17 +113,17 @@ fn real_main() -> Result<bool> {
         }
         Command::Agent(config) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            runtime.block_on(crate::agent::run_agent(config, opts))?;
+            runtime.block_on(crate::commands::agent::run_agent(config, opts))?;
             Ok(true)
         }
         Command::Hollow(config) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            runtime.block_on(crate::agent::hollow::run_hollow(config, naming))?;
+            runtime.block_on(crate::commands::hollow::run_hollow(config, naming))?;
             Ok(true)
         }
         Command::Controller(config) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            runtime.block_on(crate::controller::run_controller(config, naming))?;
+            runtime.block_on(crate::commands::controller::run_controller(config, naming))?;
             Ok(true)
         }
         Command::Crd => {

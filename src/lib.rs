@@ -23,6 +23,7 @@ mod duration;
 mod kernel;
 mod lock;
 mod logging;
+mod metric_names;
 pub mod policy;
 mod server;
 mod sources;
@@ -40,4 +41,4 @@ pub use cli::main;
 /// Every metric name the agent and the controller expose (for checks of
 /// alert rules).
 #[doc(hidden)]
-pub use telemetry::all_metric_names;
+pub use metric_names::all_metric_names;

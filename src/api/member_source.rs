@@ -13,6 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::api::de::integer;
+
 /// At most this many sources per policy (each has a status entry, and the
 /// status must stay bounded).
 pub const MAX_SOURCES: usize = 16;
@@ -166,7 +168,7 @@ pub struct UrlSource {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::api::policy::integer"
+        deserialize_with = "integer"
     )]
     #[schemars(range(min = 1, max = 10000000u32))]
     pub max_members: Option<u32>,
@@ -204,7 +206,7 @@ pub struct FileSource {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::api::policy::integer"
+        deserialize_with = "integer"
     )]
     #[schemars(range(min = 1, max = 10000000u32))]
     pub max_members: Option<u32>,

@@ -7,6 +7,7 @@
 //! - [`IPSetMemberSlice`]: more members for one policy.
 //! - [`IPSetNodeState`]: what one node holds (written by that node's agent).
 
+pub mod de;
 pub mod member_slice;
 pub mod member_source;
 pub mod node_state;

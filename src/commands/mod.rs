@@ -2,8 +2,11 @@
 //! sets through the manager, without a cluster; and `slice`, which turns a
 //! member list into IPSetMemberSlice objects for a cluster.
 
+pub(crate) mod agent;
 pub mod apply;
+pub(crate) mod controller;
 pub(crate) mod file_sources;
+pub(crate) mod hollow;
 pub mod run;
 pub mod sets;
 pub(crate) mod slice;

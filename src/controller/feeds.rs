@@ -16,7 +16,6 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::inputs::Input;
 use crate::api::FamilySpec;
 use crate::ipset::SetType;
 use crate::sources::feed::{FIRST_RETRY, FeedFailure, FeedState, Fetcher, refresh_feed};
@@ -45,6 +44,10 @@ pub(crate) struct FeedResult {
 }
 
 pub(crate) type FeedResults = BTreeMap<FeedKey, FeedResult>;
+/// What the runner yields: one fetch's outcome for its source. Its own
+/// item, not the controller's `Input`, so this module does not import the
+/// watches' (`inputs` wraps it as `Input::Feed`).
+pub(crate) type FeedOutcome = (FeedKey, FeedResult);
 
 /// Where request headers come from (a Secret in the controller's namespace).
 #[derive(Clone)]
@@ -100,7 +103,7 @@ async fn feed_loop(
     job: FeedJob,
     fetcher: Fetcher,
     headers: HeaderSource,
-    mut out: Sender<Input>,
+    mut out: Sender<FeedOutcome>,
 ) {
     let mut state = FeedState::default();
     let mut retry = FIRST_RETRY;
@@ -117,7 +120,7 @@ async fn feed_loop(
             good: state.good.clone(),
             error,
         };
-        if out.send(Input::Feed(key.clone(), result)).await.is_err() {
+        if out.send((key.clone(), result)).await.is_err() {
             return;
         }
         let wait = if outcome.is_ok() {
@@ -138,7 +141,7 @@ pub(crate) async fn run_feeds(
     mut leader: watch::Receiver<bool>,
     fetcher: Fetcher,
     headers: HeaderSource,
-    out: Sender<Input>,
+    out: Sender<FeedOutcome>,
 ) {
     let mut running: BTreeMap<FeedKey, (FeedJob, JoinHandle<()>)> = BTreeMap::new();
     loop {

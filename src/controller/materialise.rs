@@ -30,8 +30,8 @@ use crate::api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
 use crate::cluster::slices::{
     MANAGED_BY, MANAGED_BY_LABEL, SOURCE_LABEL, SliceEntry, SliceMembers,
 };
-use crate::commands::slice::objects::json_bytes;
-use crate::commands::slice::partition::{Limits, partition};
+use crate::policy::slicing::objects::json_bytes;
+use crate::policy::slicing::partition::{Limits, partition};
 
 /// One slice holds at most this many members and bytes of JSON: far under
 /// etcd's 1.5 MB request limit and the 256 KB of a client-side apply.

@@ -14,8 +14,9 @@ use serde::Deserialize;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::yaml_lift;
+use crate::api::de::integer;
 use crate::api::member_source::MemberSource;
-use crate::api::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, integer};
+use crate::api::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec};
 use crate::api::{IPSetMemberSlice, IPSetMemberSliceSpec, POLICY_LABEL};
 use crate::ipset::SetType;
 use kube::Resource;

@@ -8,6 +8,7 @@ pub(crate) mod k8s_names;
 pub mod load;
 pub(crate) mod member_list;
 pub(crate) mod selector;
+pub(crate) mod slicing;
 pub(crate) mod yaml_lift;
 
 pub use crate::api::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec};

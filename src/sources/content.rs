@@ -10,9 +10,9 @@ use std::path::PathBuf;
 
 use crate::api::FamilySpec;
 use crate::api::member_source::FeedFormat;
-use crate::commands::slice::validate::validate_typed;
 use crate::ipset::{Family, Member, SetType};
 use crate::policy::member_list::{ListFormat, MemberList, MemberListError, parse_member_list};
+use crate::policy::slicing::validate::validate_typed;
 
 /// Good content: canonical members, sorted and distinct.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub(crate) enum ContentError {
     List(#[from] MemberListError),
     /// The malformed lines, with their numbers.
     #[error("{0}")]
-    Malformed(crate::commands::slice::validate::Invalid),
+    Malformed(crate::policy::slicing::validate::Invalid),
     #[error("{origin}: {found} members, more than maxMembers ({max})")]
     TooMany {
         origin: String,

@@ -7,46 +7,21 @@
 //! change costs the control plane at N nodes (docs/scaling.md).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use super::event_loop::{Agent, Settings};
-use super::{inputs, metrics, node_state, worker};
+use crate::agent::event_loop::{Agent, Settings};
+use crate::agent::{inputs, metrics, node_state, worker};
+use crate::args::HollowConfig;
 use crate::cluster::client::{make_client, shutdown_signal};
 use crate::dataplane::model::ModelDataplane;
 use crate::ipset::Naming;
 use crate::kernel::KernelSide;
 use crate::manager::driver::DriverConfig;
 use crate::manager::{Manager, ManagerConfig};
-
-/// `ipsetmgr hollow`.
-#[derive(Clone, Debug, clap::Args)]
-pub struct HollowConfig {
-    /// How many hollow agents (and Node objects) to run.
-    #[arg(long)]
-    pub nodes: usize,
-    /// Kubeconfig file; in-cluster configuration (or $KUBECONFIG) when absent.
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-    /// The Nodes are named `<prefix>-<i>`.
-    #[arg(long, default_value = "hollow")]
-    pub name_prefix: String,
-    /// Between heartbeats of each node's IPSetNodeState.
-    #[arg(long, default_value = "60s", value_parser = crate::duration::parse_positive)]
-    pub heartbeat_interval: Duration,
-    /// Between full resyncs of each agent against its model kernel.
-    #[arg(long, default_value = "10m", value_parser = crate::duration::parse_positive)]
-    pub resync_interval: Duration,
-    #[command(flatten)]
-    pub node_state: node_state::Pacing,
-    #[command(flatten)]
-    pub limits: crate::cluster::slices::ClusterLimits,
-}
 
 /// The labels of hollow Node `i`: every one has `ipsetmgr.io/hollow=true`;
 /// half are `role=edge`, a quarter in each of four zones.
