@@ -21,16 +21,8 @@ fn policy(members: Vec<String>) -> IPSetPolicy {
     IPSetPolicy::new(
         "big",
         IPSetPolicySpec {
-            set_type: SetType::HashIp,
-            family: FamilySpec::IPv4,
-            members,
-            node_selector: None,
             max_elem: Some(2_000_000),
-            hash_size: None,
-            members_from: Vec::new(),
-            range: None,
-            netmask: None,
-            bitmask: None,
+            ..IPSetPolicySpec::new(SetType::HashIp, FamilySpec::IPv4, members)
         },
     )
 }

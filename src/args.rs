@@ -9,13 +9,13 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::commands::slice::{OutputFormat, parse_policy_name};
-use crate::dataplane::Backend;
 use crate::duration;
-use crate::ipset::SetType;
 use crate::logging::LogFormat;
 use crate::policy::FamilySpec;
 use crate::policy::member_list::ListFormat;
 use crate::sources::egress::{Cidr, EgressGuard, Setting as EgressSetting};
+use ipsetmgr_dataplane::Backend;
+use ipsetmgr_ipset::SetType;
 
 /// Defaults shared by several flags, the chart and the docs.
 pub mod defaults {
@@ -52,7 +52,7 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "NAME")]
     pub netns: Option<String>,
     /// Prefix of the kernel sets this tool owns (1-8 letters or digits).
-    #[arg(long, global = true, env = "IPSETMGR_SET_PREFIX", default_value = crate::ipset::Naming::DEFAULT_PREFIX)]
+    #[arg(long, global = true, env = "IPSETMGR_SET_PREFIX", default_value = ipsetmgr_ipset::Naming::DEFAULT_PREFIX)]
     pub set_prefix: String,
     /// Dataplane backend: `netlink` (native, the default; falls back to cli
     /// when the kernel lacks it) or `cli` (the `ipset` binary).

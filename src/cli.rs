@@ -12,11 +12,11 @@ use clap::Parser;
 
 use crate::args::{Cli, Command};
 use crate::commands::{apply, run, sets, slice};
-use crate::ipset::Naming;
 use crate::kernel::{self, KernelOptions, KernelSide};
 use crate::logging;
-use crate::manager::ManagerConfig;
-use crate::manager::driver::DriverConfig;
+use ipsetmgr_ipset::Naming;
+use ipsetmgr_manager::ManagerConfig;
+use ipsetmgr_manager::driver::DriverConfig;
 
 /// Run the command line; exit 0 on success, 1 when something failed, 2 on
 /// usage errors (and anything that stops a command before it starts).
@@ -127,7 +127,7 @@ fn real_main() -> Result<bool> {
             Ok(true)
         }
         Command::Crd => {
-            std::io::stdout().write_all(crate::crd_yaml().as_bytes())?;
+            std::io::stdout().write_all(ipsetmgr_api::crd_yaml().as_bytes())?;
             Ok(true)
         }
         // Files to objects: no kernel, no lock.

@@ -8,12 +8,12 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::dataplane::netns::{self, NetnsError};
-use crate::dataplane::{Backend, Dataplane, OpenError, open};
-use crate::ipset::Naming;
 use crate::lock::{self, LockError, LockGuard};
-use crate::manager::driver::{self, Command, DriverConfig, Observer};
-use crate::manager::{Manager, ManagerConfig, SetsBackend};
+use ipsetmgr_dataplane::netns::{self, NetnsError};
+use ipsetmgr_dataplane::{Backend, Dataplane, OpenError, open};
+use ipsetmgr_ipset::Naming;
+use ipsetmgr_manager::driver::{self, Command, DriverConfig, Observer};
+use ipsetmgr_manager::{Manager, ManagerConfig, SetsBackend};
 
 /// Where and how the kernel side runs.
 #[derive(Clone, Debug)]

@@ -11,7 +11,6 @@
 #![forbid(unsafe_code)]
 
 mod agent;
-pub mod api;
 mod args;
 #[doc(hidden)]
 pub mod bench_support;
@@ -36,7 +35,6 @@ pub use ipsetmgr_ipset as ipset;
 /// The manager and its driver loop (its own crate).
 pub use ipsetmgr_manager as manager;
 
-pub use api::crd_yaml;
 pub use cli::main;
 /// Every metric name the agent and the controller expose (for checks of
 /// alert rules).

@@ -32,7 +32,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
-use crate::ipset::Naming;
+use ipsetmgr_ipset::Naming;
 
 /// How often a waiting process retries the lock.
 const POLL: Duration = Duration::from_millis(100);

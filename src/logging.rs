@@ -73,7 +73,7 @@ pub fn bounded(message: &str, max: usize) -> std::borrow::Cow<'_, str> {
 /// Log what a full resync found and repaired, one line per set: INFO when
 /// the set is in sync again (drift is what a security team wants to see),
 /// WARN when the repair did not complete.
-pub fn log_drift(sets: &[crate::manager::SetReport]) {
+pub fn log_drift(sets: &[ipsetmgr_manager::SetReport]) {
     for s in sets.iter().filter(|s| s.problems > 0) {
         let d = s.drift;
         if s.synced {

@@ -148,16 +148,13 @@ impl GenPolicy {
         IPSetPolicy::new(
             name,
             IPSetPolicySpec {
-                set_type: self.set_type,
-                family: self.family,
-                members: self.members.iter().map(|m| m.text.clone()).collect(),
-                node_selector: None,
                 max_elem: self.max_elem,
                 hash_size: self.hash_size,
-                members_from: Vec::new(),
-                range: None,
-                netmask: None,
-                bitmask: None,
+                ..IPSetPolicySpec::new(
+                    self.set_type,
+                    self.family,
+                    self.members.iter().map(|m| m.text.clone()).collect(),
+                )
             },
         )
     }
@@ -197,18 +194,7 @@ impl Case {
         if let Some(list) = &self.list {
             out.push(IPSetPolicy::new(
                 LIST_NAME,
-                IPSetPolicySpec {
-                    set_type: SetType::ListSet,
-                    family: list.family,
-                    members: self.listed(),
-                    node_selector: None,
-                    max_elem: None,
-                    hash_size: None,
-                    members_from: Vec::new(),
-                    range: None,
-                    netmask: None,
-                    bitmask: None,
-                },
+                IPSetPolicySpec::new(SetType::ListSet, list.family, self.listed()),
             ));
         }
         out

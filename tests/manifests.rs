@@ -446,8 +446,8 @@ impl Names {
 fn agent_grants() -> BTreeSet<Grant> {
     use kube::CustomResourceExt;
     let crd = |name: &str| format!("customresourcedefinitions#{name}");
-    let policies = crd(ipsetmgr::api::IPSetPolicy::crd_name());
-    let slices = crd(ipsetmgr::api::IPSetMemberSlice::crd_name());
+    let policies = crd(ipsetmgr_api::IPSetPolicy::crd_name());
+    let slices = crd(ipsetmgr_api::IPSetMemberSlice::crd_name());
     expect(&[
         ("ipsetmgr.io", "ipsetpolicies", &["get", "list", "watch"]),
         (
@@ -1345,7 +1345,7 @@ fn crds_by_kind(docs: &[Value], what: &str) -> BTreeMap<String, CustomResourceDe
         .collect();
     assert_eq!(
         names,
-        BTreeSet::from(ipsetmgr::api::crd_names()),
+        BTreeSet::from(ipsetmgr_api::crd_names()),
         "{what}: CRD names"
     );
     by_kind

@@ -19,11 +19,11 @@ use super::inputs::{Input, resource};
 use super::metrics::{LOOP_TICK, Shared};
 use super::node_state::{Pending, PolicyFacts, Snapshot, status_of};
 use super::store::Store;
-use crate::ipset::Naming;
 use crate::kernel::KernelSide;
-use crate::manager::driver::{Command, Report};
 use crate::policy::compile::{Compiled, MemberCache};
 use crate::telemetry::labels::OutcomeLabel;
+use ipsetmgr_ipset::Naming;
+use ipsetmgr_manager::driver::{Command, Report};
 use kube::runtime::watcher::Event;
 
 /// Where desired states go: the kernel side (tests use an inline one).

@@ -16,10 +16,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::api::IPSetNodeStateStatus;
 use crate::telemetry::ApiMetrics;
 use crate::telemetry::labels::{OutcomeLabel, PolicyLabel, ResultLabel};
 use crate::telemetry::watch_health::WatchHealth;
+use ipsetmgr_api::IPSetNodeStateStatus;
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
@@ -181,7 +181,7 @@ impl Metrics {
     pub fn with_every_family() -> Metrics {
         let m = Metrics::default();
         let status = IPSetNodeStateStatus {
-            policies: vec![crate::api::PolicyState {
+            policies: vec![ipsetmgr_api::PolicyState {
                 name: "example".into(),
                 last_sync_time: Some("2026-01-01T00:00:00Z".into()),
                 ..Default::default()
@@ -325,8 +325,8 @@ impl crate::server::Health for Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::PolicyState;
     use crate::server::Health;
+    use ipsetmgr_api::PolicyState;
 
     fn state(policies: &[(&str, bool)]) -> IPSetNodeStateStatus {
         IPSetNodeStateStatus {

@@ -23,9 +23,9 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 
 use super::metrics::Shared;
-use crate::api::{IPSetNodeState, IPSetNodeStateSpec, IPSetNodeStateStatus, PolicyState};
-use crate::manager::driver::Report;
 use crate::telemetry::labels::ResultLabel;
+use ipsetmgr_api::{IPSetNodeState, IPSetNodeStateSpec, IPSetNodeStateStatus, PolicyState};
+use ipsetmgr_manager::driver::Report;
 
 /// The field manager of the agents' status writes.
 pub const FIELD_MANAGER: &str = "ipsetmgr-agent";
@@ -347,7 +347,7 @@ pub async fn run_writer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manager::{ApplyOutcome, SetReport};
+    use ipsetmgr_manager::{ApplyOutcome, SetReport};
 
     fn report(seq: u64, sets: Vec<SetReport>) -> Report {
         Report {

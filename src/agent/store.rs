@@ -13,17 +13,17 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::watcher::Event;
 
-use crate::api::{IPSetMemberSlice, IPSetPolicy};
 use crate::cluster::kind_guard::KindGuard;
 use crate::cluster::listing::{Change, Listing};
 use crate::cluster::slices::{
     ClusterLimits, SliceEntry, by_policy, cluster_inputs, members_revision, same_slice, slice_entry,
 };
 use crate::cluster::tolerant::Tolerant;
-use crate::ipset::{Family, Naming};
 use crate::policy::compile::{
     Compiled, MemberCache, PolicyError, PolicyErrorKind, PolicyInput, compile_inputs,
 };
+use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy};
+use ipsetmgr_ipset::{Family, Naming};
 
 /// One policy as the agent keeps it.
 #[derive(Clone, Debug)]

@@ -21,11 +21,11 @@ use super::node_state::{WriterSettings, run_writer};
 use crate::cluster::kind_guard::tests::crd;
 use crate::cluster::mock_api::{Req, eventually, mock_client};
 use crate::cluster::tolerant::decode;
-use crate::dataplane::model::ModelDataplane;
-use crate::ipset::{Family, Naming, SetHeader, SetKind, SetType};
 use crate::logging::LogBuffer;
-use crate::manager::driver::{Command, Report};
-use crate::manager::{Manager, ManagerConfig};
+use ipsetmgr_dataplane::model::ModelDataplane;
+use ipsetmgr_ipset::{Family, Naming, SetHeader, SetKind, SetType};
+use ipsetmgr_manager::driver::{Command, Report};
+use ipsetmgr_manager::{Manager, ManagerConfig};
 
 const NODE: &str = "node-a";
 const STATE_PATH: &str = "/apis/ipsetmgr.io/v1alpha1/ipsetnodestates";

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::Shared;
-use crate::manager::driver::Observer;
-use crate::manager::driver::Report;
+use ipsetmgr_manager::driver::Observer;
+use ipsetmgr_manager::driver::Report;
 
 /// Forwards the driver's reports to the event loop.
 pub struct Forward {

@@ -202,7 +202,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::IPSetPolicy;
+    use ipsetmgr_api::IPSetPolicy;
     use serde_json::json;
 
     fn dynamic(v: serde_json::Value) -> DynamicObject {

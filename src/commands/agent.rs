@@ -5,7 +5,7 @@ use crate::agent::{event_loop, inputs, metrics, node_state, worker};
 use crate::args::AgentConfig;
 use crate::cluster::client::{make_client, shutdown_signal};
 use crate::kernel::{KernelOptions, KernelSide};
-use crate::manager::driver::DriverConfig;
+use ipsetmgr_manager::driver::DriverConfig;
 
 /// Run the agent until SIGTERM/SIGINT. The kernel is never touched on the
 /// way out: watches stop, the current apply finishes, the process exits.

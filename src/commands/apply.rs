@@ -7,10 +7,10 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use super::{FilePolicies, load, table};
-use crate::ipset::Naming;
 use crate::kernel::Opened;
-use crate::manager::{ApplyOutcome, DeletionReport, ManagerConfig, Plan, SetsBackend};
 use crate::policy::PolicyError;
+use ipsetmgr_ipset::Naming;
+use ipsetmgr_manager::{ApplyOutcome, DeletionReport, ManagerConfig, Plan, SetsBackend};
 
 pub struct ApplyArgs {
     pub paths: Vec<PathBuf>,

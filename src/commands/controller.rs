@@ -9,7 +9,7 @@ use kube_lease_manager::LeaseManagerBuilder;
 use crate::args::ControllerConfig;
 use crate::cluster::client::{make_config, shutdown_signal};
 use crate::controller::{event_loop, feeds, inputs, metrics, slice_writer, writer};
-use crate::ipset::Naming;
+use ipsetmgr_ipset::Naming;
 
 /// The Lease the replicas compete for.
 pub const LEASE_NAME: &str = "ipsetmgr-controller";

@@ -30,8 +30,6 @@ use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 
-use crate::api::FamilySpec;
-use crate::ipset::SetType;
 use crate::policy::load::LoadedPolicy;
 use crate::policy::member_list::{MemberListError, read_member_list};
 use crate::sources::content::{ContentError, check_list, digest};
@@ -40,6 +38,8 @@ use crate::sources::feed::{
     FETCH_TIMEOUT, FIRST_RETRY, FeedState, Fetcher, MAX_FEED_BYTES, refresh_feed,
 };
 use crate::sources::spec::{FileSpec, Setting, Source, UrlSpec, parse_sources};
+use ipsetmgr_api::FamilySpec;
+use ipsetmgr_ipset::SetType;
 
 /// A source: its policy's name and its index in `membersFrom`.
 type Key = (String, usize);
@@ -645,7 +645,7 @@ mod loopback;
 mod tests {
     use super::*;
     use crate::commands::{FilePolicies, load, read_files};
-    use crate::ipset::Naming;
+    use ipsetmgr_ipset::Naming;
 
     /// File mode's defaults: the tests' feeds are on loopback.
     fn files_guard() -> EgressGuard {

@@ -17,11 +17,11 @@ use crate::agent::event_loop::{Agent, Settings};
 use crate::agent::{inputs, metrics, node_state, worker};
 use crate::args::HollowConfig;
 use crate::cluster::client::{make_client, shutdown_signal};
-use crate::dataplane::model::ModelDataplane;
-use crate::ipset::Naming;
 use crate::kernel::KernelSide;
-use crate::manager::driver::DriverConfig;
-use crate::manager::{Manager, ManagerConfig};
+use ipsetmgr_dataplane::model::ModelDataplane;
+use ipsetmgr_ipset::Naming;
+use ipsetmgr_manager::driver::DriverConfig;
+use ipsetmgr_manager::{Manager, ManagerConfig};
 
 /// The labels of hollow Node `i`: every one has `ipsetmgr.io/hollow=true`;
 /// half are `role=edge`, a quarter in each of four zones.

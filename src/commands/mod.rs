@@ -20,13 +20,13 @@ use crate::policy::{PolicyError, PolicyErrorKind};
 use crate::sources::egress::EgressGuard;
 use file_sources::{LocalSources, SourceProblem, SourceSlice};
 
-use crate::ipset::Naming;
 use crate::policy::compile::{
     MemberCache, MemberList, NoMembers, PolicyInput, SliceInput, compile_inputs,
 };
 use crate::policy::load::{LoadedPolicy, LoadedSlice, load_file, policy_files};
 use crate::policy::member_list::read_member_list;
 use crate::policy::{Compiled, IPSetPolicy, LoadError};
+use ipsetmgr_ipset::Naming;
 
 /// A plain member list given for a policy (`--members POLICY=FILE`): it
 /// joins the policy's members as a slice would.

@@ -22,10 +22,10 @@ use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 
 use super::file_sources::LocalSources;
 use super::read_files;
-use crate::ipset::Naming;
 use crate::kernel::KernelSide;
-use crate::manager::driver::{Command, Observer, Report};
 use crate::policy::load::policy_files;
+use ipsetmgr_ipset::Naming;
+use ipsetmgr_manager::driver::{Command, Observer, Report};
 
 pub struct RunArgs {
     pub policy_dir: PathBuf,

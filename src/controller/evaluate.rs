@@ -18,10 +18,10 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::api::{
+use crate::policy::selector;
+use ipsetmgr_api::{
     IPSetNodeStateStatus, IPSetPolicy, IPSetPolicyStatus, PolicyState, StatusSummary,
 };
-use crate::policy::selector;
 
 /// At most this many failing node names in a summary.
 pub const MAX_FAILING_NODES: usize = 5;

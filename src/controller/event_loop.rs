@@ -24,9 +24,9 @@ use super::metrics::ControllerShared;
 use super::sources::{Memory, Outcome, evaluate_sources, sources_message};
 use super::store::Store;
 use super::writer::{Job, Plan};
-use crate::api::IPSetPolicy;
-use crate::ipset::Naming;
 use crate::policy::compile::{MemberCache, PolicyError, PolicyErrorKind, compile_inputs};
+use ipsetmgr_api::IPSetPolicy;
+use ipsetmgr_ipset::Naming;
 
 /// The kinds watched only for member sources.
 const SOURCE_KINDS: [&str; 3] = ["pods", "services", "namespaces"];
@@ -338,10 +338,7 @@ impl Controller {
                 Ok(p) => (p, p.status.as_ref()),
                 Err(_) => {
                     // Unreadable: report it anyway (a status write needs no spec).
-                    let spec = crate::api::IPSetPolicySpec {
-                        set_type: crate::ipset::SetType::HashIp,
-                        family: Default::default(),
-                        members: Vec::new(),
+                    let spec = ipsetmgr_api::IPSetPolicySpec {
                         // Selects nothing: what it would select is unknown.
                         node_selector: Some(
                             k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
@@ -349,12 +346,11 @@ impl Controller {
                                 match_expressions: None,
                             },
                         ),
-                        max_elem: None,
-                        hash_size: None,
-                        members_from: Vec::new(),
-                        range: None,
-                        netmask: None,
-                        bitmask: None,
+                        ..ipsetmgr_api::IPSetPolicySpec::new(
+                            ipsetmgr_ipset::SetType::HashIp,
+                            Default::default(),
+                            Vec::new(),
+                        )
                     };
                     let mut p = IPSetPolicy::new(name, spec);
                     p.metadata.generation = t.generation;

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::api::FamilySpec;
-use crate::ipset::SetType;
 use crate::sources::feed::{FIRST_RETRY, FeedFailure, FeedState, Fetcher, refresh_feed};
 use crate::sources::spec::UrlSpec;
+use ipsetmgr_api::FamilySpec;
+use ipsetmgr_ipset::SetType;
 
 /// One url source to keep fetched.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -233,7 +233,7 @@ mod tests {
             spec: UrlSpec {
                 url: FeedUrl::parse(&format!("http://{addr}/list")).unwrap(),
                 interval: Duration::from_secs(3600),
-                format: crate::api::member_source::FeedFormat::Text,
+                format: ipsetmgr_api::member_source::FeedFormat::Text,
                 max_members,
                 headers_secret: None,
             },

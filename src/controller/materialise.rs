@@ -26,12 +26,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use kube::Resource;
 use serde_json::Value;
 
-use crate::api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
 use crate::cluster::slices::{
     MANAGED_BY, MANAGED_BY_LABEL, SOURCE_LABEL, SliceEntry, SliceMembers,
 };
 use crate::policy::slicing::objects::json_bytes;
 use crate::policy::slicing::partition::{Limits, partition};
+use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
 
 /// One slice holds at most this many members and bytes of JSON: far under
 /// etcd's 1.5 MB request limit and the 256 KB of a client-side apply.
@@ -74,7 +74,7 @@ fn slice_body(
     let policy_name = policy.metadata.name.clone().unwrap_or_default();
     let mut slice = IPSetMemberSlice::new(
         name,
-        crate::api::IPSetMemberSliceSpec {
+        ipsetmgr_api::IPSetMemberSliceSpec {
             members: members.iter().map(|m| m.to_string()).collect(),
         },
     );

@@ -23,8 +23,8 @@ use super::leading::LeaderPlans;
 use super::materialise::{SliceOp, SlicePlan};
 use super::metrics::ControllerShared;
 use super::writer::FIELD_MANAGER;
-use crate::api::IPSetMemberSlice;
 use crate::telemetry::labels::ResultLabel;
+use ipsetmgr_api::IPSetMemberSlice;
 
 #[derive(Clone, Debug)]
 pub struct SliceWriterSettings {

@@ -14,11 +14,11 @@ use super::feeds::FeedResults;
 use super::inputs::Needs;
 use super::materialise::{SlicePlan, Wanted, plan_orphans, plan_source};
 use super::store::Store;
-use crate::api::SourceStatus;
-use crate::api::member_source::MAX_SOURCES;
 use crate::sources::cluster::{node_members, pod_members, service_members};
 use crate::sources::content::digest;
 use crate::sources::spec::{Setting, Source, SourceError, parse_sources};
+use ipsetmgr_api::SourceStatus;
+use ipsetmgr_api::member_source::MAX_SOURCES;
 
 /// Status entries' errors are cut to this many bytes (the CRD's maxLength).
 const MAX_ERROR_LEN: usize = 1000;
@@ -201,7 +201,7 @@ pub(crate) fn evaluate_sources(
 /// the refused ones with why. A refusal of the policy as a whole (too many
 /// sources) is on every entry.
 fn refused_entries(
-    policy: &crate::api::IPSetPolicy,
+    policy: &ipsetmgr_api::IPSetPolicy,
     name: &str,
     errors: &[SourceError],
     memory: &mut Memory,

@@ -8,13 +8,13 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use kube::runtime::watcher::Event;
 use tokio::time::Instant;
 
-use crate::api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
 use crate::cluster::listing::{Change, Listing};
 use crate::cluster::slices::{
     ClusterLimits, SliceEntry, by_policy, cluster_inputs, members_revision, same_slice, slice_entry,
 };
 use crate::cluster::tolerant::Tolerant;
 use crate::policy::compile::PolicyInput;
+use ipsetmgr_api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
 
 use crate::sources::cluster::{
     Labels, NodeView, PodView, ServiceView, node_view, pod_view, service_view,

@@ -18,7 +18,7 @@ use super::slice_writer::{SliceWriterSettings, run_slice_writer};
 use super::writer::{WriterSettings, run_writer};
 use crate::cluster::mock_api::{Req, eventually, mock_client};
 use crate::cluster::tolerant::decode;
-use crate::ipset::Naming;
+use ipsetmgr_ipset::Naming;
 
 fn mock_api(log: Arc<Mutex<Vec<Req>>>) -> Client {
     mock_client(move |r| {

@@ -14,11 +14,11 @@ use serde::Deserialize;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::yaml_lift;
-use crate::api::de::integer;
-use crate::api::member_source::MemberSource;
-use crate::api::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec};
-use crate::api::{IPSetMemberSlice, IPSetMemberSliceSpec, POLICY_LABEL};
-use crate::ipset::SetType;
+use ipsetmgr_api::de::integer;
+use ipsetmgr_api::member_source::MemberSource;
+use ipsetmgr_api::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec};
+use ipsetmgr_api::{IPSetMemberSlice, IPSetMemberSliceSpec, POLICY_LABEL};
+use ipsetmgr_ipset::SetType;
 use kube::Resource;
 
 /// The most bytes read from one policy file. A million IPv4 members are
@@ -118,9 +118,6 @@ impl AnySpec {
     fn into_policy(self) -> Result<IPSetPolicySpec, String> {
         let set_type = self.set_type.ok_or("spec.type is required")?;
         Ok(IPSetPolicySpec {
-            set_type,
-            family: self.family.unwrap_or_default(),
-            members: self.members,
             node_selector: self.node_selector,
             max_elem: self.max_elem,
             hash_size: self.hash_size,
@@ -128,6 +125,7 @@ impl AnySpec {
             range: self.range,
             netmask: self.netmask,
             bitmask: self.bitmask,
+            ..IPSetPolicySpec::new(set_type, self.family.unwrap_or_default(), self.members)
         })
     }
 
@@ -573,7 +571,7 @@ pub fn load_file(f: &Path) -> Result<Loaded, LoadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipset::SetType;
+    use ipsetmgr_ipset::SetType;
 
     #[test]
     fn multi_document_files_parse() {

@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::core::{Selector, SelectorExt};
 
 use super::spec::{NodesSpec, PodsSpec, ServicesSpec};
-use crate::api::FamilySpec;
-use crate::api::member_source::{NodeAddressType, ServiceField};
+use ipsetmgr_api::FamilySpec;
+use ipsetmgr_api::member_source::{NodeAddressType, ServiceField};
 
 pub(crate) type Labels = BTreeMap<String, String>;
 

@@ -8,11 +8,11 @@
 
 use std::path::PathBuf;
 
-use crate::api::FamilySpec;
-use crate::api::member_source::FeedFormat;
-use crate::ipset::{Family, Member, SetType};
 use crate::policy::member_list::{ListFormat, MemberList, MemberListError, parse_member_list};
 use crate::policy::slicing::validate::validate_typed;
+use ipsetmgr_api::FamilySpec;
+use ipsetmgr_api::member_source::FeedFormat;
+use ipsetmgr_ipset::{Family, Member, SetType};
 
 /// Good content: canonical members, sorted and distinct.
 #[derive(Clone, Debug, PartialEq, Eq)]

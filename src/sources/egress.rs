@@ -23,7 +23,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::ipset::{Member, SetType};
+use ipsetmgr_ipset::{Member, SetType};
 
 /// One address range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -32,8 +32,8 @@ use std::sync::Arc;
 use super::content::parse_content;
 use super::egress::{EgressGuard, GuardedResolver, Refused, literal_ip};
 use super::spec::{FeedUrl, UrlSpec};
-use crate::api::FamilySpec;
-use crate::ipset::SetType;
+use ipsetmgr_api::FamilySpec;
+use ipsetmgr_ipset::SetType;
 
 /// The most bytes of one feed: FireHOL's largest lists are a few MB.
 pub(crate) const MAX_FEED_BYTES: usize = 32 << 20;

@@ -9,11 +9,11 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::Selector;
 
-use crate::api::IPSetPolicy;
-use crate::api::member_source::{
+use ipsetmgr_api::IPSetPolicy;
+use ipsetmgr_api::member_source::{
     FeedFormat, MAX_SOURCES, MemberSource, NodeAddressType, ServiceField,
 };
-use crate::ipset::SetType;
+use ipsetmgr_ipset::SetType;
 
 /// Where a policy is read: what it may draw members from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

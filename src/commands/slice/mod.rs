@@ -12,13 +12,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::api::IPSetMemberSlice;
 use crate::policy::member_list::{ListFormat, STDIN, read_member_list};
 use crate::policy::slicing::objects::SLICE_COUNT_LABEL;
 use crate::policy::slicing::partition::{Raised, TooMany};
 pub(crate) use crate::policy::slicing::validate::Check;
 use crate::policy::slicing::validate::{Validated, validate};
 use crate::policy::slicing::{MAX_SLICE_BYTES, Sliced, slice_members};
+use ipsetmgr_api::IPSetMemberSlice;
 
 /// Policy names are label values on their slices: at most 63 characters.
 const MAX_POLICY_NAME: usize = 63;
@@ -232,7 +232,7 @@ fn summary(
     writeln!(
         err,
         "Slices made with another slice count are stale once these are applied; delete them with:\n  kubectl delete ipsetmemberslices -l '{}={policy},{SLICE_COUNT_LABEL}!={count}'",
-        crate::api::POLICY_LABEL
+        ipsetmgr_api::POLICY_LABEL
     )
 }
 

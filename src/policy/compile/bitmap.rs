@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::MAX_MEMBER_ERRORS;
 use super::errors::{PolicyError, PolicyErrorKind};
-use crate::api::policy::{FamilySpec, IPSetPolicy};
-use crate::ipset::{MemberSet, SetRange, SetType};
+use ipsetmgr_api::policy::{FamilySpec, IPSetPolicy};
+use ipsetmgr_ipset::{MemberSet, SetRange, SetType};
 
 /// The policy's range, when it has a valid one (errors come from
 /// [`header_errors`]).

@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use super::errors::PolicyError;
 use super::parse::ParsedSource;
-use crate::api::policy::{FamilySpec, IPSetPolicy};
-use crate::ipset::SetType;
-use crate::manager::DesiredSet;
+use ipsetmgr_api::policy::{FamilySpec, IPSetPolicy};
+use ipsetmgr_ipset::SetType;
+use ipsetmgr_manager::DesiredSet;
 
 /// Where members come from, with the version of that content.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::errors::{PolicyError, PolicyErrorKind};
 use super::{DEFAULT_LIST_SIZE, MAX_MEMBER_ERRORS, PolicyInput};
-use crate::api::policy::{FamilySpec, IPSetPolicy};
-use crate::ipset::{DEFAULT_MAX_ELEM, Family, Member, MemberSet, Naming, SetType};
+use ipsetmgr_api::policy::{FamilySpec, IPSetPolicy};
+use ipsetmgr_ipset::{DEFAULT_MAX_ELEM, Family, Member, MemberSet, Naming, SetType};
 
 /// The largest `hashSize` accepted. The kernel allocates the whole table at
 /// creation (8 bytes per bucket: 8 MiB here, on every node) and grows it by

@@ -3,8 +3,8 @@
 
 use std::fmt;
 
-use crate::ipset::{AddrMask, Family, MaskError, MemberError, RangeError, SetRange, SetType};
 use crate::policy::selector::SelectorError;
+use ipsetmgr_ipset::{AddrMask, Family, MaskError, MemberError, RangeError, SetRange, SetType};
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyErrorKind {

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use super::errors::PolicyErrorKind;
 use super::{check_name, families};
-use crate::api::policy::IPSetPolicy;
-use crate::ipset::{Family, Member, MemberError, Naming, SetType};
+use ipsetmgr_api::policy::IPSetPolicy;
+use ipsetmgr_ipset::{Family, Member, MemberError, Naming, SetType};
 
 /// Resolve a list:set member (a policy name) to the listed kernel set, one
 /// per family of the list.

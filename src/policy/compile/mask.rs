@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::MAX_MEMBER_ERRORS;
 use super::errors::{PolicyError, PolicyErrorKind};
-use crate::api::policy::{FamilySpec, IPSetPolicy};
-use crate::ipset::{AddrMask, Family, Member, MemberSet, SetType};
+use ipsetmgr_api::policy::{FamilySpec, IPSetPolicy};
+use ipsetmgr_ipset::{AddrMask, Family, Member, MemberSet, SetType};
 
 /// The mask of the policy's set of `family` (`None`: none, or invalid,
 /// which [`header_errors`] reports).

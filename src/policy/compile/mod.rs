@@ -30,15 +30,15 @@ use self::checks::{
 };
 use self::parse::{ParsedSource, parse_source};
 use super::selector;
-use crate::api::policy::IPSetPolicy;
-use crate::ipset::{
+use ipsetmgr_api::policy::IPSetPolicy;
+use ipsetmgr_ipset::{
     HeaderOptions, MemberSet, MemberSetBuilder, Naming, SetHeader, SetKind, SetType,
 };
 
 pub use self::cache::MemberCache;
 pub use self::checks::{MAX_HASH_SIZE, MAX_MAX_ELEM, MIN_HASH_SIZE};
 pub use self::errors::{PolicyError, PolicyErrorKind};
-pub use crate::manager::DesiredSet;
+pub use ipsetmgr_manager::DesiredSet;
 
 /// Default size of a list:set (the kernel's default).
 pub const DEFAULT_LIST_SIZE: u32 = 8;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::errors::PolicyErrorKind;
 use super::{MAX_MEMBER_ERRORS, families};
-use crate::api::policy::FamilySpec;
-use crate::ipset::{Family, Member, MemberSet, MemberSetBuilder, SetKind, SetType};
+use ipsetmgr_api::policy::FamilySpec;
+use ipsetmgr_ipset::{Family, Member, MemberSet, MemberSetBuilder, SetKind, SetType};
 
 /// The members of one source, parsed for one policy type and family.
 #[derive(Debug)]

@@ -2,9 +2,9 @@
 
 use super::parse::PARALLEL_PARSE_MIN;
 use super::*;
-use crate::api::policy::FamilySpec;
-use crate::ipset::{Family, Member, MemberError};
 use crate::policy::IPSetPolicySpec;
+use ipsetmgr_api::policy::FamilySpec;
+use ipsetmgr_ipset::{Family, Member, MemberError};
 
 /// The long-running compiler's entry point, for policies without slices.
 fn compile_cached<'a>(
@@ -27,18 +27,7 @@ fn compile_cached<'a>(
 fn policy(name: &str, t: SetType, fam: FamilySpec, members: &[&str]) -> IPSetPolicy {
     IPSetPolicy::new(
         name,
-        IPSetPolicySpec {
-            set_type: t,
-            family: fam,
-            members: members.iter().map(|s| s.to_string()).collect(),
-            node_selector: None,
-            max_elem: None,
-            hash_size: None,
-            members_from: Vec::new(),
-            range: None,
-            netmask: None,
-            bitmask: None,
-        },
+        IPSetPolicySpec::new(t, fam, members.iter().map(|s| s.to_string()).collect()),
     )
 }
 

@@ -8,7 +8,7 @@ pub(crate) mod objects;
 pub(crate) mod partition;
 pub(crate) mod validate;
 
-use crate::api::IPSetMemberSlice;
+use ipsetmgr_api::IPSetMemberSlice;
 use objects::{json_bytes, slice_object};
 use partition::{Limits, Raised, TooMany, partition};
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::io;
 
-use crate::api::{IPSetMemberSlice, IPSetMemberSliceSpec, POLICY_LABEL};
+use ipsetmgr_api::{IPSetMemberSlice, IPSetMemberSliceSpec, POLICY_LABEL};
 
 /// How many slices the policy's list was cut into when this slice was
 /// made: slices of another count are stale, and this label finds them.

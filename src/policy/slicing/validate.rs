@@ -8,16 +8,16 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::ipset::{Family, Member, SetType};
 use crate::policy::FamilySpec;
 use crate::policy::member_list::{ListedMember, MemberList};
+use ipsetmgr_ipset::{Family, Member, SetType};
 
 /// At most this many bad members are listed; the rest are counted.
 const MAX_LISTED_ERRORS: usize = 10;
 /// Members quoted in messages are cut to this many bytes.
 const MAX_QUOTED: usize = 100;
 /// The CRD's `maxLength` of one member.
-use crate::api::policy::MAX_MEMBER_LEN;
+use ipsetmgr_api::policy::MAX_MEMBER_LEN;
 
 /// How members are checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,9 +124,9 @@ impl Invalid {
 
 /// A member's error without the member's own text (the one message that
 /// quotes it names an unknown protocol).
-fn public_reason(e: &crate::ipset::MemberError) -> String {
+fn public_reason(e: &ipsetmgr_ipset::MemberError) -> String {
     match e {
-        crate::ipset::MemberError::UnsupportedProtocol(_) => {
+        ipsetmgr_ipset::MemberError::UnsupportedProtocol(_) => {
             "unsupported protocol (use tcp, udp, sctp, udplite, icmp or icmpv6)".into()
         }
         other => other.to_string(),

@@ -34,7 +34,7 @@ pub struct IPSetNodeStateSpec {}
 
 /// Schema of `status.policies`: a list-map keyed by the policy name.
 fn policies_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    crate::api::list_map_schema::<PolicyState>(
+    crate::list_map_schema::<PolicyState>(
         generator,
         "name",
         "One entry per policy that selects this node.",

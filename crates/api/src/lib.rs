@@ -2,10 +2,17 @@
 //! `ipsetmgr.io/v1alpha1`, generated from these Rust types (the YAML in
 //! `crds/` is what `ipsetmgr crd` prints, and a test fails when they differ).
 //!
+//! Types, their schemas and constructors only: this crate must never talk
+//! to a cluster (no kube client, no async runtime; `tests/crate_graph.rs`
+//! checks it) nor decide what a policy means (that is `ipsetmgr-policy`).
+//! How the crates fit: `docs/architecture.md`.
+//!
 //! - [`IPSetPolicy`]: what users declare (written by users; its status by
 //!   the controller).
 //! - [`IPSetMemberSlice`]: more members for one policy.
 //! - [`IPSetNodeState`]: what one node holds (written by that node's agent).
+
+#![forbid(unsafe_code)]
 
 pub mod de;
 pub mod member_slice;

@@ -31,6 +31,6 @@ pub const POLICY_LABEL: &str = "ipsetmgr.io/policy";
 pub struct IPSetMemberSliceSpec {
     /// Members in the policy's syntax (see IPSetPolicy spec.members).
     #[serde(default)]
-    #[schemars(schema_with = "crate::api::policy::members_schema")]
+    #[schemars(schema_with = "crate::policy::members_schema")]
     pub members: Vec<String>,
 }

@@ -6,14 +6,14 @@
 //!
 //! These types are only the shape (what the CRD schema checks); what the
 //! strings mean (selectors, the URL, durations) is parsed into typed values
-//! by `crate::sources::spec`, which names the policy, the source and the
+//! by `ipsetmgr` (its `sources::spec`), which names the policy, the source and the
 //! reason for anything it refuses.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::api::de::integer;
+use crate::de::integer;
 
 /// At most this many sources per policy (each has a status entry, and the
 /// status must stay bounded).

@@ -5,9 +5,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::api::de::integer;
-use crate::api::member_source::{MemberSource, SourceStatus};
-use crate::ipset::SetType;
+use crate::de::integer;
+use crate::member_source::{MemberSource, SourceStatus};
+use ipsetmgr_ipset::SetType;
 
 /// Which address families a policy's sets are created for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -159,10 +159,31 @@ pub struct IPSetPolicySpec {
     pub bitmask: Option<String>,
 }
 
+impl IPSetPolicySpec {
+    /// A spec of this type, family and members, every optional field
+    /// unset: what loaders, tests and benchmarks start from (with
+    /// `..IPSetPolicySpec::new(..)` for the fields they set), so that a new
+    /// field is added here and not at each place that builds a spec.
+    pub fn new(set_type: SetType, family: FamilySpec, members: Vec<String>) -> IPSetPolicySpec {
+        IPSetPolicySpec {
+            set_type,
+            family,
+            members,
+            node_selector: None,
+            max_elem: None,
+            hash_size: None,
+            members_from: Vec::new(),
+            range: None,
+            netmask: None,
+            bitmask: None,
+        }
+    }
+}
+
 /// The longest member the schema accepts.
-pub(crate) const MAX_MEMBER_LEN: usize = 400;
+pub const MAX_MEMBER_LEN: usize = 400;
 /// What the schema accepts of a member (see [`members_schema`]).
-pub(crate) const MEMBER_PATTERN: &str =
+pub const MEMBER_PATTERN: &str =
     r#"^[!-~]+( nomatch)?( comment:[!#-\[\]-~]([ !#-\[\]-~]*[!#-\[\]-~])?)?$"#;
 
 /// Schema of `spec.members` (of policies and slices): printable ASCII
@@ -171,7 +192,7 @@ pub(crate) const MEMBER_PATTERN: &str =
 /// or ending with a space), at most 400 characters each (a 255-character
 /// comment fits). This is a cheap first line of defence; every member is
 /// still parsed. No maxItems: `maxElem` governs the count.
-pub(crate) fn members_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub fn members_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "description": "Set members in ipset syntax: addresses (hash:ip), CIDRs (hash:net, with an optional \" nomatch\"), \"ADDRESS,PROTO:PORT\" (hash:ip,port), \"CIDR,PROTO:PORT\" (hash:net,port), \"ADDRESS,PROTO:PORT,ADDRESS\" (hash:ip,port,ip), \"ADDRESS,PROTO:PORT,CIDR\" (hash:ip,port,net), \"CIDR,IFACE\" or \"CIDR,physdev:IFACE\" (hash:net,iface), \"ADDRESS,MARK\" (hash:ip,mark), IPv4 addresses (bitmap:ip) or port numbers (bitmap:port) within the range, MAC addresses (hash:mac) or names of other IPSetPolicies (list:set). Host names are rejected. Any member may end in \" comment:TEXT\".",
         "type": "array",
@@ -186,7 +207,7 @@ pub(crate) fn members_schema(_: &mut schemars::SchemaGenerator) -> schemars::Sch
 /// Schema of `status.conditions`: the standard condition list, a list-map
 /// keyed by `type` (server-side apply merges entries by it).
 fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    crate::api::list_map_schema::<Condition>(
+    crate::list_map_schema::<Condition>(
         generator,
         "type",
         "Valid (the policy and its slices compile) and Ready (every selected node holds the current generation, with a fresh heartbeat).",
@@ -216,7 +237,7 @@ pub struct IPSetPolicyStatus {
 
 /// Schema of `status.sources`: a list-map keyed by the source's index.
 fn sources_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    let mut s = crate::api::list_map_schema::<SourceStatus>(
+    let mut s = crate::list_map_schema::<SourceStatus>(
         generator,
         "index",
         "One entry per spec.membersFrom source, by its index.",
