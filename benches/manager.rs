@@ -9,7 +9,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use ipsetmgr::dataplane::model::ModelDataplane;
 use ipsetmgr::ipset::{Family, Member, MemberSet, MemberSetBuilder, Naming, SetKind, SetType};
 use ipsetmgr::manager::{Manager, ManagerConfig};
-use ipsetmgr::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
+use ipsetmgr_policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
 
 fn addresses(n: u32) -> Vec<String> {
     (0..n)

@@ -10,7 +10,7 @@ use clap::Parser;
 use ipsetmgr::dataplane::{Backend, open};
 use ipsetmgr::ipset::{Naming, SetType};
 use ipsetmgr::manager::{Manager, ManagerConfig};
-use ipsetmgr::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
+use ipsetmgr_policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
 
 #[derive(Parser)]
 struct Args {

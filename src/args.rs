@@ -9,13 +9,13 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::commands::slice::{OutputFormat, parse_policy_name};
-use crate::duration;
 use crate::logging::LogFormat;
-use crate::policy::FamilySpec;
-use crate::policy::member_list::ListFormat;
 use crate::sources::egress::{Cidr, EgressGuard, Setting as EgressSetting};
 use ipsetmgr_dataplane::Backend;
 use ipsetmgr_ipset::SetType;
+use ipsetmgr_policy::FamilySpec;
+use ipsetmgr_policy::duration;
+use ipsetmgr_policy::member_list::ListFormat;
 
 /// Defaults shared by several flags, the chart and the docs.
 pub mod defaults {
@@ -176,7 +176,7 @@ pub enum Command {
         output_format: OutputFormat,
         /// The member list's syntax, instead of what its name implies
         /// (standard input: text).
-        #[arg(long, value_enum, value_name = "FORMAT")]
+        #[arg(long, value_name = "FORMAT", value_parser = list_format())]
         format: Option<ListFormat>,
     },
 }
@@ -202,7 +202,7 @@ pub struct AgentConfig {
     /// Time between heartbeats of this node's IPSetNodeState: the
     /// controller counts a node whose heartbeat is older than three of
     /// these as not synced.
-    #[arg(long, env = "IPSETMGR_HEARTBEAT_INTERVAL", default_value = defaults::HEARTBEAT_INTERVAL, value_parser = crate::duration::parse_positive)]
+    #[arg(long, env = "IPSETMGR_HEARTBEAT_INTERVAL", default_value = defaults::HEARTBEAT_INTERVAL, value_parser = ipsetmgr_policy::duration::parse_positive)]
     pub heartbeat_interval: Duration,
     #[command(flatten)]
     pub limits: crate::cluster::slices::ClusterLimits,
@@ -236,7 +236,7 @@ pub struct ControllerConfig {
     /// A policy status change of counts and messages only is written at
     /// most once per this interval (a change of its conditions at once):
     /// every status write reaches every agent.
-    #[arg(long, env = "IPSETMGR_STATUS_SUMMARY_INTERVAL", default_value = "10s", value_parser = crate::duration::parse_positive)]
+    #[arg(long, env = "IPSETMGR_STATUS_SUMMARY_INTERVAL", default_value = "10s", value_parser = ipsetmgr_policy::duration::parse_positive)]
     pub status_summary_interval: Duration,
 }
 
@@ -253,10 +253,10 @@ pub struct HollowConfig {
     #[arg(long, default_value = "hollow")]
     pub name_prefix: String,
     /// Between heartbeats of each node's IPSetNodeState.
-    #[arg(long, default_value = "60s", value_parser = crate::duration::parse_positive)]
+    #[arg(long, default_value = "60s", value_parser = ipsetmgr_policy::duration::parse_positive)]
     pub heartbeat_interval: Duration,
     /// Between full resyncs of each agent against its model kernel.
-    #[arg(long, default_value = "10m", value_parser = crate::duration::parse_positive)]
+    #[arg(long, default_value = "10m", value_parser = ipsetmgr_policy::duration::parse_positive)]
     pub resync_interval: Duration,
     #[command(flatten)]
     pub node_state: crate::agent::node_state::Pacing,
@@ -274,6 +274,24 @@ fn parse_slice_type(s: &str) -> Result<SetType, String> {
         Ok(t) => Ok(t),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// `--format` of `slice`: the member list's syntax (`ListFormat` is the
+/// policy crate's, which has no clap; the values and their help are its).
+fn list_format() -> impl clap::builder::TypedValueParser<Value = ListFormat> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new([
+        PossibleValue::new("text").help("One member per line; `#` and ` ;` start comments"),
+        PossibleValue::new("yaml")
+            .help("A YAML sequence of strings, or a mapping with a `members:` sequence"),
+        PossibleValue::new("json")
+            .help("A JSON array of strings, or an object with a `members` array"),
+    ])
+    .map(|s| match s.as_str() {
+        "yaml" => ListFormat::Yaml,
+        "json" => ListFormat::Json,
+        _ => ListFormat::Text,
+    })
 }
 
 /// `--family`, spelled as in a policy's `spec.family` (any case).

@@ -5,6 +5,6 @@
 
 pub use crate::agent::store::Store;
 pub use crate::cluster::tolerant::decode;
-pub use crate::policy::compile::MemberCache;
-pub use crate::policy::load::{parse_json_policies, parse_policies};
-pub use crate::policy::member_list::{ListFormat, parse_member_list};
+pub use ipsetmgr_policy::compile::MemberCache;
+pub use ipsetmgr_policy::load::{parse_json_policies, parse_policies};
+pub use ipsetmgr_policy::member_list::{ListFormat, parse_member_list};

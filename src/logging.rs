@@ -53,23 +53,6 @@ pub fn init(format: LogFormat, default_level: &str) {
     }
 }
 
-/// A message of at most `max` bytes, the note of the cut included (cut on
-/// a character boundary), for errors that may quote input and for fields
-/// whose schema bounds their length: an API server refuses a whole object
-/// for one string over its maxLength.
-pub fn bounded(message: &str, max: usize) -> std::borrow::Cow<'_, str> {
-    if message.len() <= max {
-        return message.into();
-    }
-    // "... (N bytes cut)": N has at most as many digits as the length.
-    let note = "... ( bytes cut)".len() + message.len().to_string().len();
-    let mut cut = max.saturating_sub(note);
-    while !message.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}... ({} bytes cut)", &message[..cut], message.len() - cut).into()
-}
-
 /// Log what a full resync found and repaired, one line per set: INFO when
 /// the set is in sync again (drift is what a security team wants to see),
 /// WARN when the repair did not complete.
@@ -127,6 +110,7 @@ impl std::io::Write for LogBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ipsetmgr_policy::text::bounded;
 
     fn logged(env: Option<&str>, emit: impl FnOnce()) -> String {
         let buf = LogBuffer::default();

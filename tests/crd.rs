@@ -141,11 +141,11 @@ fn policy_schema() {
     // of kernel memory per set on every node).
     assert_eq!(
         spec["maxElem"]["maximum"],
-        f64::from(ipsetmgr::policy::compile::MAX_MAX_ELEM)
+        f64::from(ipsetmgr_policy::compile::MAX_MAX_ELEM)
     );
     assert_eq!(
         spec["hashSize"]["maximum"],
-        f64::from(ipsetmgr::policy::compile::MAX_HASH_SIZE)
+        f64::from(ipsetmgr_policy::compile::MAX_HASH_SIZE)
     );
     let status = &props["status"]["properties"];
     assert!(

@@ -39,7 +39,7 @@ use ipsetmgr::dataplane::netlink::NetlinkDataplane;
 use ipsetmgr::ipset::icmp::{ICMP_NAMES, ICMPV6_NAMES};
 use ipsetmgr::ipset::{Family, Naming, SetType};
 use ipsetmgr::manager::{ApplyOutcome, Manager, ManagerConfig, SetReport};
-use ipsetmgr::policy::{
+use ipsetmgr_policy::{
     Compiled, DesiredSet, FamilySpec, IPSetPolicy, IPSetPolicySpec, PolicyError, compile,
 };
 use proptest::prelude::*;

@@ -2894,7 +2894,7 @@ fn node_state_admission_policy_is_optional_and_holds_agents_to_their_node() {
 #[test]
 fn samples_are_valid_policies_one_per_type() {
     use ipsetmgr::ipset::{Naming, SetType};
-    use ipsetmgr::policy::{compile, load_policies};
+    use ipsetmgr_policy::{compile, load_policies};
 
     let dir = repo("config/samples");
     for e in std::fs::read_dir(&dir).unwrap() {
@@ -2917,7 +2917,7 @@ fn samples_are_valid_policies_one_per_type() {
     }
     assert!(
         policies.iter().any(|p| p.spec.set_type == SetType::HashNet
-            && p.spec.family == ipsetmgr::policy::FamilySpec::Dual
+            && p.spec.family == ipsetmgr_policy::FamilySpec::Dual
             && p.spec.members.iter().any(|m| m.ends_with(" nomatch"))
             && p.spec.members.iter().any(|m| m.contains(':'))),
         "a Dual hash:net sample with IPv6 and nomatch"
@@ -2979,8 +2979,8 @@ fn e2e_kind_cluster_has_an_edge_worker() {
 #[test]
 fn source_samples_show_the_rule_for_their_real_kernel_set() {
     use ipsetmgr::ipset::{Naming, SetType};
-    use ipsetmgr::policy::compile;
-    use ipsetmgr::policy::load::load_file;
+    use ipsetmgr_policy::compile;
+    use ipsetmgr_policy::load::load_file;
 
     let dir = repo("config/samples-sources");
     let mut kinds = BTreeSet::new();

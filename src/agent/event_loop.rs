@@ -20,10 +20,10 @@ use super::metrics::{LOOP_TICK, Shared};
 use super::node_state::{Pending, PolicyFacts, Snapshot, status_of};
 use super::store::Store;
 use crate::kernel::KernelSide;
-use crate::policy::compile::{Compiled, MemberCache};
 use crate::telemetry::labels::OutcomeLabel;
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_manager::driver::{Command, Report};
+use ipsetmgr_policy::compile::{Compiled, MemberCache};
 use kube::runtime::watcher::Event;
 
 /// Where desired states go: the kernel side (tests use an inline one).
@@ -163,13 +163,13 @@ impl Agent {
         let change = match input {
             Input::WatchError { resource, error } => {
                 // Fail static: the store and the kernel stay as they are.
-                let e = crate::logging::bounded(&error, 1024);
+                let e = ipsetmgr_policy::text::bounded(&error, 1024);
                 tracing::warn!(%resource, error = %e, "watch failed; retrying, kernel left as it is");
                 self.watch_failed(resource, &e);
                 return;
             }
             Input::KindNotFound { crd, error } => {
-                let e = crate::logging::bounded(&error, 1024);
+                let e = ipsetmgr_policy::text::bounded(&error, 1024);
                 tracing::warn!(%crd, error = %e, "kind not found");
                 self.store.kinds.kind_not_found(&crd);
                 let resource = crd.split('.').next().unwrap_or_default().to_string();

@@ -36,7 +36,7 @@ const MAX_ERROR_LEN: usize = 1024;
 /// Cut `text` to fit the schema: an over-long string would make the API
 /// server refuse the whole status.
 fn fit(text: &str) -> String {
-    crate::logging::bounded(text, MAX_ERROR_LEN).into_owned()
+    ipsetmgr_policy::text::bounded(text, MAX_ERROR_LEN).into_owned()
 }
 
 /// What the agent asked the kernel to hold, per policy selecting this node.
@@ -140,7 +140,7 @@ pub struct Pacing {
     /// At most one node-state write per this interval; what changes in
     /// between is written together (the latest state wins). A change is
     /// also first given a moment to settle (300 ms without another).
-    #[arg(id = "node_state_interval", long = "node-state-interval", value_name = "DURATION", env = "IPSETMGR_NODE_STATE_INTERVAL", default_value = "5s", value_parser = crate::duration::parse_positive)]
+    #[arg(id = "node_state_interval", long = "node-state-interval", value_name = "DURATION", env = "IPSETMGR_NODE_STATE_INTERVAL", default_value = "5s", value_parser = ipsetmgr_policy::duration::parse_positive)]
     pub interval: Duration,
 }
 

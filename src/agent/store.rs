@@ -19,11 +19,11 @@ use crate::cluster::slices::{
     ClusterLimits, SliceEntry, by_policy, cluster_inputs, members_revision, same_slice, slice_entry,
 };
 use crate::cluster::tolerant::Tolerant;
-use crate::policy::compile::{
-    Compiled, MemberCache, PolicyError, PolicyErrorKind, PolicyInput, compile_inputs,
-};
 use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy};
 use ipsetmgr_ipset::{Family, Naming};
+use ipsetmgr_policy::compile::{
+    Compiled, MemberCache, PolicyError, PolicyErrorKind, PolicyInput, compile_inputs,
+};
 
 /// One policy as the agent keeps it.
 #[derive(Clone, Debug)]

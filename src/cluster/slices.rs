@@ -6,12 +6,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cluster::tolerant::Tolerant;
-use crate::policy::compile::{
+use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
+use ipsetmgr_policy::compile::{
     MAX_HASH_SIZE, MAX_MAX_ELEM, MIN_HASH_SIZE, MemberList, NoMembers, PolicyError,
     PolicyErrorKind, PolicyInput, SliceInput,
 };
-use crate::sources::spec::{Setting, parse_sources};
-use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
+use ipsetmgr_policy::sources::spec::{Setting, parse_sources};
 
 /// The label that marks a slice as one of a policy's `membersFrom`
 /// sources (its index), written by the controller.
@@ -261,8 +261,8 @@ pub fn members_revision(uid: Option<&str>, generation: i64, slices: &[SliceInput
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::compile::{MemberCache, compile_inputs};
     use ipsetmgr_ipset::Naming;
+    use ipsetmgr_policy::compile::{MemberCache, compile_inputs};
 
     fn policy(name: &str, spec: serde_json::Value) -> IPSetPolicy {
         let mut p = IPSetPolicy::new(name, serde_json::from_value(spec).unwrap());

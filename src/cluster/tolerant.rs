@@ -67,7 +67,7 @@ pub fn decode<K: DeserializeOwned>(mut obj: DynamicObject) -> Tolerant<K> {
     let mut t = Tolerant::of_meta(&obj.metadata, Err(String::new()));
     t.value = serde_json::to_value(obj)
         .and_then(serde_json::from_value::<K>)
-        .map_err(|e| crate::logging::bounded(&e.to_string(), MAX_ERROR_LEN).into_owned());
+        .map_err(|e| ipsetmgr_policy::text::bounded(&e.to_string(), MAX_ERROR_LEN).into_owned());
     t
 }
 

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 
 use super::{FilePolicies, load, table};
 use crate::kernel::Opened;
-use crate::policy::PolicyError;
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_manager::{ApplyOutcome, DeletionReport, ManagerConfig, Plan, SetsBackend};
+use ipsetmgr_policy::PolicyError;
 
 pub struct ApplyArgs {
     pub paths: Vec<PathBuf>,

@@ -30,16 +30,16 @@ use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 
-use crate::policy::load::LoadedPolicy;
-use crate::policy::member_list::{MemberListError, read_member_list};
-use crate::sources::content::{ContentError, check_list, digest};
 use crate::sources::egress::EgressGuard;
 use crate::sources::feed::{
     FETCH_TIMEOUT, FIRST_RETRY, FeedState, Fetcher, MAX_FEED_BYTES, refresh_feed,
 };
-use crate::sources::spec::{FileSpec, Setting, Source, UrlSpec, parse_sources};
 use ipsetmgr_api::FamilySpec;
 use ipsetmgr_ipset::SetType;
+use ipsetmgr_policy::load::LoadedPolicy;
+use ipsetmgr_policy::member_list::{MemberListError, read_member_list};
+use ipsetmgr_policy::sources::content::{ContentError, check_list, digest};
+use ipsetmgr_policy::sources::spec::{FileSpec, Setting, Source, UrlSpec, parse_sources};
 
 /// A source: its policy's name and its index in `membersFrom`.
 type Key = (String, usize);
@@ -479,7 +479,7 @@ impl LocalSources {
                 t.due = done + interval;
             }
             Err(e) => {
-                let e = crate::logging::bounded(&e.detail, 1024).into_owned();
+                let e = ipsetmgr_policy::text::bounded(&e.detail, 1024).into_owned();
                 if t.good.is_some() {
                     tracing::warn!(policy = %key.0, source = key.1, error = %e, "url source failed; its last good members stay in force");
                 }
@@ -587,7 +587,7 @@ fn read_file(key: &Key, t: &mut Tracked, f: &FileSpec, current: Option<Stamp>) {
             t.read = current;
         }
         Err(e) => {
-            let e = crate::logging::bounded(&e, 1024).into_owned();
+            let e = ipsetmgr_policy::text::bounded(&e, 1024).into_owned();
             if t.digest.is_some() || t.error.as_ref() != Some(&e) {
                 tracing::warn!(policy = %key.0, source = key.1, error = %e, "file source failed; its policy is held, its kernel sets stay as they are");
             }

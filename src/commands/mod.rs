@@ -15,18 +15,18 @@ pub mod table;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
-use crate::policy::{PolicyError, PolicyErrorKind};
+use ipsetmgr_policy::{PolicyError, PolicyErrorKind};
 
 use crate::sources::egress::EgressGuard;
 use file_sources::{LocalSources, SourceProblem, SourceSlice};
 
-use crate::policy::compile::{
+use ipsetmgr_ipset::Naming;
+use ipsetmgr_policy::compile::{
     MemberCache, MemberList, NoMembers, PolicyInput, SliceInput, compile_inputs,
 };
-use crate::policy::load::{LoadedPolicy, LoadedSlice, load_file, policy_files};
-use crate::policy::member_list::read_member_list;
-use crate::policy::{Compiled, IPSetPolicy, LoadError};
-use ipsetmgr_ipset::Naming;
+use ipsetmgr_policy::load::{LoadedPolicy, LoadedSlice, load_file, policy_files};
+use ipsetmgr_policy::member_list::read_member_list;
+use ipsetmgr_policy::{Compiled, IPSetPolicy, LoadError};
 
 /// A plain member list given for a policy (`--members POLICY=FILE`): it
 /// joins the policy's members as a slice would.

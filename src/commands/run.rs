@@ -23,9 +23,9 @@ use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use super::file_sources::LocalSources;
 use super::read_files;
 use crate::kernel::KernelSide;
-use crate::policy::load::policy_files;
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_manager::driver::{Command, Observer, Report};
+use ipsetmgr_policy::load::policy_files;
 
 pub struct RunArgs {
     pub policy_dir: PathBuf,

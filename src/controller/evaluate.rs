@@ -18,10 +18,10 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::policy::selector;
 use ipsetmgr_api::{
     IPSetNodeStateStatus, IPSetPolicy, IPSetPolicyStatus, PolicyState, StatusSummary,
 };
+use ipsetmgr_policy::selector;
 
 /// At most this many failing node names in a summary.
 pub const MAX_FAILING_NODES: usize = 5;
@@ -262,7 +262,7 @@ fn condition(type_: &str, ok: bool, reason: &str, message: String, generation: i
         type_: type_.to_string(),
         status: if ok { "True" } else { "False" }.to_string(),
         reason: reason.to_string(),
-        message: crate::logging::bounded(&message, MAX_MESSAGE_LEN).into_owned(),
+        message: ipsetmgr_policy::text::bounded(&message, MAX_MESSAGE_LEN).into_owned(),
         observed_generation: Some(generation),
         last_transition_time: Time(Timestamp::UNIX_EPOCH),
     }

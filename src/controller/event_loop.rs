@@ -24,9 +24,9 @@ use super::metrics::ControllerShared;
 use super::sources::{Memory, Outcome, evaluate_sources, sources_message};
 use super::store::Store;
 use super::writer::{Job, Plan};
-use crate::policy::compile::{MemberCache, PolicyError, PolicyErrorKind, compile_inputs};
 use ipsetmgr_api::IPSetPolicy;
 use ipsetmgr_ipset::Naming;
+use ipsetmgr_policy::compile::{MemberCache, PolicyError, PolicyErrorKind, compile_inputs};
 
 /// The kinds watched only for member sources.
 const SOURCE_KINDS: [&str; 3] = ["pods", "services", "namespaces"];
@@ -173,7 +173,7 @@ impl Controller {
     fn on_input(&mut self, input: Input) {
         let change = match input {
             Input::WatchError { resource, error } => {
-                let e = crate::logging::bounded(&error, 1024);
+                let e = ipsetmgr_policy::text::bounded(&error, 1024);
                 tracing::warn!(%resource, error = %e, "watch failed; retrying");
                 self.shared
                     .metrics
@@ -380,7 +380,7 @@ impl Controller {
                     jobs.push(Job::Warn {
                         regarding: policy.object_ref(&()),
                         reason: "InvalidPolicy".into(),
-                        note: crate::logging::bounded(message, 1000).into_owned(),
+                        note: ipsetmgr_policy::text::bounded(message, 1000).into_owned(),
                     });
                     self.warned.insert(name.clone(), key);
                 }

@@ -17,9 +17,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::sources::feed::{FIRST_RETRY, FeedFailure, FeedState, Fetcher, refresh_feed};
-use crate::sources::spec::UrlSpec;
 use ipsetmgr_api::FamilySpec;
 use ipsetmgr_ipset::SetType;
+use ipsetmgr_policy::sources::spec::UrlSpec;
 
 /// One url source to keep fetched.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,7 +113,7 @@ async fn feed_loop(
         // may reach an API object (docs/member-sources.md, "Egress").
         let error = outcome.as_ref().err().map(|e| e.public.clone());
         if let Err(e) = &outcome {
-            tracing::warn!(policy = %key.0, source = key.1, error = %crate::logging::bounded(&e.detail, 1024), "url source failed; its last good members stay in force");
+            tracing::warn!(policy = %key.0, source = key.1, error = %ipsetmgr_policy::text::bounded(&e.detail, 1024), "url source failed; its last good members stay in force");
         }
         let result = FeedResult {
             spec: job.spec.clone(),
@@ -183,8 +183,8 @@ pub(crate) async fn run_feeds(
 mod tests {
     //! The url source against a real HTTP server on loopback.
     use super::*;
-    use crate::sources::spec::{FeedUrl, UrlSpec};
     use axum::http::{HeaderMap as AxumHeaders, StatusCode};
+    use ipsetmgr_policy::sources::spec::{FeedUrl, UrlSpec};
     use std::sync::Mutex;
     use std::time::Duration;
 

@@ -29,9 +29,9 @@ use serde_json::Value;
 use crate::cluster::slices::{
     MANAGED_BY, MANAGED_BY_LABEL, SOURCE_LABEL, SliceEntry, SliceMembers,
 };
-use crate::policy::slicing::objects::json_bytes;
-use crate::policy::slicing::partition::{Limits, partition};
 use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
+use ipsetmgr_policy::slicing::objects::json_bytes;
+use ipsetmgr_policy::slicing::partition::{Limits, partition};
 
 /// One slice holds at most this many members and bytes of JSON: far under
 /// etcd's 1.5 MB request limit and the 256 KB of a client-side apply.

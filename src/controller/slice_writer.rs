@@ -86,7 +86,7 @@ impl SliceWriter {
                     Ok(Err(e)) => e.to_string(),
                     _ => "timed out".to_string(),
                 };
-                tracing::warn!(slice = %name, error = %crate::logging::bounded(&error, 1024), "member slice write failed; retried with the next plan");
+                tracing::warn!(slice = %name, error = %ipsetmgr_policy::text::bounded(&error, 1024), "member slice write failed; retried with the next plan");
             }
         }
         let keep = self.settings.per_slice_interval * 10;

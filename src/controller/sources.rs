@@ -14,11 +14,11 @@ use super::feeds::FeedResults;
 use super::inputs::Needs;
 use super::materialise::{SlicePlan, Wanted, plan_orphans, plan_source};
 use super::store::Store;
-use crate::sources::cluster::{node_members, pod_members, service_members};
-use crate::sources::content::digest;
-use crate::sources::spec::{Setting, Source, SourceError, parse_sources};
 use ipsetmgr_api::SourceStatus;
 use ipsetmgr_api::member_source::MAX_SOURCES;
+use ipsetmgr_policy::sources::cluster::{node_members, pod_members, service_members};
+use ipsetmgr_policy::sources::content::digest;
+use ipsetmgr_policy::sources::spec::{Setting, Source, SourceError, parse_sources};
 
 /// Status entries' errors are cut to this many bytes (the CRD's maxLength).
 const MAX_ERROR_LEN: usize = 1000;
@@ -262,7 +262,7 @@ fn status_entry(
         kind: kind.to_string(),
         members: known.map_or(0, |r| r.members),
         last_update: known.map(|r| Time(r.since)),
-        error: error.map(|e| crate::logging::bounded(&e, MAX_ERROR_LEN).into_owned()),
+        error: error.map(|e| ipsetmgr_policy::text::bounded(&e, MAX_ERROR_LEN).into_owned()),
     }
 }
 

@@ -13,10 +13,10 @@ use crate::cluster::slices::{
     ClusterLimits, SliceEntry, by_policy, cluster_inputs, members_revision, same_slice, slice_entry,
 };
 use crate::cluster::tolerant::Tolerant;
-use crate::policy::compile::PolicyInput;
 use ipsetmgr_api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
+use ipsetmgr_policy::compile::PolicyInput;
 
-use crate::sources::cluster::{
+use ipsetmgr_policy::sources::cluster::{
     Labels, NodeView, PodView, ServiceView, node_view, pod_view, service_view,
 };
 

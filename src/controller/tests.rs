@@ -368,10 +368,10 @@ async fn a_slice_change_is_waited_for_like_a_spec_change() {
         })
     };
     let revision = |rv: &str| {
-        let s = crate::policy::compile::SliceInput {
+        let s = ipsetmgr_policy::compile::SliceInput {
             name: "p-0",
             version: rv,
-            members: Err(crate::policy::compile::NoMembers::Unreadable("")),
+            members: Err(ipsetmgr_policy::compile::NoMembers::Unreadable("")),
         };
         crate::cluster::slices::members_revision(Some("uid-p"), 1, &[s])
     };

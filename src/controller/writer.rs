@@ -370,7 +370,7 @@ mod event_name_tests {
             let name = event_name(object, 0x18d2_f0aa_bb00_1234);
             assert!(name.len() <= 253, "{} > 253", name.len());
             assert_eq!(
-                crate::policy::k8s_names::dns1123_subdomain(&name),
+                ipsetmgr_policy::k8s_names::dns1123_subdomain(&name),
                 Ok(()),
                 "{name}"
             );

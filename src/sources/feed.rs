@@ -29,11 +29,11 @@ use hyper_util::rt::TokioExecutor;
 
 use std::sync::Arc;
 
-use super::content::parse_content;
 use super::egress::{EgressGuard, GuardedResolver, Refused, literal_ip};
-use super::spec::{FeedUrl, UrlSpec};
 use ipsetmgr_api::FamilySpec;
 use ipsetmgr_ipset::SetType;
+use ipsetmgr_policy::sources::content::parse_content;
+use ipsetmgr_policy::sources::spec::{FeedUrl, UrlSpec};
 
 /// The most bytes of one feed: FireHOL's largest lists are a few MB.
 pub(crate) const MAX_FEED_BYTES: usize = 32 << 20;

@@ -1,16 +1,14 @@
 //! Member sources (`spec.membersFrom[]`, see `docs/member-sources.md`):
 //! members computed from the cluster or fetched from elsewhere.
 //!
-//! - [`spec`]: the sources parsed into typed values, or why not;
-//! - [`cluster`]: members of the nodes, pods and services sources (pure);
-//! - [`content`]: a fetched or read member list checked for the policy;
+//! - [`egress`]: where url sources may connect;
 //! - [`feed`]: fetching a url source over HTTP(S).
+//!
+//! The pure parts (parsed specs, cluster members, content checks) are in
+//! `ipsetmgr_policy::sources`.
 //!
 //! The controller materialises them into slices (`controller/materialise.rs`);
 //! file mode reads url and file sources itself.
 
-pub(crate) mod cluster;
-pub(crate) mod content;
 pub(crate) mod egress;
 pub(crate) mod feed;
-pub(crate) mod spec;

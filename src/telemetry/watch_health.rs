@@ -39,7 +39,7 @@ impl WatchHealth {
 
     /// The watch of `resource` failed with `error`.
     pub fn failed(&self, resource: &str, error: &str) {
-        let error = crate::logging::bounded(error, 300).into_owned();
+        let error = ipsetmgr_policy::text::bounded(error, 300).into_owned();
         self.lock()
             .insert(resource.to_string(), (Instant::now(), error));
     }

@@ -12,13 +12,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::policy::member_list::{ListFormat, STDIN, read_member_list};
-use crate::policy::slicing::objects::SLICE_COUNT_LABEL;
-use crate::policy::slicing::partition::{Raised, TooMany};
-pub(crate) use crate::policy::slicing::validate::Check;
-use crate::policy::slicing::validate::{Validated, validate};
-use crate::policy::slicing::{MAX_SLICE_BYTES, Sliced, slice_members};
 use ipsetmgr_api::IPSetMemberSlice;
+use ipsetmgr_policy::member_list::{ListFormat, STDIN, read_member_list};
+use ipsetmgr_policy::slicing::objects::SLICE_COUNT_LABEL;
+use ipsetmgr_policy::slicing::partition::{Raised, TooMany};
+pub(crate) use ipsetmgr_policy::slicing::validate::Check;
+use ipsetmgr_policy::slicing::validate::{Validated, validate};
+use ipsetmgr_policy::slicing::{MAX_SLICE_BYTES, Sliced, slice_members};
 
 /// Policy names are label values on their slices: at most 63 characters.
 const MAX_POLICY_NAME: usize = 63;
@@ -57,7 +57,7 @@ pub(crate) enum SliceError {
 
 /// `--policy`: a valid policy name that fits in a label value.
 pub(crate) fn parse_policy_name(name: &str) -> Result<String, String> {
-    crate::policy::compile::check_name(name).map_err(|e| format!("a policy name {e}"))?;
+    ipsetmgr_policy::compile::check_name(name).map_err(|e| format!("a policy name {e}"))?;
     if name.len() > MAX_POLICY_NAME {
         return Err(format!(
             "the policy name is {} characters long; a policy with slices has a name of at most {MAX_POLICY_NAME}, because its slices carry it as a label value",

@@ -17,7 +17,7 @@ use ipsetmgr_ipset::SetType;
 
 /// Where a policy is read: what it may draw members from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Setting {
+pub enum Setting {
     /// The controller: cluster sources and url; no local files.
     Cluster,
     /// Policy files (`apply`, `run`): url and file; no cluster.
@@ -25,17 +25,17 @@ pub(crate) enum Setting {
 }
 
 /// The default, shortest and longest refresh interval of a url source.
-pub(crate) const DEFAULT_URL_INTERVAL: Duration = Duration::from_secs(3600);
-pub(crate) const MIN_URL_INTERVAL: Duration = Duration::from_secs(60);
+pub const DEFAULT_URL_INTERVAL: Duration = Duration::from_secs(3600);
+pub const MIN_URL_INTERVAL: Duration = Duration::from_secs(60);
 /// The default cap on the members of a url source: a feed is someone
 /// else's content. A file source has no default cap (see [`FileSpec`]).
-pub(crate) const DEFAULT_MAX_MEMBERS: usize = 100_000;
+pub const DEFAULT_MAX_MEMBERS: usize = 100_000;
 /// Label values (a slice names its policy in one) are at most 63 bytes.
 const MAX_LABEL_VALUE: usize = 63;
 
 /// One source, typed.
 #[derive(Clone, Debug)]
-pub(crate) enum Source {
+pub enum Source {
     Nodes(NodesSpec),
     Pods(PodsSpec),
     Services(ServicesSpec),
@@ -44,7 +44,7 @@ pub(crate) enum Source {
 }
 
 impl Source {
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Source::Nodes(_) => "nodes",
             Source::Pods(_) => "pods",
@@ -56,20 +56,20 @@ impl Source {
 }
 
 #[derive(Clone, Debug)]
-pub(crate) struct NodesSpec {
+pub struct NodesSpec {
     pub selector: Option<Selector>,
     pub address_types: Vec<NodeAddressType>,
 }
 
 #[derive(Clone, Debug)]
-pub(crate) struct PodsSpec {
+pub struct PodsSpec {
     pub namespaces: Option<Selector>,
     pub pods: Option<Selector>,
     pub include_host_network: bool,
 }
 
 #[derive(Clone, Debug)]
-pub(crate) struct ServicesSpec {
+pub struct ServicesSpec {
     pub namespaces: Option<Selector>,
     pub services: Option<Selector>,
     pub fields: Vec<ServiceField>,
@@ -79,10 +79,10 @@ pub(crate) struct ServicesSpec {
 /// belong in headers from a Secret, never in a URL that is shown in logs
 /// and statuses).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct FeedUrl(http::Uri);
+pub struct FeedUrl(http::Uri);
 
 impl FeedUrl {
-    pub(crate) fn parse(s: &str) -> Result<FeedUrl, String> {
+    pub fn parse(s: &str) -> Result<FeedUrl, String> {
         let uri: http::Uri = s.parse().map_err(|e| format!("not a URL: {e}"))?;
         match uri.scheme_str() {
             Some("http" | "https") => {}
@@ -103,7 +103,7 @@ impl FeedUrl {
         Ok(FeedUrl(uri))
     }
 
-    pub(crate) fn uri(&self) -> &http::Uri {
+    pub fn uri(&self) -> &http::Uri {
         &self.0
     }
 }
@@ -115,7 +115,7 @@ impl std::fmt::Display for FeedUrl {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct UrlSpec {
+pub struct UrlSpec {
     pub url: FeedUrl,
     pub interval: Duration,
     pub format: FeedFormat,
@@ -125,7 +125,7 @@ pub(crate) struct UrlSpec {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct FileSpec {
+pub struct FileSpec {
     /// As written: relative paths are resolved against the policy file's
     /// directory by file mode, which knows it.
     pub path: std::path::PathBuf,
@@ -139,12 +139,12 @@ pub(crate) struct FileSpec {
 
 /// The shortest `interval` of a file source: it is a stat, then a read when
 /// the file changed, but a loop of those is still a loop.
-pub(crate) const MIN_FILE_INTERVAL: Duration = Duration::from_secs(1);
+pub const MIN_FILE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A source that cannot be used, and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("policy {policy:?}: membersFrom[{index}] ({kind}): {reason}")]
-pub(crate) struct SourceError {
+pub struct SourceError {
     pub policy: String,
     pub index: usize,
     pub kind: &'static str,
@@ -152,7 +152,7 @@ pub(crate) struct SourceError {
 }
 
 /// Parse every source of `policy`; any error makes the policy invalid.
-pub(crate) fn parse_sources(
+pub fn parse_sources(
     policy: &IPSetPolicy,
     setting: Setting,
 ) -> Result<Vec<Source>, Vec<SourceError>> {
@@ -197,7 +197,7 @@ pub(crate) fn parse_sources(
 }
 
 fn selector(sel: Option<&LabelSelector>, field: &str) -> Result<Option<Selector>, String> {
-    crate::policy::selector::parse(sel).map_err(|e| format!("{field}: {}", e.0))
+    crate::selector::parse(sel).map_err(|e| format!("{field}: {}", e.0))
 }
 
 /// Cluster sources give addresses: only address types may hold them.
@@ -469,11 +469,12 @@ mod tests {
     /// Kubernetes ones are refused in files, the url one is not.
     #[test]
     fn the_source_samples_parse_in_a_cluster() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples-sources");
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/samples-sources");
         let mut seen = 0;
         for e in std::fs::read_dir(&dir).unwrap() {
             let path = e.unwrap().path();
-            let loaded = crate::policy::load::load_file(&path).unwrap();
+            let loaded = crate::load::load_file(&path).unwrap();
             for l in loaded.policies {
                 seen += 1;
                 let p = &l.policy;

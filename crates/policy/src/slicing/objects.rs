@@ -8,20 +8,20 @@ use ipsetmgr_api::{IPSetMemberSlice, IPSetMemberSliceSpec, POLICY_LABEL};
 
 /// How many slices the policy's list was cut into when this slice was
 /// made: slices of another count are stale, and this label finds them.
-pub(crate) const SLICE_COUNT_LABEL: &str = "ipsetmgr.io/slice-count";
+pub const SLICE_COUNT_LABEL: &str = "ipsetmgr.io/slice-count";
 /// The standard label saying which tool made an object.
-pub(crate) const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub(crate) const MANAGED_BY: &str = "ipsetmgr-slice";
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "ipsetmgr-slice";
 
 /// `<policy>-<index>-of-<count>`, the index zero-padded to the width of the
 /// last one, so that names sort in index order (`blocklist-007-of-128`).
-pub(crate) fn slice_name(policy: &str, index: usize, count: usize) -> String {
+pub fn slice_name(policy: &str, index: usize, count: usize) -> String {
     let width = (count - 1).to_string().len();
     format!("{policy}-{index:0width$}-of-{count}")
 }
 
 /// Slice `index` of `count` of `policy`'s members.
-pub(crate) fn slice_object(
+pub fn slice_object(
     policy: &str,
     index: usize,
     count: usize,
@@ -48,7 +48,7 @@ pub(crate) fn slice_object(
 /// The object without its members is serialized; the members are counted,
 /// not serialized, because serializing a million of them costs more than
 /// the rest of slicing in a debug build.
-pub(crate) fn json_bytes(slice: &IPSetMemberSlice) -> usize {
+pub fn json_bytes(slice: &IPSetMemberSlice) -> usize {
     let mut shell = IPSetMemberSlice::new(
         "",
         IPSetMemberSliceSpec {

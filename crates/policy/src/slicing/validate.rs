@@ -8,8 +8,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::policy::FamilySpec;
-use crate::policy::member_list::{ListedMember, MemberList};
+use crate::FamilySpec;
+use crate::member_list::{ListedMember, MemberList};
 use ipsetmgr_ipset::{Family, Member, SetType};
 
 /// At most this many bad members are listed; the rest are counted.
@@ -21,7 +21,7 @@ use ipsetmgr_api::policy::MAX_MEMBER_LEN;
 
 /// How members are checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Check {
+pub enum Check {
     /// Parsed as members of this type and family, written canonically.
     Typed {
         set_type: SetType,
@@ -34,7 +34,7 @@ pub(crate) enum Check {
 /// The members to slice: distinct, sorted (by address for typed members,
 /// as strings otherwise), as they will be written.
 #[derive(Debug)]
-pub(crate) struct Validated {
+pub struct Validated {
     pub members: Vec<String>,
     /// Members dropped because an equal one came first.
     pub duplicates: usize,
@@ -42,7 +42,7 @@ pub(crate) struct Validated {
 
 /// One bad member.
 #[derive(Debug)]
-pub(crate) struct BadMember {
+pub struct BadMember {
     pub line: usize,
     pub member: String,
     pub reason: String,
@@ -54,7 +54,7 @@ pub(crate) struct BadMember {
 
 /// The bad members of one list: the first few, and how many in all.
 #[derive(Debug)]
-pub(crate) struct Invalid {
+pub struct Invalid {
     pub source: PathBuf,
     pub first: Vec<BadMember>,
     pub total: usize,
@@ -68,7 +68,7 @@ impl fmt::Display for Invalid {
         let path = self.source.display();
         for (i, bad) in self.first.iter().enumerate() {
             if i == 0 {
-                let quoted = crate::logging::bounded(&bad.member, MAX_QUOTED);
+                let quoted = crate::text::bounded(&bad.member, MAX_QUOTED);
                 write!(f, "{path}: line {}: {quoted:?}: {}", bad.line, bad.reason)?;
             } else {
                 write!(f, "\n{path}: line {}: {}", bad.line, bad.public_reason)?;
@@ -109,7 +109,7 @@ impl Invalid {
 
     /// Line numbers and reasons, nothing of the content: what may go into
     /// an API object's status when the list is someone else's.
-    pub(crate) fn public(&self) -> String {
+    pub fn public(&self) -> String {
         let mut out = format!("{}:", self.source.display());
         for (i, bad) in self.first.iter().enumerate() {
             let sep = if i == 0 { " " } else { "; " };
@@ -134,7 +134,7 @@ fn public_reason(e: &ipsetmgr_ipset::MemberError) -> String {
 }
 
 /// Check every member of `list`; any bad one refuses them all.
-pub(crate) fn validate(list: &MemberList, check: Check) -> Result<Validated, Invalid> {
+pub fn validate(list: &MemberList, check: Check) -> Result<Validated, Invalid> {
     let mut bad = Invalid::new(list.source.clone());
     let validated = match check {
         Check::Typed { set_type, family } => {
@@ -155,7 +155,7 @@ pub(crate) fn validate(list: &MemberList, check: Check) -> Result<Validated, Inv
 /// [`validate`] with a set type, the members left typed: for a caller that
 /// picks among them before rendering (a member source keeps its policy's
 /// family), so that no member is parsed twice or rendered for nothing.
-pub(crate) fn validate_typed(
+pub fn validate_typed(
     list: &MemberList,
     set_type: SetType,
     family: FamilySpec,

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use self::cache::{PolicyKey, SourceKey};
-pub(crate) use self::checks::check_name;
+pub use self::checks::check_name;
 use self::checks::{
     check_header_fields, families, hold, max_elem, name_collisions, nomatch_conflict_errors,
 };

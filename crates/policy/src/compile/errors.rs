@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::policy::selector::SelectorError;
+use crate::selector::SelectorError;
 use ipsetmgr_ipset::{AddrMask, Family, MaskError, MemberError, RangeError, SetRange, SetType};
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -11,14 +11,14 @@ use ipsetmgr_ipset::{MemberSet, SetRange, SetType};
 
 /// The policy's range, when it has a valid one (errors come from
 /// [`header_errors`]).
-pub(crate) fn range(p: &IPSetPolicy) -> Option<SetRange> {
+pub fn range(p: &IPSetPolicy) -> Option<SetRange> {
     let text = p.spec.range.as_deref()?;
     SetRange::parse(p.spec.set_type, text).ok()
 }
 
 /// What is wrong with a policy's bitmap fields (its range, and the fields
 /// that do not apply to its type).
-pub(crate) fn header_errors(name: &str, p: &IPSetPolicy) -> Vec<PolicyError> {
+pub fn header_errors(name: &str, p: &IPSetPolicy) -> Vec<PolicyError> {
     let t = p.spec.set_type;
     let mut errors = Vec::new();
     let mut fail = |kind| errors.push(PolicyError::of_policy(name, kind));
@@ -56,11 +56,7 @@ pub(crate) fn header_errors(name: &str, p: &IPSetPolicy) -> Vec<PolicyError> {
 }
 
 /// Members outside the policy's range (the kernel would refuse them).
-pub(crate) fn outside_range(
-    name: &str,
-    range: SetRange,
-    sets: &[Arc<MemberSet>],
-) -> Vec<PolicyError> {
+pub fn outside_range(name: &str, range: SetRange, sets: &[Arc<MemberSet>]) -> Vec<PolicyError> {
     let mut outside: Vec<String> = sets
         .iter()
         .flat_map(|s| s.iter())

@@ -14,11 +14,11 @@ use super::spec::{NodesSpec, PodsSpec, ServicesSpec};
 use ipsetmgr_api::FamilySpec;
 use ipsetmgr_api::member_source::{NodeAddressType, ServiceField};
 
-pub(crate) type Labels = BTreeMap<String, String>;
+pub type Labels = BTreeMap<String, String>;
 
 /// A Node as the sources see it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct NodeView {
+pub struct NodeView {
     pub labels: Labels,
     pub addresses: Vec<(NodeAddressType, IpAddr)>,
 }
@@ -26,7 +26,7 @@ pub(crate) struct NodeView {
 /// A Pod as the sources see it; terminal Pods (Succeeded, Failed) are not
 /// kept at all, so their churn does not count.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct PodView {
+pub struct PodView {
     pub namespace: String,
     pub labels: Labels,
     pub ips: Vec<IpAddr>,
@@ -35,7 +35,7 @@ pub(crate) struct PodView {
 
 /// A Service as the sources see it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct ServiceView {
+pub struct ServiceView {
     pub namespace: String,
     pub labels: Labels,
     pub cluster_ips: Vec<IpAddr>,
@@ -49,7 +49,7 @@ fn ips<'a>(values: impl IntoIterator<Item = &'a String>) -> Vec<IpAddr> {
     values.into_iter().filter_map(|v| v.parse().ok()).collect()
 }
 
-pub(crate) fn node_view(n: &Node) -> NodeView {
+pub fn node_view(n: &Node) -> NodeView {
     let mut addresses = Vec::new();
     let listed = n.status.as_ref().and_then(|s| s.addresses.as_ref());
     for a in listed.into_iter().flatten() {
@@ -69,7 +69,7 @@ pub(crate) fn node_view(n: &Node) -> NodeView {
 }
 
 /// `None` for a Pod that is terminal: it holds no address any more.
-pub(crate) fn pod_view(p: &Pod) -> Option<PodView> {
+pub fn pod_view(p: &Pod) -> Option<PodView> {
     let status = p.status.as_ref();
     let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("");
     if matches!(phase, "Succeeded" | "Failed") {
@@ -88,7 +88,7 @@ pub(crate) fn pod_view(p: &Pod) -> Option<PodView> {
     })
 }
 
-pub(crate) fn service_view(s: &Service) -> ServiceView {
+pub fn service_view(s: &Service) -> ServiceView {
     let spec = s.spec.as_ref();
     let ingress = s
         .status
@@ -136,7 +136,7 @@ fn rendered(set: BTreeSet<IpAddr>) -> Vec<String> {
     set.into_iter().map(|ip| ip.to_string()).collect()
 }
 
-pub(crate) fn node_members<'a>(
+pub fn node_members<'a>(
     spec: &NodesSpec,
     nodes: impl IntoIterator<Item = &'a NodeView>,
     family: FamilySpec,
@@ -155,7 +155,7 @@ pub(crate) fn node_members<'a>(
     rendered(out)
 }
 
-pub(crate) fn pod_members<'a>(
+pub fn pod_members<'a>(
     spec: &PodsSpec,
     pods: impl IntoIterator<Item = &'a PodView>,
     namespaces: &BTreeMap<String, Labels>,
@@ -176,7 +176,7 @@ pub(crate) fn pod_members<'a>(
     rendered(out)
 }
 
-pub(crate) fn service_members<'a>(
+pub fn service_members<'a>(
     spec: &ServicesSpec,
     services: impl IntoIterator<Item = &'a ServiceView>,
     namespaces: &BTreeMap<String, Labels>,
@@ -207,7 +207,7 @@ mod tests {
     use serde_json::json;
 
     fn sel(v: serde_json::Value) -> Option<Selector> {
-        crate::policy::selector::parse(Some(&serde_json::from_value(v).unwrap())).unwrap()
+        crate::selector::parse(Some(&serde_json::from_value(v).unwrap())).unwrap()
     }
 
     fn labels(kv: &[(&str, &str)]) -> Labels {

@@ -21,14 +21,14 @@
 
 /// Blocks shorter than this are left to the parser: lifting them saves
 /// nothing measurable.
-pub(crate) const MIN_LIFTED: usize = 256;
+pub const MIN_LIFTED: usize = 256;
 
 /// The markers' common prefix. A text that already contains it is never
 /// lifted, so a marker cannot be confused with anything the author wrote.
 const MARKER_PREFIX: &str = "ipsetmgr-lifted-members-";
 
 /// A text with its member blocks lifted out.
-pub(crate) struct Lifted<'t> {
+pub struct Lifted<'t> {
     /// What the parser reads.
     pub text: String,
     /// The lifted lists, in order: list `i` is behind marker `i`.
@@ -40,10 +40,7 @@ impl Lifted<'_> {
     /// member lists the parsed documents hold. False when a marker is not
     /// exactly one list's only item, is found twice, or is missing: the
     /// caller then parses the original text.
-    pub(crate) fn put_back<'m>(
-        &self,
-        members: impl IntoIterator<Item = &'m mut Vec<String>>,
-    ) -> bool {
+    pub fn put_back<'m>(&self, members: impl IntoIterator<Item = &'m mut Vec<String>>) -> bool {
         let mut used = vec![false; self.lists.len()];
         for list in members {
             let index = match list.as_slice() {
@@ -77,7 +74,7 @@ fn marker_index(s: &str) -> Option<usize> {
 /// Lift every member block of at least `min` items; `None` when there is
 /// none (or the text contains the marker prefix, or more than `max_items`
 /// members would be lifted: the parser's own budget then decides).
-pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted<'_>> {
+pub fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted<'_>> {
     if text.contains(MARKER_PREFIX) {
         return None;
     }

@@ -8,27 +8,27 @@
 
 use std::path::PathBuf;
 
-use crate::policy::member_list::{ListFormat, MemberList, MemberListError, parse_member_list};
-use crate::policy::slicing::validate::validate_typed;
+use crate::member_list::{ListFormat, MemberList, MemberListError, parse_member_list};
+use crate::slicing::validate::validate_typed;
 use ipsetmgr_api::FamilySpec;
 use ipsetmgr_api::member_source::FeedFormat;
 use ipsetmgr_ipset::{Family, Member, SetType};
 
 /// Good content: canonical members, sorted and distinct.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Content {
+pub struct Content {
     pub members: Vec<String>,
     /// Members of the other family, left out.
     pub other_family: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ContentError {
+pub enum ContentError {
     #[error(transparent)]
     List(#[from] MemberListError),
     /// The malformed lines, with their numbers.
     #[error("{0}")]
-    Malformed(crate::policy::slicing::validate::Invalid),
+    Malformed(crate::slicing::validate::Invalid),
     #[error("{origin}: {found} members, more than maxMembers ({max})")]
     TooMany {
         origin: String,
@@ -51,7 +51,7 @@ impl ContentError {
     /// The error without anything of the content: line numbers and
     /// reasons. What a url source's status may say (the feed is someone
     /// else's file, and the status is readable by others).
-    pub(crate) fn public(&self) -> String {
+    pub fn public(&self) -> String {
         match self {
             ContentError::List(e) => e.public(),
             ContentError::Malformed(invalid) => invalid.public(),
@@ -62,7 +62,7 @@ impl ContentError {
 
 /// Parse `text` (from `origin`, for messages) as members of a policy of
 /// `set_type` and `family`, at most `max_members` of them.
-pub(crate) fn parse_content(
+pub fn parse_content(
     text: &str,
     format: FeedFormat,
     origin: &str,
@@ -86,7 +86,7 @@ pub(crate) fn parse_content(
 
 /// Check a member list already read (a `file` source, through
 /// `read_member_list`), as [`parse_content`] checks fetched text.
-pub(crate) fn check_list(
+pub fn check_list(
     list: MemberList,
     set_type: SetType,
     family: FamilySpec,
@@ -127,7 +127,7 @@ pub(crate) fn check_list(
 }
 
 /// A digest of a member list, to tell whether it changed.
-pub(crate) fn digest<'a>(members: impl IntoIterator<Item = &'a str>) -> [u8; 8] {
+pub fn digest<'a>(members: impl IntoIterator<Item = &'a str>) -> [u8; 8] {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     for m in members {

@@ -8,7 +8,7 @@
 /// A lowercase RFC 1123 subdomain of at most 253 characters: dot-separated
 /// labels of `a-z`, `0-9` and `-`, each starting and ending with a letter
 /// or digit (so `a..b`, `a.-b` and `a-.b` are not names).
-pub(crate) fn dns1123_subdomain(s: &str) -> Result<(), &'static str> {
+pub fn dns1123_subdomain(s: &str) -> Result<(), &'static str> {
     if s.is_empty() || s.len() > 253 {
         return Err("must be 1 to 253 characters");
     }
@@ -44,7 +44,7 @@ fn name_part(s: &str) -> bool {
 
 /// A label key: `[prefix/]name`, the prefix a DNS subdomain, the name as
 /// [`name_part`] says.
-pub(crate) fn label_key(s: &str) -> Result<(), String> {
+pub fn label_key(s: &str) -> Result<(), String> {
     let (prefix, name) = match s.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, s),
@@ -61,7 +61,7 @@ pub(crate) fn label_key(s: &str) -> Result<(), String> {
 }
 
 /// A label value: empty, or as [`name_part`] says.
-pub(crate) fn label_value(s: &str) -> Result<(), String> {
+pub fn label_value(s: &str) -> Result<(), String> {
     if s.is_empty() || name_part(s) {
         Ok(())
     } else {

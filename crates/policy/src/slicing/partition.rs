@@ -11,18 +11,18 @@ use sha2::block_api::compress256;
 /// average, leaving room for the hash's unevenness and for growth.
 const TARGET_FILL_PERCENT: usize = 70;
 /// The most slices made; past this the limits are unreasonable for the list.
-pub(crate) const MAX_SLICES: usize = 1 << 16;
+pub const MAX_SLICES: usize = 1 << 16;
 
 /// What one slice may hold.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Limits {
+pub struct Limits {
     pub max_members: usize,
     pub max_bytes: usize,
 }
 
 /// Which limit made the count larger than the expected fill asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Raised {
+pub enum Raised {
     /// A slice would have held more than the member limit.
     Members,
     /// A slice would have been larger than the byte limit.
@@ -32,7 +32,7 @@ pub(crate) enum Raised {
 /// The slices, by index; there are as many as the chosen count, empty ones
 /// included, so that every name of that count exists.
 #[derive(Debug)]
-pub(crate) struct Partitioned<T> {
+pub struct Partitioned<T> {
     pub slices: Vec<T>,
     /// The count the expected fill alone asks for.
     pub minimum: usize,
@@ -46,7 +46,7 @@ pub(crate) struct Partitioned<T> {
     limits.max_members,
     limits.max_bytes
 )]
-pub(crate) struct TooMany {
+pub struct TooMany {
     pub members: usize,
     pub limits: Limits,
 }
@@ -73,7 +73,7 @@ const SHA256_INIT: [u32; 8] = [
 /// in a debug build that costs over a second for a million members,
 /// against 0.1 s for the hashing, and the tests slice millions. A test
 /// checks it against `Sha256::digest`.
-pub(crate) fn member_hash(member: &str) -> u64 {
+pub fn member_hash(member: &str) -> u64 {
     let bytes = member.as_bytes();
     let mut state = SHA256_INIT;
     let full = bytes.len() / 64 * 64;
@@ -94,13 +94,13 @@ pub(crate) fn member_hash(member: &str) -> u64 {
 }
 
 /// The slice of a member's hash among `count` slices.
-pub(crate) fn slice_of(hash: u64, count: usize) -> usize {
+pub fn slice_of(hash: u64, count: usize) -> usize {
     (hash % count as u64) as usize
 }
 
 /// The smallest power of two B with an expected fill (members / B) of at
 /// most [`TARGET_FILL_PERCENT`] of the member limit.
-pub(crate) fn minimum_count(members: usize, max_members: usize) -> usize {
+pub fn minimum_count(members: usize, max_members: usize) -> usize {
     let per_slice = (max_members * TARGET_FILL_PERCENT).max(1);
     let mut count = 1;
     while count < MAX_SLICES && members * 100 > per_slice * count {
@@ -113,7 +113,7 @@ pub(crate) fn minimum_count(members: usize, max_members: usize) -> usize {
 /// slices: `build` makes slice `index` of `count` from its members, `size`
 /// measures what was built. Starting at [`minimum_count`], the count doubles
 /// until every slice is within `limits`.
-pub(crate) fn partition<T>(
+pub fn partition<T>(
     members: &[String],
     limits: Limits,
     mut build: impl FnMut(usize, usize, &[&str]) -> T,

@@ -20,14 +20,15 @@ use serde_json::value::RawValue;
 use super::load::{LoadError, bounded, read_bounded, read_limited, strip_bom, yaml_options};
 
 /// The path that means standard input.
-pub(crate) const STDIN: &str = "-";
+pub const STDIN: &str = "-";
 /// How standard input is named in messages.
 const STDIN_NAME: &str = "(stdin)";
 /// Input quoted in messages is cut to this many bytes.
 const MAX_QUOTED: usize = 100;
 
 /// The syntax of a member list.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+/// (`--format` of `ipsetmgr slice` parses it in `src/args.rs`.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ListFormat {
     /// One member per line; `#` and ` ;` start comments.
     Text,
@@ -40,7 +41,7 @@ pub enum ListFormat {
 impl ListFormat {
     /// The format a file name implies: YAML for `*.yaml`/`*.yml`, JSON for
     /// `*.json`, text for anything else (`*.netset`, `*.txt`, no extension).
-    pub(crate) fn of_path(path: &Path) -> ListFormat {
+    pub fn of_path(path: &Path) -> ListFormat {
         match path.extension().and_then(|e| e.to_str()) {
             Some("yaml" | "yml") => ListFormat::Yaml,
             Some("json") => ListFormat::Json,
@@ -58,7 +59,7 @@ pub struct ListedMember {
 
 /// A member list and where it came from (for messages).
 #[derive(Debug)]
-pub(crate) struct MemberList {
+pub struct MemberList {
     pub source: PathBuf,
     pub members: Vec<ListedMember>,
 }
@@ -92,7 +93,7 @@ impl MemberListError {
     /// The error without a parser's quotation of the text (YAML and JSON
     /// errors show the lines around the fault): for a list that is someone
     /// else's content, in a message others read.
-    pub(crate) fn public(&self) -> String {
+    pub fn public(&self) -> String {
         match self {
             MemberListError::Yaml { path, .. } => {
                 format!("{}: not a YAML list of members", path.display())
@@ -118,7 +119,7 @@ impl MemberListError {
 /// Read the member list at `path` (`-`: standard input). `format`, when
 /// given, overrides what the file name implies; standard input is text
 /// unless told otherwise.
-pub(crate) fn read_member_list(
+pub fn read_member_list(
     path: &Path,
     format: Option<ListFormat>,
 ) -> Result<MemberList, MemberListError> {
@@ -247,7 +248,7 @@ fn parse_json(text: &str, path: &Path) -> Result<Vec<ListedMember>, MemberListEr
             serde_json::from_str::<String>(raw.get()).map_err(|_| MemberListError::NotAString {
                 path: path.to_path_buf(),
                 line,
-                found: crate::logging::bounded(raw.get(), MAX_QUOTED).into_owned(),
+                found: crate::text::bounded(raw.get(), MAX_QUOTED).into_owned(),
             })?;
         members.push(ListedMember { line, text });
     }

@@ -4,9 +4,9 @@
 //! checking a member list before it is sliced. Pure: the `slice` command
 //! (files) and the controller's `membersFrom` (the cluster) both use it.
 
-pub(crate) mod objects;
-pub(crate) mod partition;
-pub(crate) mod validate;
+pub mod objects;
+pub mod partition;
+pub mod validate;
 
 use ipsetmgr_api::IPSetMemberSlice;
 use objects::{json_bytes, slice_object};
@@ -15,10 +15,10 @@ use partition::{Limits, Raised, TooMany, partition};
 /// The most bytes of one slice as JSON: under the 262,144 bytes of
 /// `kubectl apply`'s last-applied annotation with room to spare, and far
 /// under etcd's request limit even with that annotation added.
-pub(crate) const MAX_SLICE_BYTES: usize = 200_000;
+pub const MAX_SLICE_BYTES: usize = 200_000;
 /// The slices of one policy's members, with their sizes in bytes.
 #[derive(Debug)]
-pub(crate) struct Sliced {
+pub struct Sliced {
     pub slices: Vec<IPSetMemberSlice>,
     pub bytes: Vec<usize>,
     /// The count the expected fill alone asks for.
@@ -28,7 +28,7 @@ pub(crate) struct Sliced {
 }
 
 /// Cut `members` (sorted, distinct) into the slices of `policy`.
-pub(crate) fn slice_members(
+pub fn slice_members(
     policy: &str,
     members: &[String],
     max_members: usize,

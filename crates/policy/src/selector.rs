@@ -32,7 +32,7 @@ pub fn parse(selector: Option<&LabelSelector>) -> Result<Option<Selector>, Selec
 /// and NotIn without values, Exists and DoesNotExist with values (kube's
 /// conversion would quietly ignore them, or match nothing).
 fn validate(sel: &LabelSelector) -> Result<(), SelectorError> {
-    use crate::policy::k8s_names::{label_key, label_value};
+    use crate::k8s_names::{label_key, label_value};
     for (k, v) in sel.match_labels.iter().flatten() {
         label_key(k).map_err(SelectorError)?;
         label_value(v).map_err(SelectorError)?;

@@ -2,7 +2,7 @@
 
 use super::parse::PARALLEL_PARSE_MIN;
 use super::*;
-use crate::policy::IPSetPolicySpec;
+use crate::IPSetPolicySpec;
 use ipsetmgr_api::policy::FamilySpec;
 use ipsetmgr_ipset::{Family, Member, MemberError};
 
