@@ -9,8 +9,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::commands::slice::{OutputFormat, parse_policy_name};
-use crate::logging::LogFormat;
 use crate::sources::egress::{Cidr, EgressGuard, Setting as EgressSetting};
+use ipsetmgr_cluster::logging::LogFormat;
 use ipsetmgr_dataplane::Backend;
 use ipsetmgr_ipset::SetType;
 use ipsetmgr_policy::FamilySpec;
@@ -205,7 +205,7 @@ pub struct AgentConfig {
     #[arg(long, env = "IPSETMGR_HEARTBEAT_INTERVAL", default_value = defaults::HEARTBEAT_INTERVAL, value_parser = ipsetmgr_policy::duration::parse_positive)]
     pub heartbeat_interval: Duration,
     #[command(flatten)]
-    pub limits: crate::cluster::slices::ClusterLimits,
+    pub limits: ipsetmgr_cluster::slices::ClusterLimits,
     #[command(flatten)]
     pub node_state: crate::agent::node_state::Pacing,
 }
@@ -232,7 +232,7 @@ pub struct ControllerConfig {
     #[command(flatten)]
     pub egress: FeedEgress,
     #[command(flatten)]
-    pub limits: crate::cluster::slices::ClusterLimits,
+    pub limits: ipsetmgr_cluster::slices::ClusterLimits,
     /// A policy status change of counts and messages only is written at
     /// most once per this interval (a change of its conditions at once):
     /// every status write reaches every agent.
@@ -261,7 +261,7 @@ pub struct HollowConfig {
     #[command(flatten)]
     pub node_state: crate::agent::node_state::Pacing,
     #[command(flatten)]
-    pub limits: crate::cluster::slices::ClusterLimits,
+    pub limits: ipsetmgr_cluster::slices::ClusterLimits,
 }
 
 /// `--type` of `slice`: a hash type. list:set members name other policies,

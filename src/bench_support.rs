@@ -4,7 +4,7 @@
 //! measures the agent's code, not a copy of it.
 
 pub use crate::agent::store::Store;
-pub use crate::cluster::tolerant::decode;
+pub use ipsetmgr_cluster::tolerant::decode;
 pub use ipsetmgr_policy::compile::MemberCache;
 pub use ipsetmgr_policy::load::{parse_json_policies, parse_policies};
 pub use ipsetmgr_policy::member_list::{ListFormat, parse_member_list};

@@ -13,7 +13,7 @@ use clap::Parser;
 use crate::args::{Cli, Command};
 use crate::commands::{apply, run, sets, slice};
 use crate::kernel::{self, KernelOptions, KernelSide};
-use crate::logging;
+use ipsetmgr_cluster::logging;
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_manager::ManagerConfig;
 use ipsetmgr_manager::driver::DriverConfig;

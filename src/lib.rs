@@ -14,17 +14,14 @@ mod agent;
 mod args;
 #[doc(hidden)]
 pub mod bench_support;
+mod build_info;
 mod cli;
-mod cluster;
 mod commands;
 mod controller;
 mod kernel;
 mod lock;
-mod logging;
 mod metric_names;
-mod server;
 mod sources;
-mod telemetry;
 
 /// The kernel behind one trait (its own crate).
 pub use ipsetmgr_dataplane as dataplane;

@@ -3,7 +3,7 @@
 //! `telemetry` (which both roles import): the shared layer must not list
 //! the roles' metrics.
 
-use crate::telemetry::exposed_names;
+use ipsetmgr_cluster::telemetry::exposed_names;
 
 /// Every metric name the agent and the controller expose (see
 /// [`exposed_names`]), for checks of alert rules and dashboards.

@@ -20,7 +20,7 @@ use super::metrics::{LOOP_TICK, Shared};
 use super::node_state::{Pending, PolicyFacts, Snapshot, status_of};
 use super::store::Store;
 use crate::kernel::KernelSide;
-use crate::telemetry::labels::OutcomeLabel;
+use ipsetmgr_cluster::telemetry::labels::OutcomeLabel;
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_manager::driver::{Command, Report};
 use ipsetmgr_policy::compile::{Compiled, MemberCache};
@@ -56,7 +56,7 @@ pub struct Settings {
     /// Between node state heartbeats.
     pub heartbeat: Duration,
     /// This cluster's caps on policies (the controller's are the same).
-    pub limits: crate::cluster::slices::ClusterLimits,
+    pub limits: ipsetmgr_cluster::slices::ClusterLimits,
 }
 
 impl Settings {
@@ -355,12 +355,12 @@ impl Agent {
                 .inc_by(report.sets.iter().map(|s| s.problems as u64).sum::<u64>());
             for s in report.sets.iter().filter(|s| s.synced && s.problems > 0) {
                 m.drift_repaired
-                    .get_or_create(&crate::telemetry::labels::PolicyLabel {
+                    .get_or_create(&ipsetmgr_cluster::telemetry::labels::PolicyLabel {
                         policy: s.policy.clone(),
                     })
                     .inc_by(s.problems as u64);
             }
-            crate::logging::log_drift(&report.sets);
+            ipsetmgr_cluster::logging::log_drift(&report.sets);
         }
         let failed_attempts = report.outcome.attempts - u32::from(report.outcome.applied);
         let set_errors = report.sets.iter().filter(|s| s.error.is_some()).count();

@@ -11,10 +11,10 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, CustomResourceExt};
 
-use crate::cluster::kind_guard::is_kind_not_found;
-use crate::cluster::nodes::watch_slim_nodes;
-use crate::cluster::tolerant::{self, Tolerant};
 use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
+use ipsetmgr_cluster::kind_guard::is_kind_not_found;
+use ipsetmgr_cluster::nodes::watch_slim_nodes;
+use ipsetmgr_cluster::tolerant::{self, Tolerant};
 
 /// Slices per page of the agent's slice list: `ipsetmgr slice` keeps a slice
 /// near 2,000 members and 32 KB, so a page is about a megabyte of JSON.

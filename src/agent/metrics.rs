@@ -16,10 +16,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::telemetry::ApiMetrics;
-use crate::telemetry::labels::{OutcomeLabel, PolicyLabel, ResultLabel};
-use crate::telemetry::watch_health::WatchHealth;
 use ipsetmgr_api::IPSetNodeStateStatus;
+use ipsetmgr_cluster::telemetry::ApiMetrics;
+use ipsetmgr_cluster::telemetry::labels::{OutcomeLabel, PolicyLabel, ResultLabel};
+use ipsetmgr_cluster::telemetry::watch_health::WatchHealth;
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
@@ -68,7 +68,8 @@ impl Default for Metrics {
             labelled: Mutex::default(),
         };
         // prometheus-client appends `_total` to counters.
-        crate::telemetry::register_common(&mut registry, &m.api);
+        crate::build_info::register(&mut registry);
+        ipsetmgr_cluster::telemetry::register_common(&mut registry, &m.api);
         let r = &mut registry;
         r.register(
             "ipsetmgr_sets",
@@ -132,7 +133,7 @@ impl Default for Metrics {
 impl Metrics {
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
-        crate::telemetry::encode(&self.registry)
+        ipsetmgr_cluster::telemetry::encode(&self.registry)
     }
 
     /// The per-policy series from this node's state (what it reports in
@@ -304,7 +305,7 @@ impl Shared {
     }
 }
 
-impl crate::server::Health for Shared {
+impl ipsetmgr_cluster::server::Health for Shared {
     fn live(&self) -> Result<(), String> {
         Shared::live(self)
     }
@@ -325,8 +326,8 @@ impl crate::server::Health for Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::Health;
     use ipsetmgr_api::PolicyState;
+    use ipsetmgr_cluster::server::Health;
 
     fn state(policies: &[(&str, bool)]) -> IPSetNodeStateStatus {
         IPSetNodeStateStatus {

@@ -23,8 +23,8 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 
 use super::metrics::Shared;
-use crate::telemetry::labels::ResultLabel;
 use ipsetmgr_api::{IPSetNodeState, IPSetNodeStateSpec, IPSetNodeStateStatus, PolicyState};
+use ipsetmgr_cluster::telemetry::labels::ResultLabel;
 use ipsetmgr_manager::driver::Report;
 
 /// The field manager of the agents' status writes.
@@ -435,7 +435,7 @@ mod tests {
 mod pacing_tests {
     //! The writer against a mock API server, on tokio's paused clock.
     use super::*;
-    use crate::cluster::mock_api::mock_client;
+    use ipsetmgr_cluster::mock_api::mock_client;
     use std::sync::Mutex;
 
     /// Twenty statuses 100 ms apart (a change arriving as twenty slice

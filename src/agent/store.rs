@@ -13,13 +13,13 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::watcher::Event;
 
-use crate::cluster::kind_guard::KindGuard;
-use crate::cluster::listing::{Change, Listing};
-use crate::cluster::slices::{
+use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy};
+use ipsetmgr_cluster::kind_guard::KindGuard;
+use ipsetmgr_cluster::listing::{Change, Listing};
+use ipsetmgr_cluster::slices::{
     ClusterLimits, SliceEntry, by_policy, cluster_inputs, members_revision, same_slice, slice_entry,
 };
-use crate::cluster::tolerant::Tolerant;
-use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy};
+use ipsetmgr_cluster::tolerant::Tolerant;
 use ipsetmgr_ipset::{Family, Naming};
 use ipsetmgr_policy::compile::{
     Compiled, MemberCache, PolicyError, PolicyErrorKind, PolicyInput, compile_inputs,
@@ -227,8 +227,8 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::slices::SliceMembers;
-    use crate::cluster::tolerant::decode;
+    use ipsetmgr_cluster::slices::SliceMembers;
+    use ipsetmgr_cluster::tolerant::decode;
     use serde_json::json;
 
     fn slice(name: &str, policy: &str, rv: &str, members: &[&str]) -> Tolerant<IPSetMemberSlice> {
@@ -292,7 +292,7 @@ mod tests {
         assert!(s.waiting_for().unwrap().contains("CRDs"));
         s.kinds.on_event(
             &crd,
-            Event::Apply(crate::cluster::kind_guard::tests::crd(&crd, false)),
+            Event::Apply(ipsetmgr_cluster::kind_guard::test_crd(&crd, false)),
         );
         assert!(s.waiting_for().unwrap().contains("IPSetPolicies"));
         s.on_policy(Event::Init);

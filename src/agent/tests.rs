@@ -18,10 +18,10 @@ use super::event_loop::{Agent, KernelPort, Settings};
 use super::inputs::{Input, guarded_crds};
 use super::metrics::Shared;
 use super::node_state::{WriterSettings, run_writer};
-use crate::cluster::kind_guard::tests::crd;
-use crate::cluster::mock_api::{Req, eventually, mock_client};
-use crate::cluster::tolerant::decode;
-use crate::logging::LogBuffer;
+use ipsetmgr_cluster::kind_guard::test_crd as crd;
+use ipsetmgr_cluster::logging::LogBuffer;
+use ipsetmgr_cluster::mock_api::{Req, eventually, mock_client};
+use ipsetmgr_cluster::tolerant::decode;
 use ipsetmgr_dataplane::model::ModelDataplane;
 use ipsetmgr_ipset::{Family, Naming, SetHeader, SetKind, SetType};
 use ipsetmgr_manager::driver::{Command, Report};
@@ -630,7 +630,8 @@ async fn nothing_is_applied_before_the_node_is_seen() {
 /// GET `path` from the agent's health and metrics routes.
 async fn get(shared: &Arc<Shared>, path: &str) -> (u16, String) {
     use tower::ServiceExt;
-    let app = crate::server::router(shared.clone(), crate::server::Routes::All);
+    let app =
+        ipsetmgr_cluster::server::router(shared.clone(), ipsetmgr_cluster::server::Routes::All);
     let request = http::Request::get(path)
         .body(axum::body::Body::empty())
         .unwrap();
@@ -701,7 +702,7 @@ async fn readiness_names_what_it_waits_for_and_follows_the_watches() {
         error: "nodes watch: connection reset".into(),
     });
     readyz_until(&h, "not ready", |c, _| c == 503).await;
-    tokio::time::sleep(crate::telemetry::watch_health::DEFAULT_WINDOW).await;
+    tokio::time::sleep(ipsetmgr_cluster::telemetry::watch_health::DEFAULT_WINDOW).await;
     readyz_until(&h, "ready after the window", |c, _| c == 200).await;
     let (_, metrics) = get(&h.shared, "/metrics").await;
     for line in [

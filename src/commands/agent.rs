@@ -3,8 +3,8 @@
 
 use crate::agent::{event_loop, inputs, metrics, node_state, worker};
 use crate::args::AgentConfig;
-use crate::cluster::client::{make_client, shutdown_signal};
 use crate::kernel::{KernelOptions, KernelSide};
+use ipsetmgr_cluster::client::{make_client, shutdown_signal};
 use ipsetmgr_manager::driver::DriverConfig;
 
 /// Run the agent until SIGTERM/SIGINT. The kernel is never touched on the
@@ -15,8 +15,8 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
         "--node-name (NODE_NAME) is required"
     );
     tracing::info!(
-        version = crate::telemetry::build_info::VERSION,
-        revision = crate::telemetry::build_info::REVISION,
+        version = crate::build_info::VERSION,
+        revision = crate::build_info::REVISION,
         node = %config.node_name,
         backend = ?kernel.backend,
         set_prefix = kernel.naming.prefix(),
@@ -44,9 +44,13 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
         )
     })?;
 
-    let listeners = crate::server::bind(config.health_listen, config.listen).await?;
+    let listeners = ipsetmgr_cluster::server::bind(config.health_listen, config.listen).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(crate::server::serve_all(listeners, shared.clone(), stop_rx));
+    let server = tokio::spawn(ipsetmgr_cluster::server::serve_all(
+        listeners,
+        shared.clone(),
+        stop_rx,
+    ));
 
     let (status_tx, status_rx) = tokio::sync::watch::channel(None);
     let writer = tokio::spawn(node_state::run_writer(

@@ -7,8 +7,8 @@ use anyhow::Context;
 use kube_lease_manager::LeaseManagerBuilder;
 
 use crate::args::ControllerConfig;
-use crate::cluster::client::{make_config, shutdown_signal};
 use crate::controller::{event_loop, feeds, inputs, metrics, slice_writer, writer};
+use ipsetmgr_cluster::client::{make_config, shutdown_signal};
 use ipsetmgr_ipset::Naming;
 
 /// The Lease the replicas compete for.
@@ -25,8 +25,8 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| format!("ipsetmgr-controller-{}", std::process::id()));
     tracing::info!(
-        version = crate::telemetry::build_info::VERSION,
-        revision = crate::telemetry::build_info::REVISION,
+        version = crate::build_info::VERSION,
+        revision = crate::build_info::REVISION,
         %identity,
         namespace = %config.namespace,
         set_prefix = naming.prefix(),
@@ -38,9 +38,13 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
     settings.limits = config.limits;
     let shared = metrics::ControllerShared::new(settings.tick);
 
-    let listeners = crate::server::bind(config.health_listen, config.listen).await?;
+    let listeners = ipsetmgr_cluster::server::bind(config.health_listen, config.listen).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(crate::server::serve_all(listeners, shared.clone(), stop_rx));
+    let server = tokio::spawn(ipsetmgr_cluster::server::serve_all(
+        listeners,
+        shared.clone(),
+        stop_rx,
+    ));
 
     let lease = LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
         .with_namespace(&config.namespace)

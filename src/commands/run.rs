@@ -216,8 +216,8 @@ pub fn run(kernel: &KernelSide, naming: &Naming, args: &RunArgs) -> Result<(), R
     let mut next_check = Instant::now() + args.resync_interval;
     let mut reload = true;
     tracing::info!(
-        version = crate::telemetry::build_info::VERSION,
-        revision = crate::telemetry::build_info::REVISION,
+        version = crate::build_info::VERSION,
+        revision = crate::build_info::REVISION,
         dir = %args.policy_dir.display(),
         interval = ?args.resync_interval,
         "running"
@@ -373,7 +373,7 @@ impl Observer for LogReports {
 fn log_outcome(report: &Report) {
     let outcome = &report.outcome;
     if report.full_resync {
-        crate::logging::log_drift(&report.sets);
+        ipsetmgr_cluster::logging::log_drift(&report.sets);
     }
     for (name, plan) in &outcome.written {
         tracing::info!(set = %name, ?plan, "written");

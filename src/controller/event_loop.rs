@@ -42,7 +42,7 @@ pub struct Settings {
     /// coalesced into at most one materialisation per this interval.
     pub sources_debounce: Duration,
     /// This cluster's caps on policies.
-    pub limits: crate::cluster::slices::ClusterLimits,
+    pub limits: ipsetmgr_cluster::slices::ClusterLimits,
 }
 
 /// Where the materialised sources go: the slice writer's plans, the

@@ -13,9 +13,9 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
-use crate::cluster::nodes::watch_slim_nodes;
-use crate::cluster::tolerant::{self, Tolerant};
 use ipsetmgr_api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy, POLICY_LABEL};
+use ipsetmgr_cluster::nodes::watch_slim_nodes;
+use ipsetmgr_cluster::tolerant::{self, Tolerant};
 
 #[allow(clippy::large_enum_variant)] // moved once into the store
 pub enum Input {

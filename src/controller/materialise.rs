@@ -26,10 +26,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use kube::Resource;
 use serde_json::Value;
 
-use crate::cluster::slices::{
+use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
+use ipsetmgr_cluster::slices::{
     MANAGED_BY, MANAGED_BY_LABEL, SOURCE_LABEL, SliceEntry, SliceMembers,
 };
-use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
 use ipsetmgr_policy::slicing::objects::json_bytes;
 use ipsetmgr_policy::slicing::partition::{Limits, partition};
 

@@ -9,9 +9,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::telemetry::ApiMetrics;
-use crate::telemetry::labels::ResultLabel;
-use crate::telemetry::watch_health::WatchHealth;
+use ipsetmgr_cluster::telemetry::ApiMetrics;
+use ipsetmgr_cluster::telemetry::labels::ResultLabel;
+use ipsetmgr_cluster::telemetry::watch_health::WatchHealth;
 
 pub struct Metrics {
     registry: Registry,
@@ -29,7 +29,7 @@ pub struct Metrics {
 impl Metrics {
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
-        crate::telemetry::encode(&self.registry)
+        ipsetmgr_cluster::telemetry::encode(&self.registry)
     }
 }
 
@@ -59,7 +59,8 @@ impl Default for Metrics {
             api: ApiMetrics::default(),
             registry: Registry::default(),
         };
-        crate::telemetry::register_common(&mut registry, &m.api);
+        crate::build_info::register(&mut registry);
+        ipsetmgr_cluster::telemetry::register_common(&mut registry, &m.api);
         let r = &mut registry;
         r.register(
             "ipsetmgr_controller_policies",
@@ -156,7 +157,7 @@ impl ControllerShared {
     }
 }
 
-impl crate::server::Health for ControllerShared {
+impl ipsetmgr_cluster::server::Health for ControllerShared {
     fn live(&self) -> Result<(), String> {
         let age = now_ms().saturating_sub(self.loop_ms.load(Ordering::Relaxed));
         if age <= 5 * self.tick.as_millis() as u64 {

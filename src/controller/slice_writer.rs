@@ -23,8 +23,8 @@ use super::leading::LeaderPlans;
 use super::materialise::{SliceOp, SlicePlan};
 use super::metrics::ControllerShared;
 use super::writer::FIELD_MANAGER;
-use crate::telemetry::labels::ResultLabel;
 use ipsetmgr_api::IPSetMemberSlice;
+use ipsetmgr_cluster::telemetry::labels::ResultLabel;
 
 #[derive(Clone, Debug)]
 pub struct SliceWriterSettings {

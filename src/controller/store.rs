@@ -8,12 +8,12 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use kube::runtime::watcher::Event;
 use tokio::time::Instant;
 
-use crate::cluster::listing::{Change, Listing};
-use crate::cluster::slices::{
+use ipsetmgr_api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
+use ipsetmgr_cluster::listing::{Change, Listing};
+use ipsetmgr_cluster::slices::{
     ClusterLimits, SliceEntry, by_policy, cluster_inputs, members_revision, same_slice, slice_entry,
 };
-use crate::cluster::tolerant::Tolerant;
-use ipsetmgr_api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
+use ipsetmgr_cluster::tolerant::Tolerant;
 use ipsetmgr_policy::compile::PolicyInput;
 
 use ipsetmgr_policy::sources::cluster::{

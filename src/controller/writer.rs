@@ -18,8 +18,8 @@ use tokio::time::Instant;
 
 use super::leading::LeaderPlans;
 use super::metrics::ControllerShared;
-use crate::telemetry::labels::ResultLabel;
 use ipsetmgr_api::{IPSetNodeState, IPSetPolicy, IPSetPolicyStatus};
+use ipsetmgr_cluster::telemetry::labels::ResultLabel;
 
 /// The field manager of the controller's status writes.
 pub const FIELD_MANAGER: &str = "ipsetmgr-controller";

@@ -85,18 +85,18 @@ pub fn log_drift(sets: &[ipsetmgr_manager::SetReport]) {
 
 /// Log lines kept in memory, for tests that check what was logged: a
 /// writer for a tracing subscriber whose clones share one buffer.
-#[cfg(test)]
+#[cfg(any(test, feature = "mock"))]
 #[derive(Clone, Default)]
-pub(crate) struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+pub struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
-#[cfg(test)]
+#[cfg(any(test, feature = "mock"))]
 impl LogBuffer {
-    pub(crate) fn text(&self) -> String {
+    pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "mock"))]
 impl std::io::Write for LogBuffer {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
         self.0.lock().unwrap().extend_from_slice(b);

@@ -136,23 +136,26 @@ pub fn is_kind_not_found(e: &kube::runtime::watcher::Error) -> bool {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use serde_json::json;
-
-    pub(crate) fn crd(name: &str, deleting: bool) -> CustomResourceDefinition {
-        let mut meta = json!({"name": name});
-        if deleting {
-            meta["deletionTimestamp"] = json!("2026-12-01T00:00:00Z");
-        }
-        serde_json::from_value(json!({
-            "metadata": meta,
-            "spec": {"group": "ipsetmgr.io", "scope": "Cluster", "versions": [],
-                     "names": {"kind": "X", "plural": "xs"}}
-        }))
-        .unwrap()
+/// A CustomResourceDefinition named `name` (being deleted or not), for the
+/// roles' tests (feature `mock`).
+#[cfg(any(test, feature = "mock"))]
+pub fn test_crd(name: &str, deleting: bool) -> CustomResourceDefinition {
+    let mut meta = serde_json::json!({"name": name});
+    if deleting {
+        meta["deletionTimestamp"] = serde_json::json!("2026-12-01T00:00:00Z");
     }
+    serde_json::from_value(serde_json::json!({
+        "metadata": meta,
+        "spec": {"group": "ipsetmgr.io", "scope": "Cluster", "versions": [],
+                 "names": {"kind": "X", "plural": "xs"}}
+    }))
+    .unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_crd as crd;
+    use super::*;
 
     #[test]
     fn only_present_kinds_allow_changes() {

@@ -2,7 +2,6 @@
 //! metrics: build information, the process's resource use, and whether
 //! each of their watches of the API server works.
 
-pub mod build_info;
 pub mod labels;
 pub mod process;
 pub mod watch_health;
@@ -37,17 +36,17 @@ impl ApiMetrics {
     }
 
     /// One series in the family, for a complete exposition in tests.
-    pub(crate) fn touch_every_family(&self) {
+    pub fn touch_every_family(&self) {
         let _ = self.watch_errors.get_or_create(&ResourceLabel {
             resource: "nodes".into(),
         });
     }
 }
 
-/// Register what every component exposes: `ipsetmgr_build_info`, the
-/// `process_*` metrics, the watch errors and readiness.
+/// Register what every component exposes besides `ipsetmgr_build_info`
+/// (the binary's, `src/build_info.rs`: its build script knows the
+/// revision): the `process_*` metrics, the watch errors and readiness.
 pub fn register_common(registry: &mut Registry, api: &ApiMetrics) {
-    build_info::register(registry);
     registry.register_collector(Box::new(process::ProcessCollector));
     registry.register(
         "ipsetmgr_watch_errors",

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cluster::tolerant::Tolerant;
+use crate::tolerant::Tolerant;
 use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
 use ipsetmgr_policy::compile::{
     MAX_HASH_SIZE, MAX_MAX_ELEM, MIN_HASH_SIZE, MemberList, NoMembers, PolicyError,

@@ -1,4 +1,6 @@
 //! `ipsetmgr_build_info{version,revision} 1`: which build is running where.
+//! The binary's (not `ipsetmgr_cluster`'s telemetry): its build script
+//! (build.rs) records the revision.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
