@@ -14,7 +14,6 @@ mod agent;
 mod args;
 #[doc(hidden)]
 pub mod bench_support;
-mod build_info;
 mod cli;
 mod commands;
 mod controller;

@@ -512,8 +512,9 @@ fn the_builder_passes_the_revision_to_the_binary() {
         cook_at < arg_at && arg_at < env_at && env_at < build_at,
         "cook, ARG REVISION, ENV, build: in that order, got {cook_at}, {arg_at}, {env_at}, {build_at}"
     );
-    // build.rs reads exactly that variable.
-    assert!(read("build.rs").contains("std::env::var(\"IPSETMGR_REVISION\")"));
+    // The build script (with the telemetry that reports it) reads exactly
+    // that variable.
+    assert!(read("crates/cluster/build.rs").contains("std::env::var(\"IPSETMGR_REVISION\")"));
 }
 
 #[test]

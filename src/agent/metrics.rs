@@ -68,7 +68,6 @@ impl Default for Metrics {
             labelled: Mutex::default(),
         };
         // prometheus-client appends `_total` to counters.
-        crate::build_info::register(&mut registry);
         ipsetmgr_cluster::telemetry::register_common(&mut registry, &m.api);
         let r = &mut registry;
         r.register(

@@ -15,8 +15,8 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
         "--node-name (NODE_NAME) is required"
     );
     tracing::info!(
-        version = crate::build_info::VERSION,
-        revision = crate::build_info::REVISION,
+        version = ipsetmgr_cluster::telemetry::build_info::VERSION,
+        revision = ipsetmgr_cluster::telemetry::build_info::REVISION,
         node = %config.node_name,
         backend = ?kernel.backend,
         set_prefix = kernel.naming.prefix(),

@@ -25,8 +25,8 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| format!("ipsetmgr-controller-{}", std::process::id()));
     tracing::info!(
-        version = crate::build_info::VERSION,
-        revision = crate::build_info::REVISION,
+        version = ipsetmgr_cluster::telemetry::build_info::VERSION,
+        revision = ipsetmgr_cluster::telemetry::build_info::REVISION,
         %identity,
         namespace = %config.namespace,
         set_prefix = naming.prefix(),

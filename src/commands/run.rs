@@ -216,8 +216,8 @@ pub fn run(kernel: &KernelSide, naming: &Naming, args: &RunArgs) -> Result<(), R
     let mut next_check = Instant::now() + args.resync_interval;
     let mut reload = true;
     tracing::info!(
-        version = crate::build_info::VERSION,
-        revision = crate::build_info::REVISION,
+        version = ipsetmgr_cluster::telemetry::build_info::VERSION,
+        revision = ipsetmgr_cluster::telemetry::build_info::REVISION,
         dir = %args.policy_dir.display(),
         interval = ?args.resync_interval,
         "running"

@@ -59,7 +59,6 @@ impl Default for Metrics {
             api: ApiMetrics::default(),
             registry: Registry::default(),
         };
-        crate::build_info::register(&mut registry);
         ipsetmgr_cluster::telemetry::register_common(&mut registry, &m.api);
         let r = &mut registry;
         r.register(

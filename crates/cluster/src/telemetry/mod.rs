@@ -2,6 +2,7 @@
 //! metrics: build information, the process's resource use, and whether
 //! each of their watches of the API server works.
 
+pub mod build_info;
 pub mod labels;
 pub mod process;
 pub mod watch_health;
@@ -43,10 +44,10 @@ impl ApiMetrics {
     }
 }
 
-/// Register what every component exposes besides `ipsetmgr_build_info`
-/// (the binary's, `src/build_info.rs`: its build script knows the
-/// revision): the `process_*` metrics, the watch errors and readiness.
+/// Register what every component exposes: `ipsetmgr_build_info`, the
+/// `process_*` metrics, the watch errors and readiness.
 pub fn register_common(registry: &mut Registry, api: &ApiMetrics) {
+    build_info::register(registry);
     registry.register_collector(Box::new(process::ProcessCollector));
     registry.register(
         "ipsetmgr_watch_errors",

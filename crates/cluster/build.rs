@@ -1,14 +1,16 @@
-//! Records the source revision for `ipsetmgr_build_info` and `--version`:
-//! `IPSETMGR_REVISION` from the environment (the image build passes it, as
-//! its context has no `.git`), else `git rev-parse HEAD`, else "unknown".
+//! Records the source revision for `ipsetmgr_build_info` and the roles'
+//! start-up logs: `IPSETMGR_REVISION` from the environment (the image build
+//! passes it, as its context has no `.git`), else `git rev-parse HEAD`, else
+//! "unknown". Here, with the telemetry that reports it (this crate is at
+//! `crates/cluster`, two levels below the repository's root).
 
 use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=IPSETMGR_REVISION");
-    if std::path::Path::new(".git/HEAD").exists() {
-        println!("cargo:rerun-if-changed=.git/HEAD");
-        println!("cargo:rerun-if-changed=.git/refs");
+    if std::path::Path::new("../../.git/HEAD").exists() {
+        println!("cargo:rerun-if-changed=../../.git/HEAD");
+        println!("cargo:rerun-if-changed=../../.git/refs");
     }
     let revision = std::env::var("IPSETMGR_REVISION")
         .ok()

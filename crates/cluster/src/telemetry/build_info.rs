@@ -1,6 +1,6 @@
 //! `ipsetmgr_build_info{version,revision} 1`: which build is running where.
-//! The binary's (not `ipsetmgr_cluster`'s telemetry): its build script
-//! (build.rs) records the revision.
+
+//! The revision is recorded by this crate's build script (build.rs).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -9,7 +9,8 @@ use prometheus_client::registry::Registry;
 
 /// The crate version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// The source revision it was built from (see build.rs), or "unknown".
+/// The source revision it was built from (see `crates/cluster/build.rs`),
+/// or "unknown".
 pub const REVISION: &str = env!("IPSETMGR_REVISION");
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
