@@ -207,7 +207,7 @@ pub struct AgentConfig {
     #[command(flatten)]
     pub limits: ipsetmgr_cluster::slices::ClusterLimits,
     #[command(flatten)]
-    pub node_state: crate::agent::node_state::Pacing,
+    pub node_state: ipsetmgr_agent::node_state::Pacing,
 }
 
 /// Flags of `ipsetmgr controller`.
@@ -259,7 +259,7 @@ pub struct HollowConfig {
     #[arg(long, default_value = "10m", value_parser = ipsetmgr_policy::duration::parse_positive)]
     pub resync_interval: Duration,
     #[command(flatten)]
-    pub node_state: crate::agent::node_state::Pacing,
+    pub node_state: ipsetmgr_agent::node_state::Pacing,
     #[command(flatten)]
     pub limits: ipsetmgr_cluster::slices::ClusterLimits,
 }

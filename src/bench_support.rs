@@ -3,7 +3,7 @@
 //! way its watches decode them. Not an API: it exists so the benchmark
 //! measures the agent's code, not a copy of it.
 
-pub use crate::agent::store::Store;
+pub use ipsetmgr_agent::store::Store;
 pub use ipsetmgr_cluster::tolerant::decode;
 pub use ipsetmgr_policy::compile::MemberCache;
 pub use ipsetmgr_policy::load::{parse_json_policies, parse_policies};

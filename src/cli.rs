@@ -12,7 +12,7 @@ use clap::Parser;
 
 use crate::args::{Cli, Command};
 use crate::commands::{apply, run, sets, slice};
-use crate::kernel::{self, KernelOptions, KernelSide};
+use ipsetmgr_agent::kernel::{self, KernelOptions, KernelSide};
 use ipsetmgr_cluster::logging;
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_manager::ManagerConfig;

@@ -10,15 +10,12 @@
 
 #![forbid(unsafe_code)]
 
-mod agent;
 mod args;
 #[doc(hidden)]
 pub mod bench_support;
 mod cli;
 mod commands;
 mod controller;
-mod kernel;
-mod lock;
 mod metric_names;
 mod sources;
 

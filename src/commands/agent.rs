@@ -1,9 +1,9 @@
 //! `ipsetmgr agent`: the per-node agent's parts (`crate::agent`) wired
 //! together with its kernel side, listeners and client.
 
-use crate::agent::{event_loop, inputs, metrics, node_state, worker};
 use crate::args::AgentConfig;
-use crate::kernel::{KernelOptions, KernelSide};
+use ipsetmgr_agent::kernel::{KernelOptions, KernelSide};
+use ipsetmgr_agent::{event_loop, inputs, metrics, node_state, worker};
 use ipsetmgr_cluster::client::{make_client, shutdown_signal};
 use ipsetmgr_manager::driver::DriverConfig;
 

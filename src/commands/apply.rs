@@ -7,7 +7,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use super::{FilePolicies, load, table};
-use crate::kernel::Opened;
+use ipsetmgr_agent::kernel::Opened;
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_manager::{ApplyOutcome, DeletionReport, ManagerConfig, Plan, SetsBackend};
 use ipsetmgr_policy::PolicyError;

@@ -13,10 +13,10 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use crate::agent::event_loop::{Agent, Settings};
-use crate::agent::{inputs, metrics, node_state, worker};
 use crate::args::HollowConfig;
-use crate::kernel::KernelSide;
+use ipsetmgr_agent::event_loop::{Agent, Settings};
+use ipsetmgr_agent::kernel::KernelSide;
+use ipsetmgr_agent::{inputs, metrics, node_state, worker};
 use ipsetmgr_cluster::client::{make_client, shutdown_signal};
 use ipsetmgr_dataplane::model::ModelDataplane;
 use ipsetmgr_ipset::Naming;

@@ -22,7 +22,7 @@ use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 
 use super::file_sources::LocalSources;
 use super::read_files;
-use crate::kernel::KernelSide;
+use ipsetmgr_agent::kernel::KernelSide;
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_manager::driver::{Command, Observer, Report};
 use ipsetmgr_policy::load::policy_files;
