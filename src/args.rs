@@ -9,9 +9,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::commands::slice::{OutputFormat, parse_policy_name};
-use crate::sources::egress::{Cidr, EgressGuard, Setting as EgressSetting};
 use ipsetmgr_cluster::logging::LogFormat;
 use ipsetmgr_dataplane::Backend;
+use ipsetmgr_feeds::egress::{Cidr, EgressGuard, Setting as EgressSetting};
 use ipsetmgr_ipset::SetType;
 use ipsetmgr_policy::FamilySpec;
 use ipsetmgr_policy::duration;

@@ -3,7 +3,7 @@
 //! `kernel` (inside `--netns`, holding the writer lock when it writes);
 //! anyhow is used only here, at the edge.
 
-use crate::sources::egress::Setting as EgressSetting;
+use ipsetmgr_feeds::egress::Setting as EgressSetting;
 use std::io::Write;
 use std::process::ExitCode;
 

@@ -15,9 +15,7 @@ mod args;
 pub mod bench_support;
 mod cli;
 mod commands;
-mod controller;
 mod metric_names;
-mod sources;
 
 /// The kernel behind one trait (its own crate).
 pub use ipsetmgr_dataplane as dataplane;

@@ -9,7 +9,7 @@ use ipsetmgr_cluster::telemetry::exposed_names;
 /// [`exposed_names`]), for checks of alert rules and dashboards.
 pub fn all_metric_names() -> Vec<String> {
     let agent = ipsetmgr_agent::metrics::Metrics::with_every_family().encode();
-    let controller = crate::controller::metrics::Metrics::with_every_family();
+    let controller = ipsetmgr_controller::metrics::Metrics::with_every_family();
     let mut names = exposed_names(&agent);
     names.extend(exposed_names(&controller.encode()));
     names.sort();

@@ -1,7 +1,7 @@
 //! `ipsetmgr apply`: one-shot reconcile of policy files to the kernel,
 //! printed as a table of sets and what happened to each.
 
-use crate::sources::egress::EgressGuard;
+use ipsetmgr_feeds::egress::EgressGuard;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 use std::path::PathBuf;

@@ -7,8 +7,8 @@ use anyhow::Context;
 use kube_lease_manager::LeaseManagerBuilder;
 
 use crate::args::ControllerConfig;
-use crate::controller::{event_loop, feeds, inputs, metrics, slice_writer, writer};
 use ipsetmgr_cluster::client::{make_config, shutdown_signal};
+use ipsetmgr_controller::{event_loop, feeds, inputs, metrics, slice_writer, writer};
 use ipsetmgr_ipset::Naming;
 
 /// The Lease the replicas compete for.
@@ -85,11 +85,11 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
     ));
     let guard = config
         .egress
-        .guard(crate::sources::egress::Setting::Cluster)
+        .guard(ipsetmgr_feeds::egress::Setting::Cluster)
         .with_api_server(api_server_addresses(&api_url).await);
-    let fetcher = crate::sources::feed::Fetcher::new(
-        crate::sources::feed::FETCH_TIMEOUT,
-        crate::sources::feed::MAX_FEED_BYTES,
+    let fetcher = ipsetmgr_feeds::feed::Fetcher::new(
+        ipsetmgr_feeds::feed::FETCH_TIMEOUT,
+        ipsetmgr_feeds::feed::MAX_FEED_BYTES,
         guard,
     )
     .context("setting up the HTTP client of url sources")?;

@@ -30,11 +30,11 @@ use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 
-use crate::sources::egress::EgressGuard;
-use crate::sources::feed::{
+use ipsetmgr_api::FamilySpec;
+use ipsetmgr_feeds::egress::EgressGuard;
+use ipsetmgr_feeds::feed::{
     FETCH_TIMEOUT, FIRST_RETRY, FeedState, Fetcher, MAX_FEED_BYTES, refresh_feed,
 };
-use ipsetmgr_api::FamilySpec;
 use ipsetmgr_ipset::SetType;
 use ipsetmgr_policy::load::LoadedPolicy;
 use ipsetmgr_policy::member_list::{MemberListError, read_member_list};
@@ -221,7 +221,7 @@ struct Fetched {
     key: Key,
     spec: UrlSpec,
     feed: FeedState,
-    outcome: Result<bool, crate::sources::feed::FeedFailure>,
+    outcome: Result<bool, ipsetmgr_feeds::feed::FeedFailure>,
 }
 
 /// Whether a refresh waits for the fetches it starts.
@@ -649,7 +649,7 @@ mod tests {
 
     /// File mode's defaults: the tests' feeds are on loopback.
     fn files_guard() -> EgressGuard {
-        EgressGuard::new(crate::sources::egress::Setting::Files, &[], &[])
+        EgressGuard::new(ipsetmgr_feeds::egress::Setting::Files, &[], &[])
     }
 
     fn policy(name: &str, set_type: &str, from: &str) -> String {

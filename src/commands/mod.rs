@@ -17,8 +17,8 @@ use std::path::PathBuf;
 
 use ipsetmgr_policy::{PolicyError, PolicyErrorKind};
 
-use crate::sources::egress::EgressGuard;
 use file_sources::{LocalSources, SourceProblem, SourceSlice};
+use ipsetmgr_feeds::egress::EgressGuard;
 
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_policy::compile::{
@@ -293,7 +293,7 @@ mod tests {
             &Naming::default(),
             None,
             false,
-            &EgressGuard::new(crate::sources::egress::Setting::Files, &[], &[]),
+            &EgressGuard::new(ipsetmgr_feeds::egress::Setting::Files, &[], &[]),
         )
     }
 

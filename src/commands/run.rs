@@ -32,7 +32,7 @@ pub struct RunArgs {
     pub resync_interval: Duration,
     pub labels: Option<BTreeMap<String, String>>,
     /// Where url sources may connect.
-    pub egress: crate::sources::egress::EgressGuard,
+    pub egress: ipsetmgr_feeds::egress::EgressGuard,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -14,17 +14,21 @@
 //! - [`metrics`]: metrics and health.
 //!
 //! The command that wires these together is `src/commands/controller.rs`;
-//! its flags are in `src/args.rs` (this module never imports either).
+//! its flags are in `src/args.rs`. This crate must never depend on the
+//! agent or the binary (`tests/crate_graph.rs` checks it) and never
+//! touches a kernel.
+
+#![forbid(unsafe_code)]
 
 pub mod evaluate;
 pub mod event_loop;
-pub(crate) mod feeds;
+pub mod feeds;
 pub mod inputs;
-pub(crate) mod leading;
-pub(crate) mod materialise;
+pub mod leading;
+pub mod materialise;
 pub mod metrics;
-pub(crate) mod slice_writer;
-pub(crate) mod sources;
+pub mod slice_writer;
+pub mod sources;
 pub mod store;
 pub mod writer;
 

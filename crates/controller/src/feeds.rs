@@ -16,25 +16,25 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::sources::feed::{FIRST_RETRY, FeedFailure, FeedState, Fetcher, refresh_feed};
 use ipsetmgr_api::FamilySpec;
+use ipsetmgr_feeds::feed::{FIRST_RETRY, FeedFailure, FeedState, Fetcher, refresh_feed};
 use ipsetmgr_ipset::SetType;
 use ipsetmgr_policy::sources::spec::UrlSpec;
 
 /// One url source to keep fetched.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct FeedJob {
+pub struct FeedJob {
     pub spec: UrlSpec,
     pub set_type: SetType,
     pub family: FamilySpec,
 }
 
-pub(crate) type FeedKey = (String, usize);
-pub(crate) type FeedJobs = BTreeMap<FeedKey, FeedJob>;
+pub type FeedKey = (String, usize);
+pub type FeedJobs = BTreeMap<FeedKey, FeedJob>;
 
 /// What the last fetch of one source came to.
 #[derive(Clone, Debug)]
-pub(crate) struct FeedResult {
+pub struct FeedResult {
     /// The spec it was fetched for.
     pub spec: UrlSpec,
     /// The last good members.
@@ -43,15 +43,15 @@ pub(crate) struct FeedResult {
     pub error: Option<String>,
 }
 
-pub(crate) type FeedResults = BTreeMap<FeedKey, FeedResult>;
+pub type FeedResults = BTreeMap<FeedKey, FeedResult>;
 /// What the runner yields: one fetch's outcome for its source. Its own
 /// item, not the controller's `Input`, so this module does not import the
 /// watches' (`inputs` wraps it as `Input::Feed`).
-pub(crate) type FeedOutcome = (FeedKey, FeedResult);
+pub type FeedOutcome = (FeedKey, FeedResult);
 
 /// Where request headers come from (a Secret in the controller's namespace).
 #[derive(Clone)]
-pub(crate) struct HeaderSource {
+pub struct HeaderSource {
     pub client: Option<Client>,
     pub namespace: String,
 }
@@ -136,7 +136,7 @@ async fn feed_loop(
 }
 
 /// Keep one fetch task per wanted source while this replica leads.
-pub(crate) async fn run_feeds(
+pub async fn run_feeds(
     mut jobs: watch::Receiver<Arc<FeedJobs>>,
     mut leader: watch::Receiver<bool>,
     fetcher: Fetcher,
@@ -255,8 +255,8 @@ mod tests {
         }));
         let (addr, server) = serve(served.clone()).await;
         // The test's server is on loopback: allowed as file mode allows it.
-        let guard = crate::sources::egress::EgressGuard::new(
-            crate::sources::egress::Setting::Files,
+        let guard = ipsetmgr_feeds::egress::EgressGuard::new(
+            ipsetmgr_feeds::egress::Setting::Files,
             &[],
             &[],
         );

@@ -36,22 +36,22 @@ use ipsetmgr_policy::sources::content::parse_content;
 use ipsetmgr_policy::sources::spec::{FeedUrl, UrlSpec};
 
 /// The most bytes of one feed: FireHOL's largest lists are a few MB.
-pub(crate) const MAX_FEED_BYTES: usize = 32 << 20;
+pub const MAX_FEED_BYTES: usize = 32 << 20;
 /// The whole exchange, connection to last byte.
-pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The first retry after a failure; it doubles up to the interval.
-pub(crate) const FIRST_RETRY: Duration = Duration::from_secs(10);
+pub const FIRST_RETRY: Duration = Duration::from_secs(10);
 
 /// What makes the next request conditional.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Validators {
+pub struct Validators {
     pub etag: Option<HeaderValue>,
     pub last_modified: Option<HeaderValue>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Fetched {
+pub enum Fetched {
     /// 304: the last good content still holds.
     NotModified,
     /// New content, and the validators to send next time.
@@ -62,7 +62,7 @@ pub(crate) enum Fetched {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub(crate) enum FetchError {
+pub enum FetchError {
     #[error("no answer within {0:?}")]
     Timeout(Duration),
     #[error("request failed: {0}")]
@@ -89,7 +89,7 @@ type Connector = hyper_rustls::HttpsConnector<HttpConnector<GuardedResolver>>;
 
 /// A pooled HTTP(S) client for feeds.
 #[derive(Clone)]
-pub(crate) struct Fetcher {
+pub struct Fetcher {
     client: Client<Connector, Empty<Bytes>>,
     guard: Arc<EgressGuard>,
     timeout: Duration,
@@ -99,7 +99,7 @@ pub(crate) struct Fetcher {
 impl Fetcher {
     /// A client trusting the system's roots (the image carries them), that
     /// connects only where `guard` allows.
-    pub(crate) fn new(
+    pub fn new(
         timeout: Duration,
         max_bytes: usize,
         guard: EgressGuard,
@@ -125,7 +125,7 @@ impl Fetcher {
 
     /// GET `url` with `headers` (from a Secret, already typed) and the
     /// validators of the last good content.
-    pub(crate) async fn fetch(
+    pub async fn fetch(
         &self,
         url: &FeedUrl,
         headers: &HeaderMap,
@@ -245,7 +245,7 @@ fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, FetchError> {
 /// What one url source keeps between fetches (the controller's tasks and
 /// `ipsetmgr run` alike).
 #[derive(Default)]
-pub(crate) struct FeedState {
+pub struct FeedState {
     pub validators: Validators,
     pub good: Option<Arc<Vec<String>>>,
 }
@@ -254,7 +254,7 @@ pub(crate) struct FeedState {
 /// what the server sent (line numbers and reasons only), for API objects
 /// and events; `detail` may quote one line, cut short, for the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct FeedFailure {
+pub struct FeedFailure {
     pub public: String,
     pub detail: String,
 }
@@ -280,7 +280,7 @@ impl std::fmt::Display for FeedFailure {
 /// empty file); anything else leaves it in force and says why (naming the
 /// URL). `Ok(true)` when new content was taken, `Ok(false)` when it was
 /// not modified.
-pub(crate) async fn refresh_feed(
+pub async fn refresh_feed(
     state: &mut FeedState,
     spec: &UrlSpec,
     set_type: SetType,
@@ -339,7 +339,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     //! Encodings, against a real HTTP server on loopback.
     use super::*;
-    use crate::sources::egress::{EgressGuard, Setting};
+    use crate::egress::{EgressGuard, Setting};
 
     async fn serve(encoding: &'static str, body: Vec<u8>) -> FeedUrl {
         let app = axum::Router::new().route(

@@ -50,7 +50,7 @@ impl Cidr {
 
     /// Parse a flag's value: one CIDR or address (`0.0.0.0/0` is the two
     /// halves the member parser makes of it).
-    pub(crate) fn parse(s: &str) -> Result<Vec<Cidr>, String> {
+    pub fn parse(s: &str) -> Result<Vec<Cidr>, String> {
         let parsed = Member::parse_user(SetType::HashNet, s)
             .map_err(|e| format!("{s:?} is not a CIDR: {e}"))?;
         parsed
@@ -70,7 +70,7 @@ impl Cidr {
             .collect()
     }
 
-    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
+    pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
                 let shift = 32 - u32::from(self.prefix);
@@ -186,14 +186,14 @@ pub struct EgressGuard {
 /// Why an address is refused: what it is, and how to allow it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("refused by the egress guard: {ip} is {what}{how}")]
-pub(crate) struct Refused {
+pub struct Refused {
     pub ip: IpAddr,
     pub what: String,
     how: &'static str,
 }
 
 impl EgressGuard {
-    pub(crate) fn new(setting: Setting, allow: &[Cidr], deny: &[Cidr]) -> EgressGuard {
+    pub fn new(setting: Setting, allow: &[Cidr], deny: &[Cidr]) -> EgressGuard {
         EgressGuard {
             setting,
             allow: allow.to_vec(),
@@ -204,13 +204,13 @@ impl EgressGuard {
 
     /// Refuse these addresses too (the API server's), unless an allowed
     /// CIDR names one of them exactly.
-    pub(crate) fn with_api_server(mut self, addrs: impl IntoIterator<Item = IpAddr>) -> Self {
+    pub fn with_api_server(mut self, addrs: impl IntoIterator<Item = IpAddr>) -> Self {
         self.api_server.extend(addrs.into_iter().map(unmap));
         self
     }
 
     /// Whether a connection to `ip` is allowed.
-    pub(crate) fn check(&self, ip: IpAddr) -> Result<(), Refused> {
+    pub fn check(&self, ip: IpAddr) -> Result<(), Refused> {
         let ip = unmap(ip);
         let refuse = |what: String, how| Err(Refused { ip, what, how });
         if let Some(d) = self.deny.iter().find(|d| d.contains(ip)) {
@@ -262,7 +262,7 @@ fn unmap(ip: IpAddr) -> IpAddr {
 
 /// The host of a URL as an address, when it is an IP literal (the HTTP
 /// client connects to those without resolving).
-pub(crate) fn literal_ip(host: &str) -> Option<IpAddr> {
+pub fn literal_ip(host: &str) -> Option<IpAddr> {
     host.trim_start_matches('[')
         .trim_end_matches(']')
         .parse()
@@ -272,12 +272,12 @@ pub(crate) fn literal_ip(host: &str) -> Option<IpAddr> {
 /// The HTTP client's resolver: the system's, with every address the guard
 /// refuses removed; a name with nothing left fails with the first refusal.
 #[derive(Clone)]
-pub(crate) struct GuardedResolver {
+pub struct GuardedResolver {
     guard: Arc<EgressGuard>,
 }
 
 impl GuardedResolver {
-    pub(crate) fn new(guard: Arc<EgressGuard>) -> GuardedResolver {
+    pub fn new(guard: Arc<EgressGuard>) -> GuardedResolver {
         GuardedResolver { guard }
     }
 }
