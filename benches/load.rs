@@ -12,7 +12,7 @@ use std::path::Path;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use ipsetmgr::bench_support::{ListFormat, parse_json_policies, parse_member_list, parse_policies};
-use ipsetmgr::ipset::Naming;
+use ipsetmgr_ipset::Naming;
 use ipsetmgr_policy::compile;
 
 struct Case {

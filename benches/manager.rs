@@ -6,9 +6,9 @@ use std::hint::black_box;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use ipsetmgr::dataplane::model::ModelDataplane;
-use ipsetmgr::ipset::{Family, Member, MemberSet, MemberSetBuilder, Naming, SetKind, SetType};
-use ipsetmgr::manager::{Manager, ManagerConfig};
+use ipsetmgr_dataplane::model::ModelDataplane;
+use ipsetmgr_ipset::{Family, Member, MemberSet, MemberSetBuilder, Naming, SetKind, SetType};
+use ipsetmgr_manager::{Manager, ManagerConfig};
 use ipsetmgr_policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
 
 fn addresses(n: u32) -> Vec<String> {

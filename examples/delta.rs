@@ -7,9 +7,9 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
 use clap::Parser;
-use ipsetmgr::dataplane::{Backend, open};
-use ipsetmgr::ipset::{Naming, SetType};
-use ipsetmgr::manager::{Manager, ManagerConfig};
+use ipsetmgr_dataplane::{Backend, open};
+use ipsetmgr_ipset::{Naming, SetType};
+use ipsetmgr_manager::{Manager, ManagerConfig};
 use ipsetmgr_policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
 
 #[derive(Parser)]
@@ -84,7 +84,7 @@ fn peak_rss_mb() -> f64 {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    ipsetmgr::dataplane::netns::enter(&args.netns)?;
+    ipsetmgr_dataplane::netns::enter(&args.netns)?;
     let dp = open(args.backend)?;
     let backend = dp.name();
     let mut mgr = Manager::new(dp, ManagerConfig::default());
@@ -107,7 +107,7 @@ fn main() -> anyhow::Result<()> {
     // free lists on the next allocation (about 9 ms here), which belongs to
     // the loader, not to the update: in `run` and the agent the loader
     // frees them on its own side and the kernel side trims the heap.
-    ipsetmgr::dataplane::memory::release_free_memory();
+    ipsetmgr_dataplane::memory::release_free_memory();
     let t = Instant::now();
     mgr.set_desired(c.sets, c.held);
     let diff = t.elapsed();

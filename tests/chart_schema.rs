@@ -453,7 +453,7 @@ proptest! {
     #[test]
     fn set_prefix_is_exactly_the_binarys_rule(p in "[A-Za-z0-9_. -]{0,10}|\\PC{0,10}") {
         let schema = accepted(&[("setPrefix", json!(p))]);
-        let binary = ipsetmgr::ipset::Naming::new(&p).is_ok();
+        let binary = ipsetmgr_ipset::Naming::new(&p).is_ok();
         prop_assert_eq!(schema, binary, "setPrefix={:?}", p);
     }
 

@@ -33,12 +33,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 
-use ipsetmgr::dataplane::Dataplane;
-use ipsetmgr::dataplane::cli::CliDataplane;
-use ipsetmgr::dataplane::netlink::NetlinkDataplane;
-use ipsetmgr::ipset::icmp::{ICMP_NAMES, ICMPV6_NAMES};
-use ipsetmgr::ipset::{Family, Naming, SetType};
-use ipsetmgr::manager::{ApplyOutcome, Manager, ManagerConfig, SetReport};
+use ipsetmgr_dataplane::Dataplane;
+use ipsetmgr_dataplane::cli::CliDataplane;
+use ipsetmgr_dataplane::netlink::NetlinkDataplane;
+use ipsetmgr_ipset::icmp::{ICMP_NAMES, ICMPV6_NAMES};
+use ipsetmgr_ipset::{Family, Naming, SetType};
+use ipsetmgr_manager::{ApplyOutcome, Manager, ManagerConfig, SetReport};
 use ipsetmgr_policy::{
     Compiled, DesiredSet, FamilySpec, IPSetPolicy, IPSetPolicySpec, PolicyError, compile,
 };

@@ -915,7 +915,7 @@ fn check_common_env(c: &Container, listen: &Listeners, what: &str) {
     );
     let prefix = env_value(c, "IPSETMGR_SET_PREFIX").unwrap_or_default();
     assert!(
-        ipsetmgr::ipset::Naming::new(&prefix).is_ok(),
+        ipsetmgr_ipset::Naming::new(&prefix).is_ok(),
         "{what}: set prefix {prefix:?} is not valid"
     );
 }
@@ -2893,7 +2893,7 @@ fn node_state_admission_policy_is_optional_and_holds_agents_to_their_node() {
 
 #[test]
 fn samples_are_valid_policies_one_per_type() {
-    use ipsetmgr::ipset::{Naming, SetType};
+    use ipsetmgr_ipset::{Naming, SetType};
     use ipsetmgr_policy::{compile, load_policies};
 
     let dir = repo("config/samples");
@@ -2978,7 +2978,7 @@ fn e2e_kind_cluster_has_an_edge_worker() {
 /// shows the iptables rule that matches its set, under the real kernel name.
 #[test]
 fn source_samples_show_the_rule_for_their_real_kernel_set() {
-    use ipsetmgr::ipset::{Naming, SetType};
+    use ipsetmgr_ipset::{Naming, SetType};
     use ipsetmgr_policy::compile;
     use ipsetmgr_policy::load::load_file;
 
