@@ -25,6 +25,7 @@ use super::sources::{Memory, Outcome, evaluate_sources, sources_message};
 use super::store::Store;
 use super::writer::{Job, Plan};
 use ipsetmgr_api::IPSetPolicy;
+use ipsetmgr_cluster::tolerant::Tolerant;
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_policy::compile::{MemberCache, PolicyError, PolicyErrorKind, compile_inputs};
 
@@ -296,7 +297,8 @@ impl Controller {
     }
 
     /// Validate every policy and plan the writes that bring the server's
-    /// statuses in line.
+    /// statuses in line: validity first, then each policy's status, the
+    /// Warning events of invalid policies, and the node states to collect.
     fn evaluate(&mut self) {
         if !self.store.listed() {
             return;
@@ -305,10 +307,29 @@ impl Controller {
         let now = Timestamp::now();
         self.evaluate_sources(now);
         let validity = self.validate();
-        let revisions = self.store.revisions();
+        let plan = self.statuses(&validity, now);
+        let mut jobs = self.warnings(&validity);
+        jobs.extend(self.collect_node_states());
+        self.count_policies(&validity);
+        self.plans.send_if_modified(|current| {
+            if **current == plan {
+                return false;
+            }
+            *current = Arc::new(plan);
+            true
+        });
+        for job in jobs {
+            if self.jobs.try_send(job).is_err() {
+                tracing::warn!("the writer is behind; a write was dropped and is redone later");
+            }
+        }
+    }
+
+    /// Each node as a status sees it: its labels, its state, how long ago
+    /// the controller saw it change.
+    fn node_views(&self) -> BTreeMap<&str, NodeView<'_>> {
         let clock = Instant::now();
-        let nodes: BTreeMap<&str, NodeView<'_>> = self
-            .store
+        self.store
             .nodes
             .items()
             .iter()
@@ -329,39 +350,21 @@ impl Controller {
                     },
                 )
             })
-            .collect();
+            .collect()
+    }
+
+    /// The status each policy should have, for those whose status on the
+    /// server differs.
+    fn statuses(&self, validity: &HashMap<String, Validity>, now: Timestamp) -> Plan {
+        let revisions = self.store.revisions();
+        let nodes = self.node_views();
         let mut plan = Plan::new();
-        let mut jobs = Vec::new();
         for (name, t) in self.store.policies.items() {
-            let placeholder;
-            let (policy, previous) = match &t.value {
-                Ok(p) => (p, p.status.as_ref()),
-                Err(_) => {
-                    // Unreadable: report it anyway (a status write needs no spec).
-                    let spec = ipsetmgr_api::IPSetPolicySpec {
-                        // Selects nothing: what it would select is unknown.
-                        node_selector: Some(
-                            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
-                                match_labels: Some([(String::new(), String::new())].into()),
-                                match_expressions: None,
-                            },
-                        ),
-                        ..ipsetmgr_api::IPSetPolicySpec::new(
-                            ipsetmgr_ipset::SetType::HashIp,
-                            Default::default(),
-                            Vec::new(),
-                        )
-                    };
-                    let mut p = IPSetPolicy::new(name, spec);
-                    p.metadata.generation = t.generation;
-                    p.metadata.uid = t.uid.clone();
-                    placeholder = p;
-                    (&placeholder, None)
-                }
-            };
+            let policy = readable_or_placeholder(name, t);
+            let previous = t.value.as_ref().ok().and_then(|p| p.status.as_ref());
             let v = &validity[name.as_str()];
             let revision = revisions.get(name.as_str()).map_or("", String::as_str);
-            let mut status = status_for(policy, v, revision, &nodes, previous, now);
+            let mut status = status_for(&policy, v, revision, &nodes, previous, now);
             if let Some(entries) = self.sources.statuses.get(name.as_str()) {
                 status.conditions.push(super::evaluate::sources_condition(
                     sources_message(entries),
@@ -374,16 +377,26 @@ impl Controller {
             if previous != Some(&status) {
                 plan.insert(name.clone(), status);
             }
-            if let Validity::Invalid { message } = v {
-                let key = (t.uid.clone(), t.generation.unwrap_or(0), message.clone());
-                if self.warned.get(name) != Some(&key) {
-                    jobs.push(Job::Warn {
-                        regarding: policy.object_ref(&()),
-                        reason: "InvalidPolicy".into(),
-                        note: ipsetmgr_policy::text::bounded(message, 1000).into_owned(),
-                    });
-                    self.warned.insert(name.clone(), key);
-                }
+        }
+        plan
+    }
+
+    /// One Warning event per invalid policy, uid, generation and message:
+    /// not repeated while they stay the same, forgotten once valid.
+    fn warnings(&mut self, validity: &HashMap<String, Validity>) -> Vec<Job> {
+        let mut jobs = Vec::new();
+        for (name, t) in self.store.policies.items() {
+            let Validity::Invalid { message } = &validity[name.as_str()] else {
+                continue;
+            };
+            let key = (t.uid.clone(), t.generation.unwrap_or(0), message.clone());
+            if self.warned.get(name) != Some(&key) {
+                jobs.push(Job::Warn {
+                    regarding: readable_or_placeholder(name, t).object_ref(&()),
+                    reason: "InvalidPolicy".into(),
+                    note: ipsetmgr_policy::text::bounded(message, 1000).into_owned(),
+                });
+                self.warned.insert(name.clone(), key);
             }
         }
         self.warned.retain(|n, _| {
@@ -391,8 +404,14 @@ impl Controller {
                 .get(n.as_str())
                 .is_some_and(|v| matches!(v, Validity::Invalid { .. }))
         });
-        // Node states of Nodes that are gone (their ownerReference normally
-        // takes care of it; this covers states created before the Node was known).
+        jobs
+    }
+
+    /// Node states of Nodes that are gone (their ownerReference normally
+    /// takes care of it; this covers states created before the Node was
+    /// known), each deleted once.
+    fn collect_node_states(&mut self) -> Vec<Job> {
+        let mut jobs = Vec::new();
         for name in self.store.node_states.items().keys() {
             if self.store.nodes.get(name).is_none() && self.deleting.insert(name.clone()) {
                 jobs.push(Job::DeleteNodeState(name.clone()));
@@ -400,24 +419,16 @@ impl Controller {
         }
         self.deleting
             .retain(|n| self.store.node_states.get(n).is_some());
+        jobs
+    }
+
+    fn count_policies(&self, validity: &HashMap<String, Validity>) {
         let invalid = validity
             .values()
             .filter(|v| matches!(v, Validity::Invalid { .. }))
             .count();
         self.shared.metrics.policies.set(validity.len() as i64);
         self.shared.metrics.invalid_policies.set(invalid as i64);
-        self.plans.send_if_modified(|current| {
-            if **current == plan {
-                return false;
-            }
-            *current = Arc::new(plan);
-            true
-        });
-        for job in jobs {
-            if self.jobs.try_send(job).is_err() {
-                tracing::warn!("the writer is behind; a write was dropped and is redone later");
-            }
-        }
     }
 
     /// Compile every policy with its slices, for no node in particular.
@@ -482,4 +493,34 @@ impl Controller {
         }
         out
     }
+}
+
+/// The policy, or for one that does not deserialize a stand-in with its
+/// name, uid and generation that selects no node: its status and events
+/// are still written (a status write needs no spec).
+fn readable_or_placeholder<'a>(
+    name: &str,
+    t: &'a Tolerant<IPSetPolicy>,
+) -> std::borrow::Cow<'a, IPSetPolicy> {
+    if let Ok(p) = &t.value {
+        return std::borrow::Cow::Borrowed(p);
+    }
+    let spec = ipsetmgr_api::IPSetPolicySpec {
+        // Selects nothing: what it would select is unknown.
+        node_selector: Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some([(String::new(), String::new())].into()),
+                match_expressions: None,
+            },
+        ),
+        ..ipsetmgr_api::IPSetPolicySpec::new(
+            ipsetmgr_ipset::SetType::HashIp,
+            Default::default(),
+            Vec::new(),
+        )
+    };
+    let mut p = IPSetPolicy::new(name, spec);
+    p.metadata.generation = t.generation;
+    p.metadata.uid = t.uid.clone();
+    std::borrow::Cow::Owned(p)
 }
