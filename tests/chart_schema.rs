@@ -10,7 +10,7 @@
 //! chart passes them): it parses every flag, then stops at once on the empty
 //! node name, before touching a kernel or an API server. Values the schema
 //! accepts, fixed ones and generated from its own patterns, must get that far.
-//! tests/manifests.rs renders the chart only with values the schema accepts.
+//! tests/manifests/ renders the chart only with values the schema accepts.
 
 #[path = "support/values.rs"]
 mod values;

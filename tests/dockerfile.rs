@@ -5,7 +5,7 @@
 //!
 //! What is pinned here is the contract with the pod specs and the reasons in
 //! docs/image.md: the agent ENTRYPOINT and the binary's path (the controller
-//! Deployment runs `/usr/local/bin/ipsetmgr controller`; tests/manifests.rs
+//! Deployment runs `/usr/local/bin/ipsetmgr controller`; tests/manifests/
 //! checks that side), a stripped binary built with `--locked` and cached by
 //! cargo-chef under the same profile, a runtime stage without a shell that
 //! still has `ipset` for the cli backend, OCI labels from build arguments,
