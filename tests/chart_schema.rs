@@ -293,7 +293,7 @@ fn binary_verdict(values: &Value) -> Result<(), String> {
             panic!(
                 "ipsetmgr {flags:?} still runs after 20 s: the agent no longer stops on an \
                  empty node name before starting, so this test cannot ask it (see {PARSED:?} \
-                 in src/agent)"
+                 in src/commands/agent.rs)"
             );
         }
         std::thread::sleep(Duration::from_millis(5));

@@ -1,6 +1,8 @@
-//! The file-mode commands (`apply`, `run`, `sets`): policy files to kernel
-//! sets through the manager, without a cluster; and `slice`, which turns a
-//! member list into IPSetMemberSlice objects for a cluster.
+//! The commands. File mode (`apply`, `run`, `sets`): policy files to kernel
+//! sets through the manager, without a cluster; `slice`, which turns a
+//! member list into IPSetMemberSlice objects for a cluster; and the wiring
+//! of the cluster roles (`agent`, `controller`, `hollow`), whose parts are
+//! the `ipsetmgr-agent` and `ipsetmgr-controller` crates.
 
 pub(crate) mod agent;
 pub mod apply;

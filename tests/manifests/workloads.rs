@@ -66,7 +66,7 @@ pub(crate) fn check_env_names(c: &Container, known: &[&str], what: &str) {
     }
 }
 
-/// A duration as the flags parse it (src/duration.rs): a bare number of
+/// A duration as the flags parse it (crates/policy/src/duration.rs): a bare number of
 /// seconds, or jiff's friendly format (60s, 5m, 1h30m); more than zero and at
 /// most a year.
 pub(crate) fn positive_duration(s: &str) -> bool {
