@@ -49,7 +49,7 @@ pub struct Snapshot {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PolicyFacts {
     pub generation: i64,
-    /// See `cluster::slices::members_revision`.
+    /// See `ipsetmgr_policy::revision::members_revision`.
     pub revision: String,
     /// Its kernel sets (none when it failed to compile).
     pub sets: Vec<String>,

@@ -17,13 +17,14 @@ use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy};
 use ipsetmgr_cluster::kind_guard::KindGuard;
 use ipsetmgr_cluster::listing::{Change, Listing};
 use ipsetmgr_cluster::slices::{
-    ClusterLimits, SliceEntry, by_policy, cluster_inputs, members_revision, same_slice, slice_entry,
+    ClusterLimits, SliceEntry, by_policy, cluster_inputs, same_slice, slice_entry,
 };
 use ipsetmgr_cluster::tolerant::Tolerant;
 use ipsetmgr_ipset::{Family, Naming};
 use ipsetmgr_policy::compile::{
     Compiled, MemberCache, PolicyError, PolicyErrorKind, PolicyInput, compile_inputs,
 };
+use ipsetmgr_policy::revision::members_revision;
 
 /// One policy as the agent keeps it.
 #[derive(Clone, Debug)]

@@ -11,10 +11,11 @@ use tokio::time::Instant;
 use ipsetmgr_api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
 use ipsetmgr_cluster::listing::{Change, Listing};
 use ipsetmgr_cluster::slices::{
-    ClusterLimits, SliceEntry, by_policy, cluster_inputs, members_revision, same_slice, slice_entry,
+    ClusterLimits, SliceEntry, by_policy, cluster_inputs, same_slice, slice_entry,
 };
 use ipsetmgr_cluster::tolerant::Tolerant;
 use ipsetmgr_policy::compile::PolicyInput;
+use ipsetmgr_policy::revision::members_revision;
 
 use ipsetmgr_policy::sources::cluster::{
     Labels, NodeView, PodView, ServiceView, node_view, pod_view, service_view,

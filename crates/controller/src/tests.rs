@@ -230,7 +230,7 @@ fn state(node: &str, rv: &str, ago: i64, entries: Value) -> Value {
 /// A node state entry for a policy without slices at `generation`.
 fn entry(policy: &str, generation: i64, synced: bool) -> Value {
     let uid = format!("uid-{policy}");
-    let revision = ipsetmgr_cluster::slices::members_revision(Some(&uid), generation, &[]);
+    let revision = ipsetmgr_policy::revision::members_revision(Some(&uid), generation, &[]);
     json!({"name": policy, "observedGeneration": generation, "revision": revision,
            "synced": synced, "problems": 1})
 }
@@ -373,7 +373,7 @@ async fn a_slice_change_is_waited_for_like_a_spec_change() {
             version: rv,
             members: Err(ipsetmgr_policy::compile::NoMembers::Unreadable("")),
         };
-        ipsetmgr_cluster::slices::members_revision(Some("uid-p"), 1, &[s])
+        ipsetmgr_policy::revision::members_revision(Some("uid-p"), 1, &[s])
     };
     let node_entry = |rv: &str| json!([{"name": "p", "observedGeneration": 1, "revision": revision(rv), "synced": true}]);
     h.list(
@@ -1071,7 +1071,7 @@ async fn nodes_converging_cost_at_most_three_status_writes() {
 
 async fn nodes_converging(slow: bool) {
     let h = Harness::start_paced(true, Duration::from_secs(10));
-    let revision = |g: i64| ipsetmgr_cluster::slices::members_revision(Some("uid-p"), g, &[]);
+    let revision = |g: i64| ipsetmgr_policy::revision::members_revision(Some("uid-p"), g, &[]);
     let entry = |g: i64| json!([{"name": "p", "observedGeneration": g, "revision": revision(g), "synced": true}]);
     let nodes = ["a", "b", "c", "d", "e", "f"];
     h.list(

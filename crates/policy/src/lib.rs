@@ -15,6 +15,7 @@ pub mod duration;
 pub mod k8s_names;
 pub mod load;
 pub mod member_list;
+pub mod revision;
 pub mod selector;
 pub mod slicing;
 pub mod sources;
