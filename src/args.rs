@@ -104,7 +104,7 @@ pub enum Command {
         /// member per line, `#` comments; or YAML/JSON) to a policy's
         /// members, as a slice would (repeatable).
         #[arg(long = "members", value_name = "POLICY=FILE", value_parser = parse_members_file)]
-        members: Vec<crate::commands::MembersFile>,
+        members: Vec<crate::files::MembersFile>,
         #[command(flatten)]
         labels: NodeLabels,
         #[command(flatten)]
@@ -361,14 +361,14 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 }
 
 /// `POLICY=FILE`: the policy a member list belongs to, and the list's path.
-fn parse_members_file(s: &str) -> Result<crate::commands::MembersFile, String> {
+fn parse_members_file(s: &str) -> Result<crate::files::MembersFile, String> {
     let (policy, path) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?}: expected POLICY=FILE"))?;
     if policy.is_empty() || path.is_empty() {
         return Err(format!("{s:?}: expected POLICY=FILE, both non-empty"));
     }
-    Ok(crate::commands::MembersFile {
+    Ok(crate::files::MembersFile {
         policy: policy.to_string(),
         path: PathBuf::from(path),
     })

@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use super::{FilePolicies, load, table};
+use super::table;
+use crate::files::{FilePolicies, load};
 use ipsetmgr_agent::kernel::Opened;
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_manager::{ApplyOutcome, DeletionReport, ManagerConfig, Plan, SetsBackend};
@@ -15,7 +16,7 @@ use ipsetmgr_policy::PolicyError;
 pub struct ApplyArgs {
     pub paths: Vec<PathBuf>,
     /// Plain member lists added to policies.
-    pub members: Vec<super::MembersFile>,
+    pub members: Vec<crate::files::MembersFile>,
     pub dry_run: bool,
     pub prune: bool,
     /// `Some`: evaluate nodeSelectors against these labels.

@@ -4,7 +4,7 @@
 //! recreated, and keeps the kernel as it is while the files do not load
 //! (fail static). Resyncs and retries are the driver's.
 //!
-//! `membersFrom` sources are kept across reloads (`file_sources.rs`): a
+//! `membersFrom` sources are kept across reloads (`src/files/sources.rs`): a
 //! `file` is read again when it changes (watched, and stat'ed at every
 //! resync and every `interval`), a `url` on its own interval. A url that
 //! fails keeps its last good members in force; a file that fails holds its
@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 
-use super::file_sources::LocalSources;
-use super::read_files;
+use crate::files::read_files;
+use crate::files::sources::LocalSources;
 use ipsetmgr_agent::kernel::KernelSide;
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_manager::driver::{Command, Observer, Report};

@@ -644,7 +644,7 @@ mod loopback;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::{FilePolicies, load, read_files};
+    use crate::files::{FilePolicies, load, read_files};
     use ipsetmgr_ipset::Naming;
 
     /// File mode's defaults: the tests' feeds are on loopback.
