@@ -9,11 +9,14 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::commands::slice::{OutputFormat, parse_policy_name};
+use ipsetmgr_agent::node_state::Pacing;
 use ipsetmgr_cluster::logging::LogFormat;
+use ipsetmgr_cluster::slices::ClusterLimits;
 use ipsetmgr_dataplane::Backend;
 use ipsetmgr_feeds::egress::{Cidr, EgressGuard, Setting as EgressSetting};
 use ipsetmgr_ipset::SetType;
 use ipsetmgr_policy::FamilySpec;
+use ipsetmgr_policy::compile::{MAX_HASH_SIZE, MAX_MAX_ELEM, MIN_HASH_SIZE};
 use ipsetmgr_policy::duration;
 use ipsetmgr_policy::member_list::ListFormat;
 
@@ -64,8 +67,8 @@ pub struct Cli {
     )]
     pub backend: Backend,
     /// Log format on stderr.
-    #[arg(long, global = true, env = "IPSETMGR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    #[arg(long, global = true, env = "IPSETMGR_LOG_FORMAT", value_enum, default_value_t = LogFormatArg::Text)]
+    pub log_format: LogFormatArg,
     /// How long a command that writes to the kernel waits for another
     /// ipsetmgr writing the same prefix in this network namespace (0: fail at
     /// once).
@@ -205,9 +208,9 @@ pub struct AgentConfig {
     #[arg(long, env = "IPSETMGR_HEARTBEAT_INTERVAL", default_value = defaults::HEARTBEAT_INTERVAL, value_parser = ipsetmgr_policy::duration::parse_positive)]
     pub heartbeat_interval: Duration,
     #[command(flatten)]
-    pub limits: ipsetmgr_cluster::slices::ClusterLimits,
+    pub limits: Limits,
     #[command(flatten)]
-    pub node_state: ipsetmgr_agent::node_state::Pacing,
+    pub node_state: NodeStatePacing,
 }
 
 /// Flags of `ipsetmgr controller`.
@@ -232,7 +235,7 @@ pub struct ControllerConfig {
     #[command(flatten)]
     pub egress: FeedEgress,
     #[command(flatten)]
-    pub limits: ipsetmgr_cluster::slices::ClusterLimits,
+    pub limits: Limits,
     /// A policy status change of counts and messages only is written at
     /// most once per this interval (a change of its conditions at once):
     /// every status write reaches every agent.
@@ -259,9 +262,67 @@ pub struct HollowConfig {
     #[arg(long, default_value = "10m", value_parser = ipsetmgr_policy::duration::parse_positive)]
     pub resync_interval: Duration,
     #[command(flatten)]
-    pub node_state: ipsetmgr_agent::node_state::Pacing,
+    pub node_state: NodeStatePacing,
     #[command(flatten)]
-    pub limits: ipsetmgr_cluster::slices::ClusterLimits,
+    pub limits: Limits,
+}
+
+/// Log formats on stderr (`ipsetmgr_cluster::logging::LogFormat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormatArg {
+    Text,
+    Json,
+}
+
+impl From<LogFormatArg> for LogFormat {
+    fn from(f: LogFormatArg) -> LogFormat {
+        match f {
+            LogFormatArg::Text => LogFormat::Text,
+            LogFormatArg::Json => LogFormat::Json,
+        }
+    }
+}
+
+/// This cluster's own caps on what a policy may ask of every node's kernel
+/// (`ipsetmgr_cluster::slices::ClusterLimits`; the agents and the
+/// controller take the same values, from the chart's `limits`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::Args)]
+pub struct Limits {
+    /// The largest `maxElem` a policy may have in this cluster (at most the
+    /// CRD's maximum, 16777216); a policy above it is invalid and held.
+    #[arg(long = "max-set-elements", env = "IPSETMGR_MAX_SET_ELEMENTS", default_value_t = MAX_MAX_ELEM, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_MAX_ELEM)))]
+    pub max_elem: u32,
+    /// The largest `hashSize` a policy may have in this cluster (at most
+    /// the CRD's maximum, 1048576: 8 MiB of kernel memory per set).
+    #[arg(long = "max-hash-size", env = "IPSETMGR_MAX_HASH_SIZE", default_value_t = MAX_HASH_SIZE, value_parser = clap::value_parser!(u32).range(i64::from(MIN_HASH_SIZE)..=i64::from(MAX_HASH_SIZE)))]
+    pub hash_size: u32,
+}
+
+impl From<Limits> for ClusterLimits {
+    fn from(l: Limits) -> ClusterLimits {
+        ClusterLimits {
+            max_elem: l.max_elem,
+            hash_size: l.hash_size,
+        }
+    }
+}
+
+/// `--node-state-interval` (`ipsetmgr_agent::node_state::Pacing`).
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct NodeStatePacing {
+    /// At most one node-state write per this interval; what changes in
+    /// between is written together (the latest state wins). A change is
+    /// also first given a moment to settle (300 ms without another).
+    #[arg(id = "node_state_interval", long = "node-state-interval", value_name = "DURATION", env = "IPSETMGR_NODE_STATE_INTERVAL", default_value = "5s", value_parser = ipsetmgr_policy::duration::parse_positive)]
+    pub interval: Duration,
+}
+
+impl From<NodeStatePacing> for Pacing {
+    fn from(p: NodeStatePacing) -> Pacing {
+        Pacing {
+            interval: p.interval,
+        }
+    }
 }
 
 /// `--type` of `slice`: a hash type. list:set members name other policies,

@@ -39,7 +39,7 @@ fn real_main() -> Result<bool> {
         }
         _ => "warn",
     };
-    logging::init(cli.log_format, level);
+    logging::init(cli.log_format.into(), level);
     let naming = Naming::new(&cli.set_prefix)?;
     let opts = KernelOptions {
         netns: cli.netns.clone(),

@@ -55,8 +55,7 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
     let (status_tx, status_rx) = tokio::sync::watch::channel(None);
     let writer = tokio::spawn(node_state::run_writer(
         client.clone(),
-        config
-            .node_state
+        node_state::Pacing::from(config.node_state)
             .writer(&config.node_name, config.heartbeat_interval),
         status_rx,
         shared.clone(),
@@ -65,7 +64,7 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
     let crds = inputs::guarded_crds();
     let inputs = inputs::watch_inputs(client, &config.node_name);
     let mut settings = event_loop::Settings::new(naming, config.heartbeat_interval);
-    settings.limits = config.limits;
+    settings.limits = config.limits.into();
     let agent = event_loop::Agent::new(
         settings,
         &crds,

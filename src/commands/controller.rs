@@ -35,7 +35,7 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
         "controller starting"
     );
     let mut settings = event_loop::Settings::new(naming);
-    settings.limits = config.limits;
+    settings.limits = config.limits.into();
     let shared = metrics::ControllerShared::new(settings.tick);
 
     let listeners = ipsetmgr_cluster::server::bind(config.health_listen, config.listen).await?;

@@ -96,12 +96,12 @@ pub async fn run_hollow(config: HollowConfig, naming: Naming) -> anyhow::Result<
         let (status_tx, status_rx) = tokio::sync::watch::channel(None);
         let writer = tokio::spawn(node_state::run_writer(
             client.clone(),
-            config.node_state.writer(name, config.heartbeat_interval),
+            node_state::Pacing::from(config.node_state).writer(name, config.heartbeat_interval),
             status_rx,
             shared.clone(),
         ));
         let mut settings = Settings::new(naming.clone(), config.heartbeat_interval);
-        settings.limits = config.limits;
+        settings.limits = config.limits.into();
         let agent = Agent::new(
             settings,
             &crds,

@@ -135,12 +135,10 @@ pub struct Pending {
 /// change that arrives as many slice updates (each its own compile and
 /// apply) must cost the API server a write or two, not one per slice: at
 /// 5,000 nodes each write of every node is 5,000 writes to etcd.
-#[derive(Clone, Copy, Debug, clap::Args)]
+/// (The flag is `src/args.rs`'s `NodeStatePacing`.)
+#[derive(Clone, Copy, Debug)]
 pub struct Pacing {
-    /// At most one node-state write per this interval; what changes in
-    /// between is written together (the latest state wins). A change is
-    /// also first given a moment to settle (300 ms without another).
-    #[arg(id = "node_state_interval", long = "node-state-interval", value_name = "DURATION", env = "IPSETMGR_NODE_STATE_INTERVAL", default_value = "5s", value_parser = ipsetmgr_policy::duration::parse_positive)]
+    /// At most one node-state write per this interval.
     pub interval: Duration,
 }
 

@@ -11,7 +11,8 @@
 use tracing_subscriber::EnvFilter;
 
 /// Log formats on stderr.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+/// (`--log-format` is `src/args.rs`'s `LogFormatArg`.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
     Json,

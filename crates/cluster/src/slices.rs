@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::tolerant::Tolerant;
 use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
 use ipsetmgr_policy::compile::{
-    MAX_HASH_SIZE, MAX_MAX_ELEM, MIN_HASH_SIZE, MemberList, NoMembers, PolicyError,
-    PolicyErrorKind, PolicyInput, SliceInput,
+    MAX_HASH_SIZE, MAX_MAX_ELEM, MemberList, NoMembers, PolicyError, PolicyErrorKind, PolicyInput,
+    SliceInput,
 };
 use ipsetmgr_policy::sources::spec::{Setting, parse_sources};
 
@@ -111,16 +111,13 @@ pub fn by_policy(slices: &BTreeMap<String, SliceEntry>) -> BTreeMap<&str, Vec<Sl
 /// This cluster's own caps on what a policy may ask of every node's kernel
 /// (`--max-set-elements`, `--max-hash-size`; the agents and the controller
 /// take the same values, from the chart's `limits`). The CRD's schema and
-/// the compiler bound them everywhere; these may bound them lower.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::Args)]
+/// the compiler bound them everywhere; these may bound them lower. (The
+/// flags are `src/args.rs`'s `Limits`.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClusterLimits {
-    /// The largest `maxElem` a policy may have in this cluster (at most the
-    /// CRD's maximum, 16777216); a policy above it is invalid and held.
-    #[arg(long = "max-set-elements", env = "IPSETMGR_MAX_SET_ELEMENTS", default_value_t = MAX_MAX_ELEM, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_MAX_ELEM)))]
+    /// The largest `maxElem` a policy may have in this cluster.
     pub max_elem: u32,
-    /// The largest `hashSize` a policy may have in this cluster (at most
-    /// the CRD's maximum, 1048576: 8 MiB of kernel memory per set).
-    #[arg(long = "max-hash-size", env = "IPSETMGR_MAX_HASH_SIZE", default_value_t = MAX_HASH_SIZE, value_parser = clap::value_parser!(u32).range(i64::from(MIN_HASH_SIZE)..=i64::from(MAX_HASH_SIZE)))]
+    /// The largest `hashSize` a policy may have in this cluster.
     pub hash_size: u32,
 }
 
