@@ -29,8 +29,8 @@ pub struct FeedJob {
     pub family: FamilySpec,
 }
 
-pub type FeedKey = (String, usize);
-pub type FeedJobs = BTreeMap<FeedKey, FeedJob>;
+pub(crate) type FeedKey = (String, usize);
+pub(crate) type FeedJobs = BTreeMap<FeedKey, FeedJob>;
 
 /// What the last fetch of one source came to.
 #[derive(Clone, Debug)]
@@ -43,7 +43,7 @@ pub struct FeedResult {
     pub error: Option<String>,
 }
 
-pub type FeedResults = BTreeMap<FeedKey, FeedResult>;
+pub(crate) type FeedResults = BTreeMap<FeedKey, FeedResult>;
 /// What the runner yields: one fetch's outcome for its source. Its own
 /// item, not the controller's `Input`, so this module does not import the
 /// watches' (`inputs` wraps it as `Input::Feed`).

@@ -7,19 +7,19 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-pub struct LeaderPlans<P> {
+pub(crate) struct LeaderPlans<P> {
     plans: watch::Receiver<Arc<P>>,
     leader: watch::Receiver<bool>,
 }
 
 impl<P> LeaderPlans<P> {
-    pub fn new(plans: watch::Receiver<Arc<P>>, leader: watch::Receiver<bool>) -> Self {
+    pub(crate) fn new(plans: watch::Receiver<Arc<P>>, leader: watch::Receiver<bool>) -> Self {
         LeaderPlans { plans, leader }
     }
 
     /// Whether this replica leads now: one-off jobs are dropped otherwise
     /// (the leader does the same work).
-    pub fn leads(&self) -> bool {
+    pub(crate) fn leads(&self) -> bool {
         *self.leader.borrow()
     }
 
@@ -28,7 +28,7 @@ impl<P> LeaderPlans<P> {
     /// skipped: only the newest matters, and it is taken on becoming the
     /// leader. Cancel safe (it only awaits `watch::Receiver::changed`), so
     /// it can stand in a `select!` beside other work.
-    pub async fn next(&mut self) -> Option<Arc<P>> {
+    pub(crate) async fn next(&mut self) -> Option<Arc<P>> {
         loop {
             tokio::select! {
                 changed = self.plans.changed() => {

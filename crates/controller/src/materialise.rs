@@ -49,10 +49,10 @@ pub enum SliceOp {
 }
 
 /// Slice name → what to do with it.
-pub type SlicePlan = BTreeMap<String, SliceOp>;
+pub(crate) type SlicePlan = BTreeMap<String, SliceOp>;
 
 /// What a source wants now.
-pub enum Wanted<'a> {
+pub(crate) enum Wanted<'a> {
     /// These members (sorted, distinct, canonical).
     Members(&'a [String]),
     /// Unknown now (not listed, not fetched, failing): keep its slices.
@@ -109,7 +109,7 @@ fn same_members(existing: &SliceEntry, members: &[&str]) -> bool {
 /// Add to `plan` what brings source `index` of `policy` in line; returns an
 /// error to report for the source (a clash with a user's slice, too many
 /// members), in which case nothing of it is deleted.
-pub fn plan_source(
+pub(crate) fn plan_source(
     policy: &IPSetPolicy,
     index: usize,
     wanted: Wanted<'_>,
@@ -164,7 +164,7 @@ pub fn plan_source(
 /// The controller's slices whose policy or source is gone. `policies` maps
 /// every policy to its number of sources, `None` for one that could not be
 /// read (what it wants is unknown: its slices stay).
-pub fn plan_orphans(
+pub(crate) fn plan_orphans(
     slices: &BTreeMap<String, SliceEntry>,
     policies: &BTreeMap<&str, Option<usize>>,
     plan: &mut SlicePlan,

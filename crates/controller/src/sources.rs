@@ -27,17 +27,17 @@ const MAX_ERROR_LEN: usize = 1000;
 /// its members last changed (a status field that must not move unless
 /// they do).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Remembered {
+pub(crate) struct Remembered {
     kind: &'static str,
     digest: [u8; 8],
     members: i64,
     since: Timestamp,
 }
 
-pub type Memory = BTreeMap<(String, usize), Remembered>;
+pub(crate) type Memory = BTreeMap<(String, usize), Remembered>;
 
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub plan: SlicePlan,
     pub statuses: BTreeMap<String, Vec<SourceStatus>>,
     pub needs: Needs,
@@ -62,7 +62,7 @@ fn needs_of(sources: &[Source], needs: &mut Needs) {
 }
 
 /// Evaluate every policy's sources.
-pub fn evaluate_sources(
+pub(crate) fn evaluate_sources(
     store: &Store,
     fetched: &FeedResults,
     memory: &mut Memory,
@@ -267,7 +267,7 @@ fn status_entry(
 }
 
 /// The condition that says whether every source is in force.
-pub fn sources_message(statuses: &[SourceStatus]) -> Option<String> {
+pub(crate) fn sources_message(statuses: &[SourceStatus]) -> Option<String> {
     let failing: Vec<String> = statuses
         .iter()
         .filter_map(|s| {

@@ -44,7 +44,7 @@ fn name_part(s: &str) -> bool {
 
 /// A label key: `[prefix/]name`, the prefix a DNS subdomain, the name as
 /// [`name_part`] says.
-pub fn label_key(s: &str) -> Result<(), String> {
+pub(crate) fn label_key(s: &str) -> Result<(), String> {
     let (prefix, name) = match s.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, s),
@@ -61,7 +61,7 @@ pub fn label_key(s: &str) -> Result<(), String> {
 }
 
 /// A label value: empty, or as [`name_part`] says.
-pub fn label_value(s: &str) -> Result<(), String> {
+pub(crate) fn label_value(s: &str) -> Result<(), String> {
     if s.is_empty() || name_part(s) {
         Ok(())
     } else {

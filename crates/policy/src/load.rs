@@ -318,7 +318,7 @@ pub fn policy_files(path: &Path) -> Found {
 /// The most YAML nodes a file may hold (members are one node each).
 const MAX_YAML_NODES: usize = 20_000_000;
 
-pub fn yaml_options() -> serde_saphyr::Options {
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
     // Policies may carry millions of members: raise the node and scalar
     // budgets (the defaults protect configs of a few hundred thousand nodes)
     // while keeping every other protection of the parser.
@@ -338,11 +338,11 @@ pub fn yaml_options() -> serde_saphyr::Options {
 
 /// A parser message, bounded: parsers quote input, and a policy file may
 /// hold a megabyte on one line.
-pub fn bounded(message: String) -> String {
+pub(crate) fn bounded(message: String) -> String {
     crate::text::bounded(&message, MAX_MESSAGE_LEN).into_owned()
 }
 
-pub fn strip_bom(text: &str) -> &str {
+pub(crate) fn strip_bom(text: &str) -> &str {
     text.strip_prefix('\u{feff}').unwrap_or(text)
 }
 
@@ -499,7 +499,7 @@ pub fn load_policies(path: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
 /// Read at most [`MAX_FILE_BYTES`] of a regular file. The file is opened
 /// non-blocking, so a FIFO put in its place after the directory walk cannot
 /// hang the caller either; anything but a regular file is refused.
-pub fn read_bounded(f: &Path) -> Result<Vec<u8>, LoadError> {
+pub(crate) fn read_bounded(f: &Path) -> Result<Vec<u8>, LoadError> {
     let io = |source| LoadError::Io {
         path: f.to_path_buf(),
         source,

@@ -21,14 +21,14 @@
 
 /// Blocks shorter than this are left to the parser: lifting them saves
 /// nothing measurable.
-pub const MIN_LIFTED: usize = 256;
+pub(crate) const MIN_LIFTED: usize = 256;
 
 /// The markers' common prefix. A text that already contains it is never
 /// lifted, so a marker cannot be confused with anything the author wrote.
 const MARKER_PREFIX: &str = "ipsetmgr-lifted-members-";
 
 /// A text with its member blocks lifted out.
-pub struct Lifted<'t> {
+pub(crate) struct Lifted<'t> {
     /// What the parser reads.
     pub text: String,
     /// The lifted lists, in order: list `i` is behind marker `i`.
@@ -74,7 +74,7 @@ fn marker_index(s: &str) -> Option<usize> {
 /// Lift every member block of at least `min` items; `None` when there is
 /// none (or the text contains the marker prefix, or more than `max_items`
 /// members would be lifted: the parser's own budget then decides).
-pub fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted<'_>> {
+pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted<'_>> {
     if text.contains(MARKER_PREFIX) {
         return None;
     }

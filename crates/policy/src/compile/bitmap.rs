@@ -11,14 +11,14 @@ use ipsetmgr_ipset::{MemberSet, SetRange, SetType};
 
 /// The policy's range, when it has a valid one (errors come from
 /// [`header_errors`]).
-pub fn range(p: &IPSetPolicy) -> Option<SetRange> {
+pub(crate) fn range(p: &IPSetPolicy) -> Option<SetRange> {
     let text = p.spec.range.as_deref()?;
     SetRange::parse(p.spec.set_type, text).ok()
 }
 
 /// What is wrong with a policy's bitmap fields (its range, and the fields
 /// that do not apply to its type).
-pub fn header_errors(name: &str, p: &IPSetPolicy) -> Vec<PolicyError> {
+pub(crate) fn header_errors(name: &str, p: &IPSetPolicy) -> Vec<PolicyError> {
     let t = p.spec.set_type;
     let mut errors = Vec::new();
     let mut fail = |kind| errors.push(PolicyError::of_policy(name, kind));

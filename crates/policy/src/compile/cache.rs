@@ -20,7 +20,7 @@ use ipsetmgr_manager::DesiredSet;
 
 /// Where members come from, with the version of that content.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Origin {
+pub(crate) enum Origin {
     Inline {
         policy: String,
         uid: Option<String>,
@@ -33,7 +33,7 @@ pub enum Origin {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct SourceKey {
+pub(crate) struct SourceKey {
     pub origin: Origin,
     pub set_type: SetType,
     pub family: FamilySpec,
@@ -69,7 +69,7 @@ impl SourceKey {
 
 /// A policy's compile result is valid for this exact set of sources.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PolicyKey {
+pub(crate) struct PolicyKey {
     pub sources: Vec<SourceKey>,
 }
 
@@ -96,20 +96,20 @@ impl MemberCache {
         SourceKey::inline(p).is_some_and(|k| self.sources.contains_key(&k))
     }
 
-    pub fn source(&mut self, key: &Option<SourceKey>) -> Option<Arc<ParsedSource>> {
+    pub(crate) fn source(&mut self, key: &Option<SourceKey>) -> Option<Arc<ParsedSource>> {
         let key = key.as_ref()?;
         self.used_sources.insert(key.clone());
         self.sources.get(key).cloned()
     }
 
-    pub fn keep_source(&mut self, key: Option<SourceKey>, parsed: &Arc<ParsedSource>) {
+    pub(crate) fn keep_source(&mut self, key: Option<SourceKey>, parsed: &Arc<ParsedSource>) {
         if let Some(key) = key {
             self.used_sources.insert(key.clone());
             self.sources.insert(key, parsed.clone());
         }
     }
 
-    pub fn result(
+    pub(crate) fn result(
         &mut self,
         policy: &str,
         key: &Option<PolicyKey>,
@@ -121,7 +121,7 @@ impl MemberCache {
         Some(entry.result.clone())
     }
 
-    pub fn keep_result(
+    pub(crate) fn keep_result(
         &mut self,
         policy: &str,
         key: Option<PolicyKey>,
@@ -138,14 +138,14 @@ impl MemberCache {
     }
 
     /// Start a compile: nothing is in use yet.
-    pub fn begin(&mut self) {
+    pub(crate) fn begin(&mut self) {
         self.used_sources.clear();
         self.used_policies.clear();
     }
 
     /// End a compile: forget what it did not use (deleted policies and
     /// slices, old versions).
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         let used = std::mem::take(&mut self.used_sources);
         self.sources.retain(|k, _| used.contains(k));
         let used = std::mem::take(&mut self.used_policies);

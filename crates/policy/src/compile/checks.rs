@@ -28,7 +28,7 @@ pub fn check_name(name: &str) -> Result<(), &'static str> {
 }
 
 /// The families of a policy's kernel sets, in order (`None`: family-less).
-pub fn families(spec_family: FamilySpec, set_type: SetType) -> Vec<Option<Family>> {
+pub(crate) fn families(spec_family: FamilySpec, set_type: SetType) -> Vec<Option<Family>> {
     if !set_type.has_family() && set_type != SetType::ListSet {
         return vec![None];
     }
@@ -39,7 +39,7 @@ pub fn families(spec_family: FamilySpec, set_type: SetType) -> Vec<Option<Family
     }
 }
 
-pub fn max_elem(policy: &IPSetPolicy) -> u32 {
+pub(crate) fn max_elem(policy: &IPSetPolicy) -> u32 {
     if let Some(range) = super::bitmap::range(policy) {
         // At most 65536: a bigger range does not parse.
         return range.len() as u32;
@@ -51,7 +51,7 @@ pub fn max_elem(policy: &IPSetPolicy) -> u32 {
 }
 
 /// Hold every kernel set a failed policy may have (any family).
-pub fn hold(held: &mut Vec<String>, naming: &Naming, policy: &str) {
+pub(crate) fn hold(held: &mut Vec<String>, naming: &Naming, policy: &str) {
     for fam in [Some(Family::V4), Some(Family::V6), None] {
         held.push(naming.main_set_name(policy, fam));
     }
@@ -61,7 +61,7 @@ pub fn hold(held: &mut Vec<String>, naming: &Naming, policy: &str) {
 /// shortened form of a long name keeps only a hash of the rest, so two
 /// names can meet. Both policies fail (neither may silently take the other's
 /// set).
-pub fn name_collisions(
+pub(crate) fn name_collisions(
     candidates: &[&PolicyInput<'_>],
     naming: &Naming,
 ) -> HashMap<String, Vec<PolicyError>> {
@@ -97,7 +97,7 @@ pub fn name_collisions(
 }
 
 /// `maxElem` and `hashSize` within what the kernel can hold.
-pub fn check_header_fields(name: &str, p: &IPSetPolicy) -> Vec<PolicyError> {
+pub(crate) fn check_header_fields(name: &str, p: &IPSetPolicy) -> Vec<PolicyError> {
     let mut errors = Vec::new();
     let mut check = |field: &'static str, value: Option<u32>, min: u32, max: u32| {
         if let Some(v) = value
@@ -122,7 +122,7 @@ pub fn check_header_fields(name: &str, p: &IPSetPolicy) -> Vec<PolicyError> {
 /// network with and without `nomatch`, the same entry with two comments or
 /// with and without one), naming both as the user wrote them when the
 /// spelling is still at hand (`raw`).
-pub fn nomatch_conflict_errors<'a>(
+pub(crate) fn nomatch_conflict_errors<'a>(
     name: &str,
     set_type: SetType,
     sets: &[Arc<MemberSet>],

@@ -11,7 +11,7 @@ use ipsetmgr_ipset::{Family, Member, MemberError, Naming, SetType};
 
 /// Resolve a list:set member (a policy name) to the listed kernel set, one
 /// per family of the list.
-pub fn list_member(
+pub(crate) fn list_member(
     own: &str,
     raw: &str,
     naming: &Naming,

@@ -11,7 +11,7 @@ use ipsetmgr_ipset::{AddrMask, Family, Member, MemberSet, SetType};
 
 /// The mask of the policy's set of `family` (`None`: none, or invalid,
 /// which [`header_errors`] reports).
-pub fn mask(p: &IPSetPolicy, family: Option<Family>) -> Option<AddrMask> {
+pub(crate) fn mask(p: &IPSetPolicy, family: Option<Family>) -> Option<AddrMask> {
     let family = family?;
     if let Some(n) = p.spec.netmask {
         return AddrMask::prefix(n, family).ok().flatten();
@@ -21,7 +21,7 @@ pub fn mask(p: &IPSetPolicy, family: Option<Family>) -> Option<AddrMask> {
 }
 
 /// What is wrong with a policy's netmask or bitmask.
-pub fn header_errors(name: &str, p: &IPSetPolicy) -> Vec<PolicyError> {
+pub(crate) fn header_errors(name: &str, p: &IPSetPolicy) -> Vec<PolicyError> {
     let t = p.spec.set_type;
     let mut errors = Vec::new();
     let mut fail = |kind| errors.push(PolicyError::of_policy(name, kind));
@@ -67,7 +67,7 @@ pub fn header_errors(name: &str, p: &IPSetPolicy) -> Vec<PolicyError> {
 
 /// The members as the kernel stores them under `mask`; a member that
 /// masks to the all-zero address is an error (the kernel refuses it).
-pub fn masked(
+pub(crate) fn masked(
     name: &str,
     mask: AddrMask,
     set: &MemberSet,

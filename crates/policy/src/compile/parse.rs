@@ -11,7 +11,7 @@ use ipsetmgr_ipset::{Family, Member, MemberSet, MemberSetBuilder, SetKind, SetTy
 
 /// The members of one source, parsed for one policy type and family.
 #[derive(Debug)]
-pub struct ParsedSource {
+pub(crate) struct ParsedSource {
     /// One set per family of the policy, in [`families`] order.
     pub sets: Vec<Arc<MemberSet>>,
     /// The first rejections: the member as written, and why.
@@ -21,10 +21,10 @@ pub struct ParsedSource {
 }
 
 /// Below this many members, parsing on one thread is fast enough.
-pub const PARALLEL_PARSE_MIN: usize = 100_000;
+pub(crate) const PARALLEL_PARSE_MIN: usize = 100_000;
 
 /// Parse `raw` as members of a `set_type` policy of `family`.
-pub fn parse_source(set_type: SetType, family: FamilySpec, raw: &[&str]) -> ParsedSource {
+pub(crate) fn parse_source(set_type: SetType, family: FamilySpec, raw: &[&str]) -> ParsedSource {
     let fams = families(family, set_type);
     let parsed = parse_members(set_type, &fams, raw);
     ParsedSource {

@@ -15,13 +15,13 @@ pub const MANAGED_BY: &str = "ipsetmgr-slice";
 
 /// `<policy>-<index>-of-<count>`, the index zero-padded to the width of the
 /// last one, so that names sort in index order (`blocklist-007-of-128`).
-pub fn slice_name(policy: &str, index: usize, count: usize) -> String {
+pub(crate) fn slice_name(policy: &str, index: usize, count: usize) -> String {
     let width = (count - 1).to_string().len();
     format!("{policy}-{index:0width$}-of-{count}")
 }
 
 /// Slice `index` of `count` of `policy`'s members.
-pub fn slice_object(
+pub(crate) fn slice_object(
     policy: &str,
     index: usize,
     count: usize,

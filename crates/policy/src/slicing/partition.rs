@@ -11,7 +11,7 @@ use sha2::block_api::compress256;
 /// average, leaving room for the hash's unevenness and for growth.
 const TARGET_FILL_PERCENT: usize = 70;
 /// The most slices made; past this the limits are unreasonable for the list.
-pub const MAX_SLICES: usize = 1 << 16;
+pub(crate) const MAX_SLICES: usize = 1 << 16;
 
 /// What one slice may hold.
 #[derive(Clone, Copy, Debug)]
@@ -73,7 +73,7 @@ const SHA256_INIT: [u32; 8] = [
 /// in a debug build that costs over a second for a million members,
 /// against 0.1 s for the hashing, and the tests slice millions. A test
 /// checks it against `Sha256::digest`.
-pub fn member_hash(member: &str) -> u64 {
+pub(crate) fn member_hash(member: &str) -> u64 {
     let bytes = member.as_bytes();
     let mut state = SHA256_INIT;
     let full = bytes.len() / 64 * 64;
@@ -94,13 +94,13 @@ pub fn member_hash(member: &str) -> u64 {
 }
 
 /// The slice of a member's hash among `count` slices.
-pub fn slice_of(hash: u64, count: usize) -> usize {
+pub(crate) fn slice_of(hash: u64, count: usize) -> usize {
     (hash % count as u64) as usize
 }
 
 /// The smallest power of two B with an expected fill (members / B) of at
 /// most [`TARGET_FILL_PERCENT`] of the member limit.
-pub fn minimum_count(members: usize, max_members: usize) -> usize {
+pub(crate) fn minimum_count(members: usize, max_members: usize) -> usize {
     let per_slice = (max_members * TARGET_FILL_PERCENT).max(1);
     let mut count = 1;
     while count < MAX_SLICES && members * 100 > per_slice * count {
