@@ -90,11 +90,12 @@ COPY --from=builder /out/ipsetmgr /usr/local/bin/ipsetmgr
 ARG VERSION
 ARG REVISION
 ARG SOURCE
-# No org.opencontainers.image.licenses: the project declares no licence (no
-# LICENSE file, no `license` in Cargo.toml). No .created either: a build
+# .licenses is the repository's licence (LICENSE, `license` in Cargo.toml).
+# No .created: a build
 # timestamp would make every build's image config, and so its digest, differ
 # even for the same sources; a release pipeline can add it with --label.
 LABEL org.opencontainers.image.title="ipsetmgr" \
+      org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.description="Keeps Linux ipsets on every node equal to IPSetPolicy resources" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \

@@ -17,9 +17,9 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use ipsetmgr::bench_support::{MemberCache, Store, decode};
-use ipsetmgr::dataplane::netlink::NetlinkDataplane;
-use ipsetmgr::ipset::Naming;
-use ipsetmgr::manager::{Manager, ManagerConfig};
+use ipsetmgr_dataplane::netlink::NetlinkDataplane;
+use ipsetmgr_ipset::Naming;
+use ipsetmgr_manager::{Manager, ManagerConfig};
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use serde_json::json;
@@ -125,7 +125,7 @@ fn main() -> ExitCode {
     let t = Instant::now();
     let compiled = store.compile(&naming, &mut cache);
     let compile_time = t.elapsed();
-    ipsetmgr::dataplane::memory::release_free_memory();
+    ipsetmgr_dataplane::memory::release_free_memory();
     mib("compile (parse, validate, one desired set)", compile_time);
     let (_, peak) = rss();
 
@@ -153,13 +153,13 @@ fn main() -> ExitCode {
 }
 
 /// As root: apply to the real kernel in a throwaway namespace.
-fn apply_in_netns(sets: Vec<ipsetmgr::manager::DesiredSet>) {
+fn apply_in_netns(sets: Vec<ipsetmgr_manager::DesiredSet>) {
     if !nix::unistd::geteuid().is_root() {
         println!("kernel apply: skipped (needs root for a network namespace)");
         return;
     }
     let ns = format!("ipsetmgr-bench-{}", std::process::id());
-    let result = ipsetmgr::dataplane::netns::run_in(Some(&ns), || {
+    let result = ipsetmgr_dataplane::netns::run_in(Some(&ns), || {
         let dp = NetlinkDataplane::new().map_err(|e| e.to_string())?;
         let mut mgr = Manager::new(dp, ManagerConfig::default());
         mgr.set_desired(sets, Vec::new());

@@ -12,8 +12,8 @@ use std::path::Path;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use ipsetmgr::bench_support::{ListFormat, parse_json_policies, parse_member_list, parse_policies};
-use ipsetmgr::ipset::Naming;
-use ipsetmgr::policy::compile;
+use ipsetmgr_ipset::Naming;
+use ipsetmgr_policy::compile;
 
 struct Case {
     name: &'static str,

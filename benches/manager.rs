@@ -6,10 +6,10 @@ use std::hint::black_box;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use ipsetmgr::dataplane::model::ModelDataplane;
-use ipsetmgr::ipset::{Family, Member, MemberSet, MemberSetBuilder, Naming, SetKind, SetType};
-use ipsetmgr::manager::{Manager, ManagerConfig};
-use ipsetmgr::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
+use ipsetmgr_dataplane::model::ModelDataplane;
+use ipsetmgr_ipset::{Family, Member, MemberSet, MemberSetBuilder, Naming, SetKind, SetType};
+use ipsetmgr_manager::{Manager, ManagerConfig};
+use ipsetmgr_policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
 
 fn addresses(n: u32) -> Vec<String> {
     (0..n)
@@ -21,16 +21,8 @@ fn policy(members: Vec<String>) -> IPSetPolicy {
     IPSetPolicy::new(
         "big",
         IPSetPolicySpec {
-            set_type: SetType::HashIp,
-            family: FamilySpec::IPv4,
-            members,
-            node_selector: None,
             max_elem: Some(2_000_000),
-            hash_size: None,
-            members_from: Vec::new(),
-            range: None,
-            netmask: None,
-            bitmask: None,
+            ..IPSetPolicySpec::new(SetType::HashIp, FamilySpec::IPv4, members)
         },
     )
 }

@@ -8,10 +8,10 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
 use clap::Parser;
-use ipsetmgr::ipset::{Naming, SetType};
-use ipsetmgr::kernel::{KernelBackend, open_for};
-use ipsetmgr::manager::ManagerConfig;
-use ipsetmgr::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
+use ipsetmgr_agent::kernel::{KernelBackend, open_for};
+use ipsetmgr_ipset::{Naming, SetType};
+use ipsetmgr_manager::ManagerConfig;
+use ipsetmgr_policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
 
 #[derive(Parser)]
 struct Args {
@@ -87,7 +87,7 @@ fn peak_rss_mb() -> f64 {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    ipsetmgr::dataplane::netns::enter(&args.netns)?;
+    ipsetmgr_dataplane::netns::enter(&args.netns)?;
     let opened = open_for(args.backend, ipsetmgr_nft::backend::default_table())?;
     let mut mgr = opened.into_backend(ManagerConfig::default());
     let backend = mgr.name();
@@ -110,7 +110,7 @@ fn main() -> anyhow::Result<()> {
     // free lists on the next allocation (about 9 ms here), which belongs to
     // the loader, not to the update: in `run` and the agent the loader
     // frees them on its own side and the kernel side trims the heap.
-    ipsetmgr::dataplane::memory::release_free_memory();
+    ipsetmgr_dataplane::memory::release_free_memory();
     let t = Instant::now();
     mgr.set_desired(c.sets, c.held);
     let diff = t.elapsed();

@@ -11,9 +11,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ipsetmgr::dataplane::netlink::NetlinkDataplane;
-use ipsetmgr::dataplane::{Dataplane, Op};
-use ipsetmgr::ipset::{Family, Member, MemberSet, SetHeader, SetKind, SetType};
+use ipsetmgr_dataplane::netlink::NetlinkDataplane;
+use ipsetmgr_dataplane::{Dataplane, Op};
+use ipsetmgr_ipset::{Family, Member, MemberSet, SetHeader, SetKind, SetType};
 
 const RUNS: usize = 3;
 

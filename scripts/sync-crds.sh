@@ -2,7 +2,7 @@
 # Copy the CRDs (crds/ipsetmgr.yaml, the output of `ipsetmgr crd`) to the
 # places that need their own copy: the Helm chart's crds/ directory (Helm only
 # reads files inside the chart) and config/crd/ (kustomize only reads files
-# inside the kustomization tree). tests/manifests.rs fails while they differ.
+# inside the kustomization tree). tests/manifests/ fails while they differ.
 #
 #   scripts/sync-crds.sh            # copy
 #   scripts/sync-crds.sh --check    # only report differences (exit 1)

@@ -2,21 +2,24 @@
 //! each defined once (the chart and the docs use the same names).
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::agent::AgentConfig;
 use crate::commands::slice::{OutputFormat, parse_policy_name};
-use crate::duration;
-use crate::ipset::SetType;
-use crate::kernel::{KernelBackend, parse_table_family, parse_table_name};
-use crate::logging::LogFormat;
-use crate::policy::FamilySpec;
-use crate::policy::member_list::ListFormat;
-use crate::sources::egress::{Cidr, EgressGuard, Setting as EgressSetting};
+use ipsetmgr_agent::kernel::{KernelBackend, parse_table_family, parse_table_name};
+use ipsetmgr_agent::node_state::Pacing;
+use ipsetmgr_cluster::logging::LogFormat;
+use ipsetmgr_cluster::slices::ClusterLimits;
+use ipsetmgr_feeds::egress::{Cidr, EgressGuard, Setting as EgressSetting};
+use ipsetmgr_ipset::SetType;
 use ipsetmgr_nft::TableFamily;
+use ipsetmgr_policy::FamilySpec;
+use ipsetmgr_policy::compile::{MAX_HASH_SIZE, MAX_MAX_ELEM, MIN_HASH_SIZE};
+use ipsetmgr_policy::duration;
+use ipsetmgr_policy::member_list::ListFormat;
 
 /// Defaults shared by several flags, the chart and the docs.
 pub mod defaults {
@@ -53,7 +56,7 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "NAME")]
     pub netns: Option<String>,
     /// Prefix of the kernel sets this tool owns (1-8 letters or digits).
-    #[arg(long, global = true, env = "IPSETMGR_SET_PREFIX", default_value = crate::ipset::Naming::DEFAULT_PREFIX)]
+    #[arg(long, global = true, env = "IPSETMGR_SET_PREFIX", default_value = ipsetmgr_ipset::Naming::DEFAULT_PREFIX)]
     pub set_prefix: String,
     /// Kernel backend: ipsets over `netlink` (native, the default; falls
     /// back to cli when the kernel lacks it) or `cli` (the `ipset` binary);
@@ -63,8 +66,8 @@ pub struct Cli {
         long,
         global = true,
         env = "IPSETMGR_BACKEND",
-        value_enum,
-        default_value_t = KernelBackend::Netlink
+        default_value = "netlink",
+        value_parser = backend_parser()
     )]
     pub backend: KernelBackend,
     /// The family of the nft table the nft backends keep their sets in (a
@@ -77,8 +80,8 @@ pub struct Cli {
     #[arg(long, global = true, env = "IPSETMGR_NFT_TABLE", value_parser = parse_table_name, default_value = "ipsetmgr")]
     pub nft_table: String,
     /// Log format on stderr.
-    #[arg(long, global = true, env = "IPSETMGR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    #[arg(long, global = true, env = "IPSETMGR_LOG_FORMAT", value_enum, default_value_t = LogFormatArg::Text)]
+    pub log_format: LogFormatArg,
     /// How long a command that writes to the kernel waits for another
     /// ipsetmgr writing the same prefix in this network namespace (0: fail at
     /// once).
@@ -117,7 +120,7 @@ pub enum Command {
         /// member per line, `#` comments; or YAML/JSON) to a policy's
         /// members, as a slice would (repeatable).
         #[arg(long = "members", value_name = "POLICY=FILE", value_parser = parse_members_file)]
-        members: Vec<crate::commands::MembersFile>,
+        members: Vec<crate::files::MembersFile>,
         #[command(flatten)]
         labels: NodeLabels,
         #[command(flatten)]
@@ -142,11 +145,11 @@ pub enum Command {
     Agent(AgentConfig),
     /// Run the cluster's controller (normally a small Deployment): policy
     /// validation and status, from the nodes' states.
-    Controller(crate::controller::ControllerConfig),
+    Controller(ControllerConfig),
     /// Run many hollow agents in this process (the real agent code, with
     /// the in-memory kernel model), each with a Node object of its own: for
     /// measuring the control plane at scale (scripts/scale.py).
-    Hollow(crate::agent::hollow::HollowConfig),
+    Hollow(HollowConfig),
     /// Print the CustomResourceDefinitions (IPSetPolicy, IPSetMemberSlice,
     /// IPSetNodeState) as one YAML stream.
     Crd,
@@ -189,9 +192,158 @@ pub enum Command {
         output_format: OutputFormat,
         /// The member list's syntax, instead of what its name implies
         /// (standard input: text).
-        #[arg(long, value_enum, value_name = "FORMAT")]
+        #[arg(long, value_name = "FORMAT", value_parser = list_format())]
         format: Option<ListFormat>,
     },
+}
+
+/// Flags of `ipsetmgr agent` (the global flags set the kernel side).
+#[derive(Clone, Debug, clap::Args)]
+pub struct AgentConfig {
+    /// This node's name (from the downward API).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Kubeconfig file; in-cluster configuration (or $KUBECONFIG) when absent.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub resync: Resync,
+    /// Address of the /metrics listener.
+    #[arg(long, env = "IPSETMGR_LISTEN", default_value = defaults::LISTEN)]
+    pub listen: SocketAddr,
+    /// Address of the /healthz, /livez and /readyz listener (the same as
+    /// --listen: one listener serves all).
+    #[arg(long, env = "IPSETMGR_HEALTH_LISTEN", default_value = defaults::HEALTH_LISTEN)]
+    pub health_listen: SocketAddr,
+    /// Time between heartbeats of this node's IPSetNodeState: the
+    /// controller counts a node whose heartbeat is older than three of
+    /// these as not synced.
+    #[arg(long, env = "IPSETMGR_HEARTBEAT_INTERVAL", default_value = defaults::HEARTBEAT_INTERVAL, value_parser = ipsetmgr_policy::duration::parse_positive)]
+    pub heartbeat_interval: Duration,
+    #[command(flatten)]
+    pub limits: Limits,
+    #[command(flatten)]
+    pub node_state: NodeStatePacing,
+}
+
+/// Flags of `ipsetmgr controller`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ControllerConfig {
+    /// Kubeconfig file; in-cluster configuration (or $KUBECONFIG) when absent.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Address of the /metrics listener.
+    #[arg(long, env = "IPSETMGR_LISTEN", default_value = defaults::CONTROLLER_LISTEN)]
+    pub listen: SocketAddr,
+    /// Address of the /healthz, /livez and /readyz listener (the same as
+    /// --listen: one listener serves all).
+    #[arg(long, env = "IPSETMGR_HEALTH_LISTEN", default_value = defaults::CONTROLLER_HEALTH_LISTEN)]
+    pub health_listen: SocketAddr,
+    /// Namespace of the controller's Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = defaults::NAMESPACE)]
+    pub namespace: String,
+    /// This replica's identity in the Lease (defaults to the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    #[command(flatten)]
+    pub egress: FeedEgress,
+    #[command(flatten)]
+    pub limits: Limits,
+    /// A policy status change of counts and messages only is written at
+    /// most once per this interval (a change of its conditions at once):
+    /// every status write reaches every agent.
+    #[arg(long, env = "IPSETMGR_STATUS_SUMMARY_INTERVAL", default_value = "10s", value_parser = ipsetmgr_policy::duration::parse_positive)]
+    pub status_summary_interval: Duration,
+}
+
+/// `ipsetmgr hollow`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct HollowConfig {
+    /// How many hollow agents (and Node objects) to run.
+    #[arg(long)]
+    pub nodes: usize,
+    /// Kubeconfig file; in-cluster configuration (or $KUBECONFIG) when absent.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The Nodes are named `<prefix>-<i>`.
+    #[arg(long, default_value = "hollow")]
+    pub name_prefix: String,
+    /// Between heartbeats of each node's IPSetNodeState.
+    #[arg(long, default_value = "60s", value_parser = ipsetmgr_policy::duration::parse_positive)]
+    pub heartbeat_interval: Duration,
+    /// Between full resyncs of each agent against its model kernel.
+    #[arg(long, default_value = "10m", value_parser = ipsetmgr_policy::duration::parse_positive)]
+    pub resync_interval: Duration,
+    #[command(flatten)]
+    pub node_state: NodeStatePacing,
+    #[command(flatten)]
+    pub limits: Limits,
+}
+
+/// `--backend`: the words are the agent crate's ([`KernelBackend::ALL`]),
+/// so a new backend is added there alone.
+fn backend_parser() -> impl clap::builder::TypedValueParser<Value = KernelBackend> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(KernelBackend::ALL.map(KernelBackend::as_str))
+        .try_map(|s| s.parse::<KernelBackend>())
+}
+
+/// Log formats on stderr (`ipsetmgr_cluster::logging::LogFormat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormatArg {
+    Text,
+    Json,
+}
+
+impl From<LogFormatArg> for LogFormat {
+    fn from(f: LogFormatArg) -> LogFormat {
+        match f {
+            LogFormatArg::Text => LogFormat::Text,
+            LogFormatArg::Json => LogFormat::Json,
+        }
+    }
+}
+
+/// This cluster's own caps on what a policy may ask of every node's kernel
+/// (`ipsetmgr_cluster::slices::ClusterLimits`; the agents and the
+/// controller take the same values, from the chart's `limits`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::Args)]
+pub struct Limits {
+    /// The largest `maxElem` a policy may have in this cluster (at most the
+    /// CRD's maximum, 16777216); a policy above it is invalid and held.
+    #[arg(long = "max-set-elements", env = "IPSETMGR_MAX_SET_ELEMENTS", default_value_t = MAX_MAX_ELEM, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_MAX_ELEM)))]
+    pub max_elem: u32,
+    /// The largest `hashSize` a policy may have in this cluster (at most
+    /// the CRD's maximum, 1048576: 8 MiB of kernel memory per set).
+    #[arg(long = "max-hash-size", env = "IPSETMGR_MAX_HASH_SIZE", default_value_t = MAX_HASH_SIZE, value_parser = clap::value_parser!(u32).range(i64::from(MIN_HASH_SIZE)..=i64::from(MAX_HASH_SIZE)))]
+    pub hash_size: u32,
+}
+
+impl From<Limits> for ClusterLimits {
+    fn from(l: Limits) -> ClusterLimits {
+        ClusterLimits {
+            max_elem: l.max_elem,
+            hash_size: l.hash_size,
+        }
+    }
+}
+
+/// `--node-state-interval` (`ipsetmgr_agent::node_state::Pacing`).
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct NodeStatePacing {
+    /// At most one node-state write per this interval; what changes in
+    /// between is written together (the latest state wins). A change is
+    /// also first given a moment to settle (300 ms without another).
+    #[arg(id = "node_state_interval", long = "node-state-interval", value_name = "DURATION", env = "IPSETMGR_NODE_STATE_INTERVAL", default_value = "5s", value_parser = ipsetmgr_policy::duration::parse_positive)]
+    pub interval: Duration,
+}
+
+impl From<NodeStatePacing> for Pacing {
+    fn from(p: NodeStatePacing) -> Pacing {
+        Pacing {
+            interval: p.interval,
+        }
+    }
 }
 
 /// `--type` of `slice`: a hash type. list:set members name other policies,
@@ -204,6 +356,24 @@ fn parse_slice_type(s: &str) -> Result<SetType, String> {
         Ok(t) => Ok(t),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// `--format` of `slice`: the member list's syntax (`ListFormat` is the
+/// policy crate's, which has no clap; the values and their help are its).
+fn list_format() -> impl clap::builder::TypedValueParser<Value = ListFormat> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new([
+        PossibleValue::new("text").help("One member per line; `#` and ` ;` start comments"),
+        PossibleValue::new("yaml")
+            .help("A YAML sequence of strings, or a mapping with a `members:` sequence"),
+        PossibleValue::new("json")
+            .help("A JSON array of strings, or an object with a `members` array"),
+    ])
+    .map(|s| match s.as_str() {
+        "yaml" => ListFormat::Yaml,
+        "json" => ListFormat::Json,
+        _ => ListFormat::Text,
+    })
 }
 
 /// `--family`, spelled as in a policy's `spec.family` (any case).
@@ -273,14 +443,14 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 }
 
 /// `POLICY=FILE`: the policy a member list belongs to, and the list's path.
-fn parse_members_file(s: &str) -> Result<crate::commands::MembersFile, String> {
+fn parse_members_file(s: &str) -> Result<crate::files::MembersFile, String> {
     let (policy, path) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?}: expected POLICY=FILE"))?;
     if policy.is_empty() || path.is_empty() {
         return Err(format!("{s:?}: expected POLICY=FILE, both non-empty"));
     }
-    Ok(crate::commands::MembersFile {
+    Ok(crate::files::MembersFile {
         policy: policy.to_string(),
         path: PathBuf::from(path),
     })

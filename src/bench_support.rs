@@ -3,8 +3,8 @@
 //! way its watches decode them. Not an API: it exists so the benchmark
 //! measures the agent's code, not a copy of it.
 
-pub use crate::agent::store::Store;
-pub use crate::cluster::tolerant::decode;
-pub use crate::policy::compile::MemberCache;
-pub use crate::policy::load::{parse_json_policies, parse_policies};
-pub use crate::policy::member_list::{ListFormat, parse_member_list};
+pub use ipsetmgr_agent::store::Store;
+pub use ipsetmgr_cluster::tolerant::decode;
+pub use ipsetmgr_policy::compile::MemberCache;
+pub use ipsetmgr_policy::load::{parse_json_policies, parse_policies};
+pub use ipsetmgr_policy::member_list::{ListFormat, parse_member_list};

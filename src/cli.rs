@@ -3,7 +3,7 @@
 //! `kernel` (inside `--netns`, holding the writer lock when it writes);
 //! anyhow is used only here, at the edge.
 
-use crate::sources::egress::Setting as EgressSetting;
+use ipsetmgr_feeds::egress::Setting as EgressSetting;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -11,12 +11,12 @@ use anyhow::{Context, Result};
 use clap::Parser;
 
 use crate::args::{Cli, Command};
-use crate::commands::{apply, run, sets, slice};
-use crate::ipset::Naming;
-use crate::kernel::{self, KernelOptions, KernelSide};
-use crate::logging;
-use crate::manager::ManagerConfig;
-use crate::manager::driver::DriverConfig;
+use crate::commands::{self, apply, run, sets, slice};
+use ipsetmgr_agent::kernel::{self, KernelOptions, KernelSide};
+use ipsetmgr_cluster::logging;
+use ipsetmgr_ipset::Naming;
+use ipsetmgr_manager::ManagerConfig;
+use ipsetmgr_manager::driver::DriverConfig;
 
 /// Run the command line; exit 0 on success, 1 when something failed, 2 on
 /// usage errors (and anything that stops a command before it starts).
@@ -39,7 +39,7 @@ fn real_main() -> Result<bool> {
         }
         _ => "warn",
     };
-    logging::init(cli.log_format, level);
+    logging::init(cli.log_format.into(), level);
     let naming = Naming::new(&cli.set_prefix)?;
     let opts = KernelOptions {
         netns: cli.netns.clone(),
@@ -65,13 +65,7 @@ fn real_main() -> Result<bool> {
                 labels: labels.labels(),
                 egress: egress.guard(EgressSetting::Files),
             };
-            // A dry run only reads, so it never waits for a writer.
-            let lock_as = (!dry_run).then_some("apply");
-            let files = apply::load_inputs(&naming, &args);
-            let ok = kernel::run_once(&opts, lock_as, |opened| {
-                apply::apply(opened, naming, files, &args, &mut std::io::stdout().lock())
-            })??;
-            Ok(ok)
+            apply_command(&opts, naming, &args)
         }
         Command::Run {
             policy_dir,
@@ -85,50 +79,16 @@ fn real_main() -> Result<bool> {
                 labels: labels.labels(),
                 egress: egress.guard(EgressSetting::Files),
             };
-            let side = KernelSide::start(
-                opts,
-                "run",
-                DriverConfig::new(resync.interval),
-                Box::new(run::LogReports),
-            )?;
-            let result = run::run(&side, &naming, &args);
-            side.shutdown();
-            tracing::info!("stopped; kernel sets are left as they are");
-            result?;
-            Ok(true)
+            run_command(opts, &naming, &args)
         }
-        Command::Sets => {
-            kernel::run_once(&opts, None, |opened| {
-                let config = ManagerConfig {
-                    naming: naming.clone(),
-                    ..ManagerConfig::default()
-                };
-                sets::sets(
-                    opened.into_backend(config),
-                    &naming,
-                    &mut std::io::stdout().lock(),
-                )
-            })?
-            .context("listing sets")?;
-            Ok(true)
-        }
-        Command::Agent(config) => {
-            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            runtime.block_on(crate::agent::run_agent(config, opts))?;
-            Ok(true)
-        }
-        Command::Hollow(config) => {
-            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            runtime.block_on(crate::agent::hollow::run_hollow(config, naming))?;
-            Ok(true)
-        }
+        Command::Sets => sets_command(&opts, &naming),
+        Command::Agent(config) => block_on(commands::agent::run_agent(config, opts)),
+        Command::Hollow(config) => block_on(commands::hollow::run_hollow(config, naming)),
         Command::Controller(config) => {
-            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            runtime.block_on(crate::controller::run_controller(config, naming))?;
-            Ok(true)
+            block_on(commands::controller::run_controller(config, naming))
         }
         Command::Crd => {
-            std::io::stdout().write_all(crate::crd_yaml().as_bytes())?;
+            std::io::stdout().write_all(ipsetmgr_api::crd_yaml().as_bytes())?;
             Ok(true)
         }
         // Files to objects: no kernel, no lock.
@@ -158,12 +118,67 @@ fn real_main() -> Result<bool> {
                 output,
                 output_format,
             };
-            let ok = slice::slice(
-                &args,
-                &mut std::io::stdout().lock(),
-                &mut std::io::stderr().lock(),
-            )?;
-            Ok(ok)
+            slice_command(&args)
         }
     }
+}
+
+/// `apply`: reconcile once (a dry run only reads, so it never waits for a
+/// writer).
+fn apply_command(opts: &KernelOptions, naming: Naming, args: &apply::ApplyArgs) -> Result<bool> {
+    let lock_as = (!args.dry_run).then_some("apply");
+    let files = apply::load_inputs(&naming, args);
+    let ok = kernel::run_once(opts, lock_as, |opened| {
+        apply::apply(opened, naming, files, args, &mut std::io::stdout().lock())
+    })??;
+    Ok(ok)
+}
+
+/// `run`: the kernel side, then the file watch until a signal.
+fn run_command(opts: KernelOptions, naming: &Naming, args: &run::RunArgs) -> Result<bool> {
+    let side = KernelSide::start(
+        opts,
+        "run",
+        DriverConfig::new(args.resync_interval),
+        Box::new(run::LogReports),
+    )?;
+    let result = run::run(&side, naming, args);
+    side.shutdown();
+    tracing::info!("stopped; kernel sets are left as they are");
+    result?;
+    Ok(true)
+}
+
+/// `sets`: list the owned sets (reads only: no lock).
+fn sets_command(opts: &KernelOptions, naming: &Naming) -> Result<bool> {
+    kernel::run_once(opts, None, |opened| {
+        let config = ManagerConfig {
+            naming: naming.clone(),
+            ..ManagerConfig::default()
+        };
+        sets::sets(
+            opened.into_backend(config),
+            naming,
+            &mut std::io::stdout().lock(),
+        )
+    })?
+    .context("listing sets")?;
+    Ok(true)
+}
+
+/// `slice`: a member list to IPSetMemberSlice objects.
+fn slice_command(args: &slice::SliceArgs) -> Result<bool> {
+    let ok = slice::slice(
+        args,
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr().lock(),
+    )?;
+    Ok(ok)
+}
+
+/// The cluster roles are async: run one on a runtime of its own.
+fn block_on(role: impl std::future::Future<Output = Result<()>>) -> Result<bool> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(role)?;
+    Ok(true)
 }

@@ -1,45 +1,26 @@
 //! ipsetmgr keeps Linux kernel ipsets equal to declared `IPSetPolicy`
 //! resources: from policy files on one host (`apply`, `run`), or on every
-//! node of a cluster (`agent`). This crate is the binary's: the command
-//! line, policies and their compilation, the file commands and the agent.
-//! The kernel side lives in the workspace's other crates, re-exported here;
-//! `docs/architecture.md` describes how the pieces fit.
+//! node of a cluster (`agent`, `controller`). This crate is the binary's:
+//! the command line (every flag in `args`), the commands, and the wiring of
+//! each role; what they run is in the workspace's crates
+//! (`docs/architecture.md`, "Crates"). Nothing depends on this crate.
 //!
-//! The public API is what the integration tests and benchmarks use: the
-//! policy types and compiler, the CRD, and the re-exported crates.
+//! Its public API is only what the integration tests and benchmarks need
+//! of the binary itself (`main`, the metric names, bench support); they
+//! import the other crates directly.
 
 #![forbid(unsafe_code)]
 
-mod agent;
-pub mod api;
 mod args;
 #[doc(hidden)]
 pub mod bench_support;
 mod cli;
-mod cluster;
 mod commands;
-mod controller;
-mod duration;
-/// The kernel side of every command; public for examples/delta.rs.
-#[doc(hidden)]
-pub mod kernel;
-mod lock;
-mod logging;
-pub mod policy;
-mod server;
-mod sources;
-mod telemetry;
+mod files;
+mod metric_names;
 
-/// The kernel behind one trait (its own crate).
-pub use ipsetmgr_dataplane as dataplane;
-/// The ipset vocabulary (its own crate).
-pub use ipsetmgr_ipset as ipset;
-/// The manager and its driver loop (its own crate).
-pub use ipsetmgr_manager as manager;
-
-pub use api::crd_yaml;
 pub use cli::main;
 /// Every metric name the agent and the controller expose (for checks of
 /// alert rules).
 #[doc(hidden)]
-pub use telemetry::all_metric_names;
+pub use metric_names::all_metric_names;

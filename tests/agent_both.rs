@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ipsetmgr::api::{IPSetNodeState, IPSetPolicy, IPSetPolicySpec};
+use ipsetmgr_api::{IPSetNodeState, IPSetPolicy, IPSetPolicySpec};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -149,7 +149,7 @@ impl Harness {
         let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         for crd in [
             IPSetPolicy::crd(),
-            ipsetmgr::api::IPSetMemberSlice::crd(),
+            ipsetmgr_api::IPSetMemberSlice::crd(),
             IPSetNodeState::crd(),
         ] {
             let name = crd.name_any();

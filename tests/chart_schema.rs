@@ -10,7 +10,7 @@
 //! chart passes them): it parses every flag, then stops at once on the empty
 //! node name, before touching a kernel or an API server. Values the schema
 //! accepts, fixed ones and generated from its own patterns, must get that far.
-//! tests/manifests.rs renders the chart only with values the schema accepts.
+//! tests/manifests/ renders the chart only with values the schema accepts.
 
 #[path = "support/values.rs"]
 mod values;
@@ -297,7 +297,7 @@ fn binary_verdict(values: &Value) -> Result<(), String> {
             panic!(
                 "ipsetmgr {flags:?} still runs after 20 s: the agent no longer stops on an \
                  empty node name before starting, so this test cannot ask it (see {PARSED:?} \
-                 in src/agent)"
+                 in src/commands/agent.rs)"
             );
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -466,7 +466,7 @@ proptest! {
     #[test]
     fn set_prefix_is_exactly_the_binarys_rule(p in "[A-Za-z0-9_. -]{0,10}|\\PC{0,10}") {
         let schema = accepted(&[("setPrefix", json!(p))]);
-        let binary = ipsetmgr::ipset::Naming::new(&p).is_ok();
+        let binary = ipsetmgr_ipset::Naming::new(&p).is_ok();
         prop_assert_eq!(schema, binary, "setPrefix={:?}", p);
     }
 

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use ipsetmgr::ipset::{Naming, SetType};
-use ipsetmgr::policy::{compile, load_policies};
+use ipsetmgr_ipset::{Naming, SetType};
+use ipsetmgr_policy::{compile, load_policies};
 use nix::sys::signal::Signal;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ipsetmgr");

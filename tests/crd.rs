@@ -8,7 +8,7 @@ use serde_json::Value;
 const FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/ipsetmgr.yaml");
 
 fn crds() -> Vec<Value> {
-    serde_saphyr::from_multiple(&ipsetmgr::crd_yaml()).expect("the CRD stream parses")
+    serde_saphyr::from_multiple(&ipsetmgr_api::crd_yaml()).expect("the CRD stream parses")
 }
 
 fn by_kind<'a>(crds: &'a [Value], kind: &str) -> &'a Value {
@@ -30,7 +30,7 @@ fn schema(crd: &Value) -> &Value {
 #[test]
 fn crd_file_is_current() {
     let on_disk = std::fs::read_to_string(FILE).unwrap_or_default();
-    let generated = ipsetmgr::crd_yaml();
+    let generated = ipsetmgr_api::crd_yaml();
     if std::env::var_os("IPSETMGR_UPDATE_CRD").is_some() {
         std::fs::write(FILE, &generated).expect("write crds/ipsetmgr.yaml");
         return;
@@ -141,11 +141,11 @@ fn policy_schema() {
     // of kernel memory per set on every node).
     assert_eq!(
         spec["maxElem"]["maximum"],
-        f64::from(ipsetmgr::policy::compile::MAX_MAX_ELEM)
+        f64::from(ipsetmgr_policy::compile::MAX_MAX_ELEM)
     );
     assert_eq!(
         spec["hashSize"]["maximum"],
-        f64::from(ipsetmgr::policy::compile::MAX_HASH_SIZE)
+        f64::from(ipsetmgr_policy::compile::MAX_HASH_SIZE)
     );
     let status = &props["status"]["properties"];
     assert!(

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 const MANAGER: &str = "ipsetmgr-crd-test";
 
 fn crds() -> Vec<CustomResourceDefinition> {
-    serde_saphyr::from_multiple(&ipsetmgr::crd_yaml()).expect("the CRD stream parses")
+    serde_saphyr::from_multiple(&ipsetmgr_api::crd_yaml()).expect("the CRD stream parses")
 }
 
 /// Apply every CRD server-side and wait until each is Established.

@@ -5,7 +5,7 @@
 //!
 //! What is pinned here is the contract with the pod specs and the reasons in
 //! docs/image.md: the agent ENTRYPOINT and the binary's path (the controller
-//! Deployment runs `/usr/local/bin/ipsetmgr controller`; tests/manifests.rs
+//! Deployment runs `/usr/local/bin/ipsetmgr controller`; tests/manifests/
 //! checks that side), a stripped binary built with `--locked` and cached by
 //! cargo-chef under the same profile, a runtime stage without a shell that
 //! still has `ipset` for the cli backend, OCI labels from build arguments,
@@ -512,8 +512,9 @@ fn the_builder_passes_the_revision_to_the_binary() {
         cook_at < arg_at && arg_at < env_at && env_at < build_at,
         "cook, ARG REVISION, ENV, build: in that order, got {cook_at}, {arg_at}, {env_at}, {build_at}"
     );
-    // build.rs reads exactly that variable.
-    assert!(read("build.rs").contains("std::env::var(\"IPSETMGR_REVISION\")"));
+    // The build script (with the telemetry that reports it) reads exactly
+    // that variable.
+    assert!(read("crates/cluster/build.rs").contains("std::env::var(\"IPSETMGR_REVISION\")"));
 }
 
 #[test]

@@ -36,7 +36,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use ipsetmgr::api::{
+use ipsetmgr_api::{
     IPSetMemberSlice, IPSetMemberSliceSpec, IPSetNodeState, IPSetNodeStateStatus, IPSetPolicy,
     IPSetPolicySpec, POLICY_LABEL, PolicyState, StatusSummary,
 };

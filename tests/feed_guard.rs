@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ipsetmgr::api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
+use ipsetmgr_api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams};

@@ -8,9 +8,9 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use ipsetmgr::dataplane::cli::CliDataplane;
-use ipsetmgr::dataplane::{Dataplane, DataplaneError, Op};
-use ipsetmgr::ipset::{Family, Member, MemberSet, SetKind, SetType};
+use ipsetmgr_dataplane::cli::CliDataplane;
+use ipsetmgr_dataplane::{Dataplane, DataplaneError, Op};
+use ipsetmgr_ipset::{Family, Member, MemberSet, SetKind, SetType};
 
 conformance_tests!(|| Box::new(CliDataplane::new()));
 

@@ -7,9 +7,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
 use std::time::Instant;
 
-use ipsetmgr::dataplane::netlink::NetlinkDataplane;
-use ipsetmgr::dataplane::{Dataplane, DataplaneError, Op};
-use ipsetmgr::ipset::{Family, Member, MemberSet, Proto, SetHeader, SetKind, SetType};
+use ipsetmgr_dataplane::netlink::NetlinkDataplane;
+use ipsetmgr_dataplane::{Dataplane, DataplaneError, Op};
+use ipsetmgr_ipset::{Family, Member, MemberSet, Proto, SetHeader, SetKind, SetType};
 #[path = "common/kernel_gate.rs"]
 mod kernel_gate;
 

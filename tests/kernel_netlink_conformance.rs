@@ -5,7 +5,7 @@
 #[macro_use]
 mod conformance;
 
-use ipsetmgr::dataplane::netlink::NetlinkDataplane;
+use ipsetmgr_dataplane::netlink::NetlinkDataplane;
 
 conformance_tests!(|| Box::new(
     NetlinkDataplane::new().expect("the kernel speaks the ipset netlink protocol")

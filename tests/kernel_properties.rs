@@ -33,13 +33,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 
-use ipsetmgr::dataplane::Dataplane;
-use ipsetmgr::dataplane::cli::CliDataplane;
-use ipsetmgr::dataplane::netlink::NetlinkDataplane;
-use ipsetmgr::ipset::icmp::{ICMP_NAMES, ICMPV6_NAMES};
-use ipsetmgr::ipset::{Family, Naming, SetType};
-use ipsetmgr::manager::{ApplyOutcome, Manager, ManagerConfig, SetReport};
-use ipsetmgr::policy::{
+use ipsetmgr_dataplane::Dataplane;
+use ipsetmgr_dataplane::cli::CliDataplane;
+use ipsetmgr_dataplane::netlink::NetlinkDataplane;
+use ipsetmgr_ipset::icmp::{ICMP_NAMES, ICMPV6_NAMES};
+use ipsetmgr_ipset::{Family, Naming, SetType};
+use ipsetmgr_manager::{ApplyOutcome, Manager, ManagerConfig, SetReport};
+use ipsetmgr_policy::{
     Compiled, DesiredSet, FamilySpec, IPSetPolicy, IPSetPolicySpec, PolicyError, compile,
 };
 use proptest::prelude::*;
@@ -148,16 +148,13 @@ impl GenPolicy {
         IPSetPolicy::new(
             name,
             IPSetPolicySpec {
-                set_type: self.set_type,
-                family: self.family,
-                members: self.members.iter().map(|m| m.text.clone()).collect(),
-                node_selector: None,
                 max_elem: self.max_elem,
                 hash_size: self.hash_size,
-                members_from: Vec::new(),
-                range: None,
-                netmask: None,
-                bitmask: None,
+                ..IPSetPolicySpec::new(
+                    self.set_type,
+                    self.family,
+                    self.members.iter().map(|m| m.text.clone()).collect(),
+                )
             },
         )
     }
@@ -197,18 +194,7 @@ impl Case {
         if let Some(list) = &self.list {
             out.push(IPSetPolicy::new(
                 LIST_NAME,
-                IPSetPolicySpec {
-                    set_type: SetType::ListSet,
-                    family: list.family,
-                    members: self.listed(),
-                    node_selector: None,
-                    max_elem: None,
-                    hash_size: None,
-                    members_from: Vec::new(),
-                    range: None,
-                    netmask: None,
-                    bitmask: None,
-                },
+                IPSetPolicySpec::new(SetType::ListSet, list.family, self.listed()),
             ));
         }
         out

@@ -16,10 +16,10 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 
-use ipsetmgr::dataplane::cli::CliDataplane;
-use ipsetmgr::dataplane::netlink::NetlinkDataplane;
-use ipsetmgr::dataplane::{Dataplane, Op};
-use ipsetmgr::ipset::{
+use ipsetmgr_dataplane::cli::CliDataplane;
+use ipsetmgr_dataplane::netlink::NetlinkDataplane;
+use ipsetmgr_dataplane::{Dataplane, Op};
+use ipsetmgr_ipset::{
     Family, HeaderOptions, IfaceName, IpPortIp, IpPortNet, Member, MemberSet, NetIface, Proto,
     SetHeader, SetKind, SetRange, SetType, mask,
 };
@@ -304,7 +304,7 @@ fn with_comments(case: impl Strategy<Value = Case>) -> impl Strategy<Value = Cas
                 for (s, c) in case.members.iter_mut().zip(comments) {
                     if let Some(c) = c {
                         s.text = format!("{} comment:{c}", s.text);
-                        let comment = ipsetmgr::ipset::Comment::parse(&c).expect("generated");
+                        let comment = ipsetmgr_ipset::Comment::parse(&c).expect("generated");
                         s.member = s.member.clone().with_comment(comment);
                     }
                 }

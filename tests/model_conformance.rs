@@ -7,7 +7,7 @@
 #[macro_use]
 mod conformance;
 
-use ipsetmgr::dataplane::model::ModelDataplane;
+use ipsetmgr_dataplane::model::ModelDataplane;
 
 conformance_tests!(model: || Box::new(ModelDataplane::new()));
 
@@ -20,7 +20,7 @@ fn hash_ip_mark_on_a_kernel_that_has_it() {
         conformance::Mode::Model,
         || {
             let m = ModelDataplane::new();
-            m.set_supported(ipsetmgr::ipset::SetType::HashIpMark, true);
+            m.set_supported(ipsetmgr_ipset::SetType::HashIpMark, true);
             Box::new(m)
         },
         conformance::hash_ip_mark_not_supported,

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use ipsetmgr::api::{IPSetMemberSlice, POLICY_LABEL};
+use ipsetmgr_api::{IPSetMemberSlice, POLICY_LABEL};
 
 fn ipsetmgr(args: &[&str], stdin: Option<&str>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ipsetmgr"))

@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    ipsetmgr::dataplane::netlink::fuzz_decode(data);
+    ipsetmgr_dataplane::netlink::fuzz_decode(data);
 });

@@ -21,9 +21,9 @@
 
 use std::path::Path;
 
-use ipsetmgr::ipset::Naming;
-use ipsetmgr::policy::compile::{MemberCache, MemberList, PolicyInput, SliceInput, compile_inputs};
-use ipsetmgr::policy::load::{parse_json_policies, parse_policies};
+use ipsetmgr_ipset::Naming;
+use ipsetmgr_policy::compile::{MemberCache, MemberList, PolicyInput, SliceInput, compile_inputs};
+use ipsetmgr_policy::load::{parse_json_policies, parse_policies};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,21 +1,22 @@
 //! `ipsetmgr apply`: one-shot reconcile of policy files to the kernel,
 //! printed as a table of sets and what happened to each.
 
-use crate::sources::egress::EgressGuard;
+use ipsetmgr_feeds::egress::EgressGuard;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use super::{FilePolicies, load, table};
-use crate::ipset::Naming;
-use crate::kernel::Opened;
-use crate::manager::{ApplyOutcome, DeletionReport, ManagerConfig, Plan, SetsBackend};
-use crate::policy::PolicyError;
+use super::table;
+use crate::files::{FilePolicies, load};
+use ipsetmgr_agent::kernel::Opened;
+use ipsetmgr_ipset::Naming;
+use ipsetmgr_manager::{ApplyOutcome, DeletionReport, ManagerConfig, Plan, SetsBackend};
+use ipsetmgr_policy::PolicyError;
 
 pub struct ApplyArgs {
     pub paths: Vec<PathBuf>,
     /// Plain member lists added to policies.
-    pub members: Vec<super::MembersFile>,
+    pub members: Vec<crate::files::MembersFile>,
     pub dry_run: bool,
     pub prune: bool,
     /// `Some`: evaluate nodeSelectors against these labels.

@@ -4,7 +4,7 @@
 //! recreated, and keeps the kernel as it is while the files do not load
 //! (fail static). Resyncs and retries are the driver's.
 //!
-//! `membersFrom` sources are kept across reloads (`file_sources.rs`): a
+//! `membersFrom` sources are kept across reloads (`src/files/sources.rs`): a
 //! `file` is read again when it changes (watched, and stat'ed at every
 //! resync and every `interval`), a `url` on its own interval. A url that
 //! fails keeps its last good members in force; a file that fails holds its
@@ -20,19 +20,19 @@ use std::time::{Duration, Instant};
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 
-use super::file_sources::LocalSources;
-use super::read_files;
-use crate::ipset::Naming;
-use crate::kernel::KernelSide;
-use crate::manager::driver::{Command, Observer, Report};
-use crate::policy::load::policy_files;
+use crate::files::read_files;
+use crate::files::sources::LocalSources;
+use ipsetmgr_agent::kernel::KernelSide;
+use ipsetmgr_ipset::Naming;
+use ipsetmgr_manager::driver::{Command, Observer, Report};
+use ipsetmgr_policy::load::policy_files;
 
 pub struct RunArgs {
     pub policy_dir: PathBuf,
     pub resync_interval: Duration,
     pub labels: Option<BTreeMap<String, String>>,
     /// Where url sources may connect.
-    pub egress: crate::sources::egress::EgressGuard,
+    pub egress: ipsetmgr_feeds::egress::EgressGuard,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -216,8 +216,8 @@ pub fn run(kernel: &KernelSide, naming: &Naming, args: &RunArgs) -> Result<(), R
     let mut next_check = Instant::now() + args.resync_interval;
     let mut reload = true;
     tracing::info!(
-        version = crate::telemetry::build_info::VERSION,
-        revision = crate::telemetry::build_info::REVISION,
+        version = ipsetmgr_cluster::telemetry::build_info::VERSION,
+        revision = ipsetmgr_cluster::telemetry::build_info::REVISION,
         dir = %args.policy_dir.display(),
         interval = ?args.resync_interval,
         "running"
@@ -373,7 +373,7 @@ impl Observer for LogReports {
 fn log_outcome(report: &Report) {
     let outcome = &report.outcome;
     if report.full_resync {
-        crate::logging::log_drift(&report.sets);
+        ipsetmgr_cluster::logging::log_drift(&report.sets);
     }
     for (name, plan) in &outcome.written {
         tracing::info!(set = %name, ?plan, "written");

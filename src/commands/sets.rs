@@ -3,9 +3,9 @@
 use std::io::Write;
 
 use super::table;
-use crate::dataplane::DataplaneError;
-use crate::ipset::Naming;
-use crate::manager::SetsBackend;
+use ipsetmgr_dataplane::DataplaneError;
+use ipsetmgr_ipset::Naming;
+use ipsetmgr_manager::SetsBackend;
 
 pub fn sets(
     mut backend: Box<dyn SetsBackend>,

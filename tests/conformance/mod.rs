@@ -22,8 +22,8 @@
 use std::process::Command;
 use std::time::Instant;
 
-use ipsetmgr::dataplane::{Dataplane, DataplaneError, Op};
-use ipsetmgr::ipset::{Family, Member, MemberSet, SetHeader, SetKind, SetType};
+use ipsetmgr_dataplane::{Dataplane, DataplaneError, Op};
+use ipsetmgr_ipset::{Family, Member, MemberSet, SetHeader, SetKind, SetType};
 
 pub type Factory = fn() -> Box<dyn Dataplane>;
 
@@ -171,7 +171,7 @@ fn create_filled(dp: &mut dyn Dataplane, name: &str, h: &SetHeader, m: &MemberSe
     );
 }
 
-fn read(dp: &mut dyn Dataplane, name: &str) -> ipsetmgr::dataplane::KernelSet {
+fn read(dp: &mut dyn Dataplane, name: &str) -> ipsetmgr_dataplane::KernelSet {
     dp.read_set(name)
         .unwrap_or_else(|e| panic!("read_set {name}: {e}"))
         .unwrap_or_else(|| panic!("set {name} does not exist"))

@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 
-use ipsetmgr::dataplane::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
-use ipsetmgr::ipset::{
+use ipsetmgr_dataplane::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
+use ipsetmgr_ipset::{
     AddrMask, Family, HeaderOptions, Member, MemberSet, SetHeader, SetRange, SetType,
 };
-use ipsetmgr::manager::{DesiredSet, Manager, ManagerConfig, Plan};
+use ipsetmgr_manager::{DesiredSet, Manager, ManagerConfig, Plan};
 
 use super::{header, kernel_listing, members, ok, read, sorted_display};
 
@@ -250,7 +250,7 @@ fn holds(dp: &mut dyn Dataplane, name: &str, h: &SetHeader, m: &MemberSet) {
     }
 }
 
-fn written(out: &ipsetmgr::manager::ApplyOutcome) -> Vec<(String, Plan)> {
+fn written(out: &ipsetmgr_manager::ApplyOutcome) -> Vec<(String, Plan)> {
     assert!(out.applied, "apply failed: {:?}", out.error);
     out.written.clone()
 }

@@ -2,7 +2,7 @@
 //! of `values.yaml`, `--set`-style overrides merged in, then checked against
 //! `values.schema.json` (Helm refuses to render values that fail it).
 //!
-//! Shared by tests/manifests.rs (through `support`) and tests/chart_schema.rs
+//! Shared by tests/manifests/ (through `support`) and tests/chart_schema.rs
 //! (by path); each uses part of it.
 #![allow(dead_code)]
 

@@ -1,5 +1,5 @@
 {{/*
-Helpers. tests/manifests.rs renders this chart with real Helm and checks the
+Helpers. tests/manifests/ renders this chart with real Helm and checks the
 objects; tests/chart_server.rs lints it (helm lint --strict) and applies it
 to a real API server.
 */}}

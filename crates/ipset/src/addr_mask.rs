@@ -5,7 +5,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::member::mask;
+use crate::num::mask;
 use crate::types::Family;
 
 /// A hash:ip set's address mask. Never the host-length or all-ones mask

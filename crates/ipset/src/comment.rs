@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::member::MemberError;
+use crate::error::MemberError;
 
 /// The longest comment the kernel stores (IPSET_MAX_COMMENT_SIZE).
 pub const MAX_COMMENT_LEN: usize = 255;

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::member::MemberError;
+use crate::error::MemberError;
 
 /// The longest interface name the kernel has (IFNAMSIZ - 1).
 pub const MAX_IFACE_LEN: usize = 15;

@@ -7,23 +7,25 @@
 
 mod addr_mask;
 mod comment;
+mod error;
+mod header;
 pub mod icmp;
 mod iface;
 mod member;
 mod member_set;
 mod names;
+mod num;
 mod range;
 mod types;
 
 pub use addr_mask::{AddrMask, MaskError};
 pub use comment::{Comment, MAX_COMMENT_LEN};
+pub use error::MemberError;
+pub use header::{DEFAULT_MAX_ELEM, HeaderOptions, SetHeader};
 pub use iface::{IfaceName, MAX_IFACE_LEN};
-pub use member::{
-    Commented, IpPortIp, IpPortNet, Member, MemberError, NetIface, OneOrTwo, Parsed, Proto, mask,
-};
+pub use member::{Commented, IpPortIp, IpPortNet, Member, NetIface, OneOrTwo, Parsed, Proto};
 pub use member_set::{MemberSet, MemberSetBuilder};
 pub use names::{BadPrefix, MAX_SET_NAME_LEN, Naming, is_valid_set_name};
+pub use num::mask;
 pub use range::{MAX_BITMAP_ELEMENTS, RangeError, SetRange};
-pub use types::{
-    DEFAULT_MAX_ELEM, Family, HeaderOptions, SetHeader, SetKind, SetType, UnknownSetType,
-};
+pub use types::{Family, SetKind, SetType, UnknownSetType};

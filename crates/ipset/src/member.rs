@@ -8,8 +8,10 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::comment::Comment;
+use crate::error::MemberError;
 use crate::icmp;
 use crate::iface::IfaceName;
+use crate::num::{mask, plain_decimal};
 use crate::types::{Family, SetType};
 
 /// Transport protocols accepted in hash:ip,port members.
@@ -161,60 +163,6 @@ pub struct IpPortNet {
     pub net: IpAddr,
     pub prefix: u8,
     pub nomatch: bool,
-}
-
-/// Why a member was rejected. The messages are shown to users next to the
-/// policy and member, so they say what to do.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum MemberError {
-    #[error("empty member")]
-    Empty,
-    #[error("contains whitespace or control characters")]
-    ForbiddenCharacters,
-    #[error(
-        "looks like a host name; only literal addresses are accepted (host names would need DNS)"
-    )]
-    HostName,
-    #[error("not a valid IP address")]
-    BadAddress,
-    #[error("the all-zero address cannot be stored in this set type (the kernel rejects it)")]
-    NullAddress,
-    #[error("not a valid CIDR: {0}")]
-    BadCidr(&'static str),
-    #[error(
-        "a CIDR wider than one address is not allowed in hash:ip (the kernel would expand it); use hash:net"
-    )]
-    WideCidrInHashIp,
-    #[error("port ranges are not supported; list each port")]
-    PortRange,
-    #[error("not a valid port (expected 0-65535)")]
-    BadPort,
-    #[error(
-        "numbers must not have leading zeros (ipset(8) would read them as octal: 010 is 8 there)"
-    )]
-    LeadingZero,
-    #[error("protocol {0:?} is not supported (use tcp, udp, sctp, udplite, icmp or icmpv6)")]
-    UnsupportedProtocol(String),
-    #[error("expected ADDRESS,PROTO:PORT (for example 10.0.0.1,tcp:80)")]
-    BadIpPortSyntax,
-    #[error("not a valid ICMP type/code (use TYPE/CODE or a name such as echo-request)")]
-    BadIcmp,
-    #[error("{0} is only valid with {1} addresses")]
-    ProtoFamilyMismatch(&'static str, Family),
-    #[error("not a valid MAC address (expected six hex bytes such as aa:bb:cc:dd:ee:ff)")]
-    BadMac,
-    #[error("'nomatch' is only valid for hash:net, hash:net,port and hash:ip,port,net members")]
-    NomatchNotAllowed,
-    #[error("expected {0}")]
-    BadSyntax(&'static str),
-    #[error("both addresses must be of one family")]
-    MixedFamilies,
-    #[error("not a valid interface: {0}")]
-    BadIface(&'static str),
-    #[error("not a valid comment: {0}")]
-    BadComment(&'static str),
-    #[error("list:set members must be names of other IPSetPolicies")]
-    BadSetName,
 }
 
 /// The result of parsing one user member: usually one member, two for `/0`
@@ -495,18 +443,6 @@ fn parse_addr(s: &str) -> Result<IpAddr, MemberError> {
     }
 }
 
-/// A decimal number as ipset(8) reads it unambiguously: digits only, at
-/// most `max_len` of them, and no leading zero. ipset parses numbers with
-/// `strtoul(.., 0)`, so `010` means 8 there; accepting it here as 10 would
-/// silently give the two tools different meanings for the same text.
-pub(crate) fn plain_decimal(s: &str, max_len: usize) -> Option<u32> {
-    let digits_only = !s.is_empty() && s.len() <= max_len && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits_only || (s.len() > 1 && s.starts_with('0')) {
-        return None;
-    }
-    s.parse().ok()
-}
-
 /// A decimal field of a member: a [`plain_decimal`] that fits `T`, or
 /// `bad`; a leading zero gets its own error, which says why.
 fn decimal_field<T: TryFrom<u32>>(
@@ -530,30 +466,6 @@ fn parse_prefix(p: &str, family: Family) -> Result<u8, MemberError> {
         ));
     }
     Ok(n)
-}
-
-/// Clear host bits below `prefix`.
-pub fn mask(addr: IpAddr, prefix: u8) -> IpAddr {
-    match addr {
-        IpAddr::V4(a) => {
-            let bits = u32::from(a);
-            let m = if prefix == 0 {
-                0
-            } else {
-                u32::MAX << (32 - prefix as u32)
-            };
-            IpAddr::V4(Ipv4Addr::from(bits & m))
-        }
-        IpAddr::V6(a) => {
-            let bits = u128::from(a);
-            let m = if prefix == 0 {
-                0
-            } else {
-                u128::MAX << (128 - prefix as u32)
-            };
-            IpAddr::V6(Ipv6Addr::from(bits & m))
-        }
-    }
 }
 
 /// `ADDRESS[/PREFIX]` with host bits cleared; a bare address is a host.

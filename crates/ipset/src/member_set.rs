@@ -797,7 +797,7 @@ mod tests {
             let addr = IpAddr::V4(Ipv4Addr::from(a));
             let cases = [
                 (v4(SetType::HashIp), Member::Ip(addr)),
-                (v4(SetType::HashNet), Member::Net { addr: crate::member::mask(addr, prefix), prefix, nomatch }),
+                (v4(SetType::HashNet), Member::Net { addr: crate::num::mask(addr, prefix), prefix, nomatch }),
                 (v4(SetType::HashIpPort), Member::IpPort { addr, proto: Proto::Udp, port }),
                 (SetKind::new(SetType::HashMac, None), Member::Mac(mac)),
                 (v4(SetType::BitmapIp), Member::Ip(addr)),

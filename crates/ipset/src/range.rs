@@ -5,7 +5,8 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 
-use crate::member::{Member, mask};
+use crate::member::Member;
+use crate::num::mask;
 use crate::types::SetType;
 
 /// The most elements a bitmap set can have (the kernel's
@@ -49,7 +50,7 @@ impl SetRange {
             SetType::BitmapPort => {
                 let (a, b) = s.split_once('-').ok_or(RangeError::Syntax(PORT_SYNTAX))?;
                 let port = |p: &str| {
-                    crate::member::plain_decimal(p, 5)
+                    crate::num::plain_decimal(p, 5)
                         .and_then(|n| u16::try_from(n).ok())
                         .ok_or(RangeError::Syntax(PORT_SYNTAX))
                 };
@@ -106,7 +107,7 @@ fn parse_ip_range(s: &str) -> Result<SetRange, RangeError> {
         return Ok(SetRange::Ipv4 { from, to });
     }
     let (a, p) = s.split_once('/').ok_or(RangeError::Syntax(IP_SYNTAX))?;
-    let prefix = crate::member::plain_decimal(p, 2)
+    let prefix = crate::num::plain_decimal(p, 2)
         .filter(|&n| n <= 32)
         .ok_or(RangeError::Syntax(IP_SYNTAX))? as u8;
     let IpAddr::V4(from) = mask(IpAddr::V4(v4(a)?), prefix) else {

@@ -6,27 +6,20 @@
 //! cut by a hash of each member, so a small change to the list changes few
 //! of them. It reads a file and writes objects; it touches no kernel.
 
-pub(crate) mod objects;
-pub(crate) mod partition;
-pub(crate) mod validate;
-
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::api::IPSetMemberSlice;
-use crate::policy::member_list::{ListFormat, STDIN, read_member_list};
-use objects::{SLICE_COUNT_LABEL, json_bytes, slice_object};
-use partition::{Limits, Raised, TooMany, partition};
-pub(crate) use validate::Check;
-use validate::{Validated, validate};
+use ipsetmgr_api::IPSetMemberSlice;
+use ipsetmgr_policy::member_list::{ListFormat, STDIN, read_member_list};
+use ipsetmgr_policy::slicing::objects::SLICE_COUNT_LABEL;
+use ipsetmgr_policy::slicing::partition::{Raised, TooMany};
+pub(crate) use ipsetmgr_policy::slicing::validate::Check;
+use ipsetmgr_policy::slicing::validate::{Validated, validate};
+use ipsetmgr_policy::slicing::{MAX_SLICE_BYTES, Sliced, slice_members};
 
-/// The most bytes of one slice as JSON: under the 262,144 bytes of
-/// `kubectl apply`'s last-applied annotation with room to spare, and far
-/// under etcd's request limit even with that annotation added.
-pub(crate) const MAX_SLICE_BYTES: usize = 200_000;
 /// Policy names are label values on their slices: at most 63 characters.
 const MAX_POLICY_NAME: usize = 63;
 
@@ -62,20 +55,9 @@ pub(crate) enum SliceError {
     Write { path: PathBuf, source: io::Error },
 }
 
-/// The slices of one policy's members, with their sizes in bytes.
-#[derive(Debug)]
-pub(crate) struct Sliced {
-    pub slices: Vec<IPSetMemberSlice>,
-    pub bytes: Vec<usize>,
-    /// The count the expected fill alone asks for.
-    pub minimum: usize,
-    /// Why the count is larger than that.
-    pub raised: Option<Raised>,
-}
-
 /// `--policy`: a valid policy name that fits in a label value.
 pub(crate) fn parse_policy_name(name: &str) -> Result<String, String> {
-    crate::policy::compile::check_name(name).map_err(|e| format!("a policy name {e}"))?;
+    ipsetmgr_policy::compile::check_name(name).map_err(|e| format!("a policy name {e}"))?;
     if name.len() > MAX_POLICY_NAME {
         return Err(format!(
             "the policy name is {} characters long; a policy with slices has a name of at most {MAX_POLICY_NAME}, because its slices carry it as a label value",
@@ -83,35 +65,6 @@ pub(crate) fn parse_policy_name(name: &str) -> Result<String, String> {
         ));
     }
     Ok(name.to_string())
-}
-
-/// Cut `members` (sorted, distinct) into the slices of `policy`.
-pub(crate) fn slice_members(
-    policy: &str,
-    members: &[String],
-    max_members: usize,
-) -> Result<Sliced, TooMany> {
-    let limits = Limits {
-        max_members,
-        max_bytes: MAX_SLICE_BYTES,
-    };
-    let built = partition(
-        members,
-        limits,
-        |count, index, ms| {
-            let slice = slice_object(policy, index, count, ms);
-            let bytes = json_bytes(&slice);
-            (slice, bytes)
-        },
-        |(_, bytes)| *bytes,
-    )?;
-    let (slices, bytes) = built.slices.into_iter().unzip();
-    Ok(Sliced {
-        slices,
-        bytes,
-        minimum: built.minimum,
-        raised: built.raised,
-    })
 }
 
 /// Run the command: slices to `out` (or `--output`), errors and the
@@ -279,7 +232,7 @@ fn summary(
     writeln!(
         err,
         "Slices made with another slice count are stale once these are applied; delete them with:\n  kubectl delete ipsetmemberslices -l '{}={policy},{SLICE_COUNT_LABEL}!={count}'",
-        crate::api::POLICY_LABEL
+        ipsetmgr_api::POLICY_LABEL
     )
 }
 

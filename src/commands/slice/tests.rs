@@ -7,11 +7,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use super::objects::{MANAGED_BY, MANAGED_BY_LABEL};
 use super::*;
-use crate::api::POLICY_LABEL;
-use crate::ipset::{Member, SetType};
-use crate::policy::FamilySpec;
+use ipsetmgr_api::POLICY_LABEL;
+use ipsetmgr_ipset::{Member, SetType};
+use ipsetmgr_policy::FamilySpec;
+use ipsetmgr_policy::slicing::objects::{self, MANAGED_BY, MANAGED_BY_LABEL};
 
 /// The annotation client-side `kubectl apply` keeps the applied object in;
 /// the API server refuses annotations over 256 KiB in all (keys included).

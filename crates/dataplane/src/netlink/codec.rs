@@ -2,11 +2,11 @@
 //! the kernel's replies into typed values. Everything here is pure (no
 //! socket), so it is unit-, property- and fuzz-tested.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use super::consts::*;
-pub use super::element::decode_element;
-use super::wire::{self, Attr, DecodeError};
+use super::element::{decode_element, decode_ip};
+use super::wire::{self, DecodeError};
 use ipsetmgr_ipset::{
     AddrMask, Family, HeaderOptions, Member, MemberSet, MemberSetBuilder, SetHeader, SetKind,
     SetRange, SetType,
@@ -377,25 +377,6 @@ pub fn decode_error_lineno(echoed: &wire::NlMsg<'_>) -> Option<u32> {
         }
     }
     None
-}
-
-pub(super) fn decode_ip(a: &Attr<'_>) -> Result<IpAddr, DecodeError> {
-    for inner in a.attrs() {
-        let inner = inner?;
-        match (inner.ty, inner.data.len()) {
-            (IPSET_ATTR_IPADDR_IPV4, 4) => {
-                let d = inner.data;
-                return Ok(IpAddr::V4(Ipv4Addr::new(d[0], d[1], d[2], d[3])));
-            }
-            (IPSET_ATTR_IPADDR_IPV6, 16) => {
-                let mut o = [0u8; 16];
-                o.copy_from_slice(inner.data);
-                return Ok(IpAddr::V6(Ipv6Addr::from(o)));
-            }
-            _ => {}
-        }
-    }
-    Err(DecodeError("IP attribute without an address"))
 }
 
 /// A set header as the kernel lists it.

@@ -3,11 +3,10 @@
 //! not manage (timeouts, counters, skbinfo, unknown flags) is an error: the
 //! caller counts such entries unparsable, which forces a rewrite.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::codec::decode_ip;
 use super::consts::*;
-use super::wire::{self, DecodeError};
+use super::wire::{self, Attr, DecodeError};
 use ipsetmgr_ipset::{
     Comment, Family, IfaceName, IpPortIp, IpPortNet, Member, NetIface, Proto, SetKind, SetType,
     is_valid_set_name, mask,
@@ -221,4 +220,26 @@ fn decode_key(kind: SetKind, e: &Attrs<'_>) -> Result<Member, DecodeError> {
             }
         }
     }
+}
+
+/// An IP attribute (a nest of one IPv4 or IPv6 address). Here rather than
+/// in `codec.rs`, which decodes headers with it too, so that the codec
+/// imports the element decoder and not the other way round.
+pub(super) fn decode_ip(a: &Attr<'_>) -> Result<IpAddr, DecodeError> {
+    for inner in a.attrs() {
+        let inner = inner?;
+        match (inner.ty, inner.data.len()) {
+            (IPSET_ATTR_IPADDR_IPV4, 4) => {
+                let d = inner.data;
+                return Ok(IpAddr::V4(Ipv4Addr::new(d[0], d[1], d[2], d[3])));
+            }
+            (IPSET_ATTR_IPADDR_IPV6, 16) => {
+                let mut o = [0u8; 16];
+                o.copy_from_slice(inner.data);
+                return Ok(IpAddr::V6(Ipv6Addr::from(o)));
+            }
+            _ => {}
+        }
+    }
+    Err(DecodeError("IP attribute without an address"))
 }

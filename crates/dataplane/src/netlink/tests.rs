@@ -8,6 +8,7 @@ use proptest::prelude::*;
 
 use super::codec::{self, AdtEncoder, ListAccumulator};
 use super::consts::*;
+use super::element;
 use super::wire;
 use ipsetmgr_ipset::mask;
 use ipsetmgr_ipset::{
@@ -290,7 +291,7 @@ proptest! {
         let a = only_attr(&buf);
         prop_assert_eq!(a.ty, IPSET_ATTR_DATA);
         prop_assert!(a.nested);
-        prop_assert_eq!(codec::decode_element(kind, a.data), Ok(m));
+        prop_assert_eq!(element::decode_element(kind, a.data), Ok(m));
     }
 
     #[test]
@@ -407,7 +408,7 @@ fn decode_adt_messages(buf: &[u8], kind: SetKind) -> (Vec<(u32, Member)>, usize)
                             .unwrap()
                             .u32_host()
                             .unwrap();
-                        out.push((lineno, codec::decode_element(kind, e.data).unwrap()));
+                        out.push((lineno, element::decode_element(kind, e.data).unwrap()));
                     }
                 }
                 _ => {}
@@ -566,8 +567,8 @@ fn foreign_elements_are_unparsable_not_errors() {
     let a = only_attr(&data);
     let mut inner = a.data.to_vec();
     wire::put_be32(&mut inner, IPSET_ATTR_TIMEOUT, 300);
-    assert!(codec::decode_element(kind, &inner).is_err());
+    assert!(element::decode_element(kind, &inner).is_err());
     // Wrong family is refused rather than stored.
     let k6 = SetKind::new(SetType::HashIp, Some(Family::V6));
-    assert!(codec::decode_element(k6, a.data).is_err());
+    assert!(element::decode_element(k6, a.data).is_err());
 }

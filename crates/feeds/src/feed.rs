@@ -1,0 +1,402 @@
+//! Fetching a `url` source: one GET with the validators of the last good
+//! response (`If-None-Match` from its ETag, `If-Modified-Since` from its
+//! Last-Modified), a timeout over the whole exchange, and a cap on the
+//! body (checked against Content-Length first, then while reading, so an
+//! endless body is cut off, never buffered). Redirects are not followed: a
+//! feed that moved is an error to fix in the policy, not a hop to wherever
+//! the server says.
+//!
+//! Every connection goes through the egress guard (`egress.rs`): on the
+//! resolved addresses, and on IP literals before the request. A gzip body
+//! (asked for with `Accept-Encoding: gzip`) is decoded within the same
+//! byte cap; any other encoding is refused by name.
+//!
+//! The client is hyper's (hyper-util's pooled client with hyper-rustls,
+//! which kube already brings: no second HTTP stack); gzip is flate2's.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{
+    ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, ETAG, HeaderMap, HeaderValue,
+    IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, USER_AGENT,
+};
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use std::sync::Arc;
+
+use super::egress::{EgressGuard, GuardedResolver, Refused, literal_ip};
+use ipsetmgr_api::FamilySpec;
+use ipsetmgr_ipset::SetType;
+use ipsetmgr_policy::sources::content::parse_content;
+use ipsetmgr_policy::sources::spec::{FeedUrl, UrlSpec};
+
+/// The most bytes of one feed: FireHOL's largest lists are a few MB.
+pub const MAX_FEED_BYTES: usize = 32 << 20;
+/// The whole exchange, connection to last byte.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The first retry after a failure; it doubles up to the interval.
+pub const FIRST_RETRY: Duration = Duration::from_secs(10);
+
+/// What makes the next request conditional.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Validators {
+    pub etag: Option<HeaderValue>,
+    pub last_modified: Option<HeaderValue>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Fetched {
+    /// 304: the last good content still holds.
+    NotModified,
+    /// New content, and the validators to send next time.
+    Content {
+        text: String,
+        validators: Validators,
+    },
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FetchError {
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("request failed: {0}")]
+    Request(String),
+    #[error("HTTP {0} (redirects are not followed)")]
+    Redirect(u16),
+    #[error("HTTP {0}")]
+    Status(u16),
+    #[error("the body is larger than {limit} bytes; refused")]
+    TooLarge { limit: usize },
+    #[error("reading the body failed: {0}")]
+    Body(String),
+    #[error("the body is not UTF-8 (byte {0})")]
+    NotUtf8(usize),
+    #[error(transparent)]
+    Refused(#[from] Refused),
+    #[error("the body's Content-Encoding {0:?} is not supported (only gzip or none)")]
+    Encoding(String),
+    #[error("the gzip body does not decode: {0}")]
+    Gzip(String),
+}
+
+type Connector = hyper_rustls::HttpsConnector<HttpConnector<GuardedResolver>>;
+
+/// A pooled HTTP(S) client for feeds.
+#[derive(Clone)]
+pub struct Fetcher {
+    client: Client<Connector, Empty<Bytes>>,
+    guard: Arc<EgressGuard>,
+    timeout: Duration,
+    max_bytes: usize,
+}
+
+impl Fetcher {
+    /// A client trusting the system's roots (the image carries them), that
+    /// connects only where `guard` allows.
+    pub fn new(
+        timeout: Duration,
+        max_bytes: usize,
+        guard: EgressGuard,
+    ) -> Result<Fetcher, FetchError> {
+        let guard = Arc::new(guard);
+        let mut http = HttpConnector::new_with_resolver(GuardedResolver::new(guard.clone()));
+        // https URLs pass through to the TLS layer around it.
+        http.enforce_http(false);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_native_roots()
+            .map_err(|e| FetchError::Request(format!("loading the system's CA roots: {e}")))?
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new()).build(https);
+        Ok(Fetcher {
+            client,
+            guard,
+            timeout,
+            max_bytes,
+        })
+    }
+
+    /// GET `url` with `headers` (from a Secret, already typed) and the
+    /// validators of the last good content.
+    pub async fn fetch(
+        &self,
+        url: &FeedUrl,
+        headers: &HeaderMap,
+        validators: &Validators,
+    ) -> Result<Fetched, FetchError> {
+        match tokio::time::timeout(self.timeout, self.exchange(url, headers, validators)).await {
+            Ok(r) => r,
+            Err(_) => Err(FetchError::Timeout(self.timeout)),
+        }
+    }
+
+    async fn exchange(
+        &self,
+        url: &FeedUrl,
+        headers: &HeaderMap,
+        validators: &Validators,
+    ) -> Result<Fetched, FetchError> {
+        // The client connects to an IP literal without resolving it.
+        if let Some(ip) = url.uri().host().and_then(literal_ip) {
+            self.guard.check(ip)?;
+        }
+        let mut req = Request::get(url.uri().clone())
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| FetchError::Request(e.to_string()))?;
+        let h = req.headers_mut();
+        h.extend(headers.clone());
+        h.insert(
+            USER_AGENT,
+            HeaderValue::from_static(concat!("ipsetmgr/", env!("CARGO_PKG_VERSION"))),
+        );
+        h.insert(ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
+        if let Some(etag) = &validators.etag {
+            h.insert(IF_NONE_MATCH, etag.clone());
+        }
+        if let Some(lm) = &validators.last_modified {
+            h.insert(IF_MODIFIED_SINCE, lm.clone());
+        }
+        let resp = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| FetchError::Request(error_chain(&e)))?;
+        let status = resp.status();
+        if status == StatusCode::NOT_MODIFIED {
+            return Ok(Fetched::NotModified);
+        }
+        if status.is_redirection() {
+            return Err(FetchError::Redirect(status.as_u16()));
+        }
+        if !status.is_success() {
+            return Err(FetchError::Status(status.as_u16()));
+        }
+        let declared = resp
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > self.max_bytes as u64) {
+            return Err(FetchError::TooLarge {
+                limit: self.max_bytes,
+            });
+        }
+        let validators = Validators {
+            etag: resp.headers().get(ETAG).cloned(),
+            last_modified: resp.headers().get(LAST_MODIFIED).cloned(),
+        };
+        let gzip = match resp.headers().get(CONTENT_ENCODING).map(|v| v.as_bytes()) {
+            None | Some(b"identity") => false,
+            Some(b"gzip" | b"x-gzip") => true,
+            Some(other) => {
+                return Err(FetchError::Encoding(
+                    String::from_utf8_lossy(other).chars().take(40).collect(),
+                ));
+            }
+        };
+        let body = Limited::new(resp.into_body(), self.max_bytes)
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some()
+                {
+                    FetchError::TooLarge {
+                        limit: self.max_bytes,
+                    }
+                } else {
+                    FetchError::Body(e.to_string())
+                }
+            })?
+            .to_bytes();
+        let body = if gzip {
+            gunzip(&body, self.max_bytes)?
+        } else {
+            body.to_vec()
+        };
+        let text = String::from_utf8(body)
+            .map_err(|e| FetchError::NotUtf8(e.utf8_error().valid_up_to()))?;
+        Ok(Fetched::Content { text, validators })
+    }
+}
+
+/// Decode a gzip body, refusing what decodes to more than `limit` bytes (a
+/// small download can be a large file).
+fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, FetchError> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(body)
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| FetchError::Gzip(e.to_string()))?;
+    if out.len() > limit {
+        return Err(FetchError::TooLarge { limit });
+    }
+    Ok(out)
+}
+
+/// What one url source keeps between fetches (the controller's tasks and
+/// `ipsetmgr run` alike).
+#[derive(Default)]
+pub struct FeedState {
+    pub validators: Validators,
+    pub good: Option<Arc<Vec<String>>>,
+}
+
+/// Why a fetch gave no new members, said twice: `public` has nothing of
+/// what the server sent (line numbers and reasons only), for API objects
+/// and events; `detail` may quote one line, cut short, for the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeedFailure {
+    pub public: String,
+    pub detail: String,
+}
+
+impl FeedFailure {
+    fn same(message: String) -> FeedFailure {
+        FeedFailure {
+            public: message.clone(),
+            detail: message,
+        }
+    }
+}
+
+impl std::fmt::Display for FeedFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
+
+/// One fetch: new content replaces the last good only when all of it
+/// parses, and is not empty for the policy's family (a feed that turns
+/// into IPv6 lines only would empty an IPv4 blocklist as surely as an
+/// empty file); anything else leaves it in force and says why (naming the
+/// URL). `Ok(true)` when new content was taken, `Ok(false)` when it was
+/// not modified.
+pub async fn refresh_feed(
+    state: &mut FeedState,
+    spec: &UrlSpec,
+    set_type: SetType,
+    family: FamilySpec,
+    fetcher: &Fetcher,
+    headers: &HeaderMap,
+) -> Result<bool, FeedFailure> {
+    let origin = spec.url.to_string();
+    match fetcher
+        .fetch(&spec.url, headers, &state.validators)
+        .await
+        .map_err(|e| FeedFailure::same(format!("{origin}: {e}")))?
+    {
+        Fetched::NotModified if state.good.is_some() => Ok(false),
+        // A 304 to a request without validators: fetch it whole next time.
+        Fetched::NotModified => {
+            state.validators = Validators::default();
+            Err(FeedFailure::same(format!(
+                "{origin}: 304 Not Modified to an unconditional request"
+            )))
+        }
+        Fetched::Content { text, validators } => {
+            let c = parse_content(
+                &text,
+                spec.format,
+                &origin,
+                set_type,
+                family,
+                spec.max_members,
+            )
+            .map_err(|e| FeedFailure {
+                public: e.public(),
+                detail: e.to_string(),
+            })?;
+            state.good = Some(Arc::new(c.members));
+            state.validators = validators;
+            Ok(true)
+        }
+    }
+}
+
+/// An error with its causes: hyper's own message alone ("client error
+/// (Connect)") does not say what went wrong.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    //! Encodings, against a real HTTP server on loopback.
+    use super::*;
+    use crate::egress::{EgressGuard, Setting};
+
+    async fn serve(encoding: &'static str, body: Vec<u8>) -> FeedUrl {
+        let app = axum::Router::new().route(
+            "/l",
+            axum::routing::get(move || {
+                let body = body.clone();
+                async move { ([("content-encoding", encoding)], body) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        FeedUrl::parse(&format!("http://{addr}/l")).unwrap()
+    }
+
+    fn gzip(text: &str) -> Vec<u8> {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(text.as_bytes()).unwrap();
+        e.finish().unwrap()
+    }
+
+    fn fetcher(max: usize) -> Fetcher {
+        Fetcher::new(
+            Duration::from_secs(5),
+            max,
+            EgressGuard::new(Setting::Files, &[], &[]),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn gzip_is_decoded_within_the_cap_and_other_encodings_refused_by_name() {
+        let url = serve("gzip", gzip("10.0.0.0/8\n192.0.2.0/24\n")).await;
+        match fetcher(1000)
+            .fetch(&url, &HeaderMap::new(), &Validators::default())
+            .await
+        {
+            Ok(Fetched::Content { text, .. }) => assert_eq!(text, "10.0.0.0/8\n192.0.2.0/24\n"),
+            other => panic!("{other:?}"),
+        }
+        // A small download that decodes to more than the cap.
+        let bomb = serve("gzip", gzip(&"10.0.0.0/8\n".repeat(10_000))).await;
+        let e = fetcher(1000)
+            .fetch(&bomb, &HeaderMap::new(), &Validators::default())
+            .await
+            .unwrap_err();
+        assert_eq!(e, FetchError::TooLarge { limit: 1000 });
+        let br = serve("br", b"whatever".to_vec()).await;
+        let e = fetcher(1000)
+            .fetch(&br, &HeaderMap::new(), &Validators::default())
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("Content-Encoding \"br\" is not supported"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,568 @@
+//! Turning policies (with their member slices) into the desired kernel sets
+//! of one node, with every rejection rule listed in `docs/architecture.md`
+//! ("Members"). A policy with any bad input, in its own members or in any of
+//! its slices, yields no sets at all (never a partial apply); its existing
+//! kernel sets are held as they are.
+//!
+//! - [`parse`]: one source of members into a set per family;
+//! - [`cache`]: sources and results remembered between compiles;
+//! - [`checks`]: the rules that look at a policy as a whole;
+//! - [`list_set`]: list:set members, resolved against the other policies.
+
+mod bitmap;
+mod cache;
+mod checks;
+mod errors;
+mod list_set;
+mod mask;
+mod parse;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use self::cache::{PolicyKey, SourceKey};
+pub use self::checks::check_name;
+use self::checks::{
+    check_header_fields, families, hold, max_elem, name_collisions, nomatch_conflict_errors,
+};
+use self::parse::{ParsedSource, parse_source};
+use super::selector;
+use ipsetmgr_api::policy::IPSetPolicy;
+use ipsetmgr_ipset::{
+    HeaderOptions, MemberSet, MemberSetBuilder, Naming, SetHeader, SetKind, SetType,
+};
+
+pub use self::cache::MemberCache;
+pub use self::checks::{MAX_HASH_SIZE, MAX_MAX_ELEM, MIN_HASH_SIZE};
+pub use self::errors::{PolicyError, PolicyErrorKind};
+pub use ipsetmgr_manager::DesiredSet;
+
+/// Default size of a list:set (the kernel's default).
+pub const DEFAULT_LIST_SIZE: u32 = 8;
+/// The kernel rounds a list:set's size up to this (IP_SET_LIST_MIN_SIZE);
+/// the header says what the kernel will report, or every resync would see a
+/// mismatch.
+const MIN_LIST_SIZE: u32 = 4;
+/// At most this many member errors are reported per policy.
+const MAX_MEMBER_ERRORS: usize = 10;
+
+/// Members as a caller holds them: strings, or one text of lines (how the
+/// agent keeps slices compactly once it has parsed them).
+#[derive(Clone, Copy, Debug)]
+pub enum MemberList<'a> {
+    Strings(&'a [String]),
+    Lines(&'a str),
+}
+
+impl<'a> MemberList<'a> {
+    fn strs(self) -> Vec<&'a str> {
+        match self {
+            MemberList::Strings(v) => v.iter().map(String::as_str).collect(),
+            MemberList::Lines(text) => text.lines().collect(),
+        }
+    }
+}
+
+/// One member slice of a policy.
+#[derive(Clone, Copy, Debug)]
+pub struct SliceInput<'a> {
+    pub name: &'a str,
+    /// The slice's resourceVersion ("" for slices from files: not cached).
+    pub version: &'a str,
+    /// `Err` for a slice that gives no members: its policy is held.
+    pub members: Result<MemberList<'a>, NoMembers<'a>>,
+}
+
+/// Why a slice gives no members; either way its policy is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoMembers<'a> {
+    /// It could not be read at all: why.
+    Unreadable(&'a str),
+    /// A `membersFrom` source this setting refuses (a Kubernetes source in a
+    /// policy file): the file it is written in, and why. Not "could not be
+    /// read": nothing was read, and the user has to change the spec.
+    Refused { file: &'a str, reason: &'a str },
+}
+
+impl SliceInput<'_> {
+    /// The error of a slice that gives no members, for policy `policy`.
+    fn no_members_error(&self, policy: &str, why: NoMembers<'_>) -> PolicyError {
+        let (slice, kind) = match why {
+            NoMembers::Unreadable(why) => (
+                Some(self.name.to_string()),
+                PolicyErrorKind::UnreadableSlice(why.to_string()),
+            ),
+            // The source's name (`membersFrom[i] (kind)`) is in the message.
+            NoMembers::Refused { file, reason } => (
+                None,
+                PolicyErrorKind::RefusedSource {
+                    name: self.name.to_string(),
+                    file: file.to_string(),
+                    reason: reason.to_string(),
+                },
+            ),
+        };
+        PolicyError {
+            policy: policy.to_string(),
+            slice,
+            member: None,
+            kind,
+        }
+    }
+}
+
+/// One policy and the member slices labelled for it.
+#[derive(Clone, Debug)]
+pub struct PolicyInput<'a> {
+    pub policy: &'a IPSetPolicy,
+    pub slices: Vec<SliceInput<'a>>,
+    /// What holds the policy before its members are looked at (a refused
+    /// or not yet delivered source): it yields no sets, with these errors.
+    pub held_by: Vec<PolicyError>,
+}
+
+impl<'a> PolicyInput<'a> {
+    pub fn new(policy: &'a IPSetPolicy, slices: Vec<SliceInput<'a>>) -> PolicyInput<'a> {
+        PolicyInput {
+            policy,
+            slices,
+            held_by: Vec::new(),
+        }
+    }
+}
+
+/// What one node should hold, and what went wrong.
+#[derive(Debug, Default)]
+pub struct Compiled {
+    pub sets: Vec<DesiredSet>,
+    /// Policies with errors; their kernel sets are held untouched.
+    pub errors: Vec<PolicyError>,
+    /// Kernel names of failed policies' sets: never modified nor deleted.
+    pub held: Vec<String>,
+    /// Policies whose nodeSelector does not select this node.
+    pub not_selected: Vec<String>,
+    /// What was left out without failing a policy: list:set members that
+    /// name a held policy.
+    pub warnings: Vec<PolicyError>,
+}
+
+impl Compiled {
+    /// Policy name → its errors, for reports.
+    pub fn errors_by_policy(&self) -> BTreeMap<&str, Vec<&PolicyError>> {
+        let mut m: BTreeMap<&str, Vec<&PolicyError>> = BTreeMap::new();
+        for e in &self.errors {
+            m.entry(e.policy.as_str()).or_default().push(e);
+        }
+        m
+    }
+}
+
+/// Compile `policies` (without slices) for one node. `node_labels`: `None`
+/// ignores node selectors (file mode without labels; the controller, which
+/// validates for every node), `Some` evaluates them.
+pub fn compile<'a>(
+    policies: impl IntoIterator<Item = &'a IPSetPolicy>,
+    naming: &Naming,
+    node_labels: Option<&BTreeMap<String, String>>,
+) -> Compiled {
+    let inputs: Vec<PolicyInput<'a>> = policies
+        .into_iter()
+        .map(|policy| PolicyInput::new(policy, Vec::new()))
+        .collect();
+    compile_inputs(&inputs, naming, node_labels, &mut MemberCache::default())
+}
+
+/// Compile policies with their slices for one node, reusing and filling
+/// `cache`; what this compile does not use is dropped from it.
+pub fn compile_inputs(
+    inputs: &[PolicyInput<'_>],
+    naming: &Naming,
+    node_labels: Option<&BTreeMap<String, String>>,
+    cache: &mut MemberCache,
+) -> Compiled {
+    cache.begin();
+    let mut out = Compiled::default();
+    let (selected, candidates) = select(inputs, naming, node_labels, &mut out);
+    let collisions = name_collisions(&candidates, naming);
+    // list:sets last: a member naming a policy that is held is left out of
+    // the list (and said so), rather than failing the whole list.
+    let (lists, others): (Vec<_>, Vec<_>) = candidates
+        .into_iter()
+        .partition(|i| i.policy.spec.set_type == SetType::ListSet);
+    let mut failed: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for input in others.into_iter().chain(lists) {
+        let p = input.policy;
+        let name = p.metadata.name.as_deref().unwrap_or("");
+        if let Some(errs) = collisions.get(name) {
+            out.errors.extend(errs.iter().cloned());
+            hold(&mut out.held, naming, name);
+            failed.insert(name.to_string());
+            continue;
+        }
+        let result = if p.spec.set_type == SetType::ListSet && input.held_by.is_empty() {
+            // Resolved against the other policies: never cached.
+            compile_list_set(input, naming, &selected, &failed, &mut out.warnings)
+        } else {
+            compile_policy(input, naming, cache)
+        };
+        match result {
+            Ok(sets) => out.sets.extend(sets),
+            Err(errs) => {
+                out.errors.extend(errs);
+                hold(&mut out.held, naming, name);
+                failed.insert(name.to_string());
+            }
+        }
+    }
+    cache.finish();
+    out
+}
+
+/// The policies this node holds, by name (list:set references resolve
+/// against them), in input order. Bad names, duplicates and bad selectors
+/// fail here; unselected policies are noted.
+fn select<'i, 'a>(
+    inputs: &'i [PolicyInput<'a>],
+    naming: &Naming,
+    node_labels: Option<&BTreeMap<String, String>>,
+    out: &mut Compiled,
+) -> (HashMap<&'a str, &'a IPSetPolicy>, Vec<&'i PolicyInput<'a>>) {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for i in inputs {
+        *seen
+            .entry(i.policy.metadata.name.as_deref().unwrap_or(""))
+            .or_default() += 1;
+    }
+    let mut selected = HashMap::new();
+    let mut candidates = Vec::new();
+    for input in inputs {
+        let p = input.policy;
+        let name = p.metadata.name.as_deref().unwrap_or("");
+        let mut fail = |kind, held: bool| {
+            out.errors.push(PolicyError::of_policy(name, kind));
+            if held {
+                hold(&mut out.held, naming, name);
+            }
+        };
+        if let Err(why) = check_name(name) {
+            fail(PolicyErrorKind::BadName(why), false);
+            continue;
+        }
+        if seen[name] > 1 {
+            // Reported once, however often it is defined.
+            seen.insert(name, 0);
+            fail(PolicyErrorKind::Duplicate, true);
+            continue;
+        }
+        if seen[name] == 0 {
+            continue;
+        }
+        // A bad selector is an error everywhere, also where it is not
+        // evaluated (file mode without labels, the controller).
+        let labels = node_labels.cloned().unwrap_or_default();
+        match selector::matches(p.spec.node_selector.as_ref(), &labels) {
+            Err(e) => {
+                fail(e.into(), true);
+                continue;
+            }
+            Ok(false) if node_labels.is_some() => {
+                out.not_selected.push(name.to_string());
+                continue;
+            }
+            Ok(_) => {}
+        }
+        selected.insert(name, p);
+        candidates.push(input);
+    }
+    (selected, candidates)
+}
+
+/// One policy's sets, from the cache when none of its sources changed.
+fn compile_policy(
+    input: &PolicyInput<'_>,
+    naming: &Naming,
+    cache: &mut MemberCache,
+) -> Result<Vec<DesiredSet>, Vec<PolicyError>> {
+    let p = input.policy;
+    let name = p.metadata.name.as_deref().unwrap_or("");
+    if !input.held_by.is_empty() {
+        return Err(input.held_by.clone());
+    }
+    let key = policy_key(input);
+    if let Some(result) = cache.result(name, &key) {
+        return result;
+    }
+    let result = compile_hash(input, naming, cache);
+    cache.keep_result(name, key, &result);
+    result
+}
+
+/// The key of a policy's result: all its sources have versions.
+fn policy_key(input: &PolicyInput<'_>) -> Option<PolicyKey> {
+    let p = input.policy;
+    let mut sources = vec![SourceKey::inline(p)?];
+    for s in &input.slices {
+        s.members.ok()?;
+        sources.push(SourceKey::slice(s.name, s.version, p)?);
+    }
+    Some(PolicyKey { sources })
+}
+
+/// A parsed source, from the cache or parsed now (and remembered).
+fn parsed(
+    cache: &mut MemberCache,
+    key: Option<SourceKey>,
+    p: &IPSetPolicy,
+    members: MemberList<'_>,
+) -> Arc<ParsedSource> {
+    if let Some(hit) = cache.source(&key) {
+        return hit;
+    }
+    let raw = members.strs();
+    let parsed = Arc::new(parse_source(p.spec.set_type, p.spec.family, &raw));
+    cache.keep_source(key, &parsed);
+    parsed
+}
+
+/// A hash-type policy: every source parsed (or from the cache), merged per
+/// family, then the rules that look at the whole.
+fn compile_hash(
+    input: &PolicyInput<'_>,
+    naming: &Naming,
+    cache: &mut MemberCache,
+) -> Result<Vec<DesiredSet>, Vec<PolicyError>> {
+    let p = input.policy;
+    let name = p.metadata.name.as_deref().unwrap_or("");
+    let mut errors = Vec::new();
+    let mut bad = 0usize;
+    let mut sources: Vec<Arc<ParsedSource>> = Vec::with_capacity(1 + input.slices.len());
+    let inline = MemberList::Strings(&p.spec.members);
+    sources.push(parsed(cache, SourceKey::inline(p), p, inline));
+    let mut origins: Vec<Option<&str>> = vec![None];
+    for s in &input.slices {
+        match s.members {
+            Ok(members) => {
+                sources.push(parsed(
+                    cache,
+                    SourceKey::slice(s.name, s.version, p),
+                    p,
+                    members,
+                ));
+                origins.push(Some(s.name));
+            }
+            Err(why) => errors.push(s.no_members_error(name, why)),
+        }
+    }
+    for (source, origin) in sources.iter().zip(&origins) {
+        bad += source.bad;
+        for (member, kind) in &source.rejected {
+            if errors.len() < MAX_MEMBER_ERRORS {
+                errors.push(PolicyError {
+                    policy: name.to_string(),
+                    slice: origin.map(str::to_string),
+                    member: Some(member.clone()),
+                    kind: kind.clone(),
+                });
+            }
+        }
+    }
+    close_errors(&mut errors, bad, name, p);
+    let fams = families(p.spec.family, p.spec.set_type);
+    let sets: Vec<Arc<MemberSet>> = (0..fams.len())
+        .map(|i| merge(SetKind::new(p.spec.set_type, fams[i]), &sources, i))
+        .collect();
+    // Under a netmask or bitmask, members are the entries the kernel stores.
+    let sets: Vec<Arc<MemberSet>> = if bad == 0 && errors.is_empty() {
+        sets.into_iter()
+            .zip(&fams)
+            .map(|(s, f)| match mask::mask(p, *f) {
+                Some(m) => mask::masked(name, m, &s, &mut errors),
+                None => s,
+            })
+            .collect()
+    } else {
+        sets
+    };
+    let comments = sets.iter().any(|s| s.has_comments());
+    if bad == 0 && (p.spec.set_type.has_nomatch() || comments) {
+        let raw = || input_strings(input);
+        errors.extend(nomatch_conflict_errors(name, p.spec.set_type, &sets, raw));
+    }
+    if bad == 0
+        && let Some(range) = bitmap::range(p)
+    {
+        errors.extend(bitmap::outside_range(name, range, &sets));
+    }
+    errors.extend(too_many(name, p, &sets));
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(desired_sets(name, p, naming, sets, comments))
+}
+
+/// The members of family slot `i` over all sources: the source's own set
+/// when there is just one (no copy), their union otherwise.
+/// After the members: say how many bad ones were not listed one by one,
+/// and add the header fields' errors.
+fn close_errors(errors: &mut Vec<PolicyError>, bad: usize, name: &str, p: &IPSetPolicy) {
+    let shown = errors.iter().filter(|e| e.member.is_some()).count();
+    if bad > shown {
+        errors.push(PolicyError::of_policy(
+            name,
+            PolicyErrorKind::More(bad - shown),
+        ));
+    }
+    errors.extend(check_header_fields(name, p));
+}
+
+fn merge(kind: SetKind, sources: &[Arc<ParsedSource>], i: usize) -> Arc<MemberSet> {
+    let parts: Vec<&MemberSet> = sources
+        .iter()
+        .map(|s| &*s.sets[i])
+        .filter(|s| !s.is_empty())
+        .collect();
+    match parts.as_slice() {
+        [] => Arc::new(MemberSet::new(kind)),
+        [_] => sources
+            .iter()
+            .map(|s| s.sets[i].clone())
+            .find(|s| !s.is_empty())
+            .expect("one non-empty part"),
+        many => Arc::new(MemberSet::union(kind, many).0),
+    }
+}
+
+/// The member strings still at hand (for error messages that quote the
+/// user's spelling); slices kept as text count too.
+fn input_strings<'a>(input: &PolicyInput<'a>) -> Vec<&'a str> {
+    let mut v = MemberList::Strings(&input.policy.spec.members).strs();
+    for s in &input.slices {
+        if let Ok(m) = s.members {
+            v.extend(m.strs());
+        }
+    }
+    v
+}
+
+/// More members than `maxElem` in any family's set.
+fn too_many(name: &str, p: &IPSetPolicy, sets: &[Arc<MemberSet>]) -> Option<PolicyError> {
+    let max = max_elem(p);
+    sets.iter().find(|s| s.len() > max as usize).map(|s| {
+        PolicyError::of_policy(
+            name,
+            PolicyErrorKind::TooManyMembers {
+                count: s.len(),
+                max,
+            },
+        )
+    })
+}
+
+/// The kernel sets of a valid policy, one per family.
+fn desired_sets(
+    name: &str,
+    p: &IPSetPolicy,
+    naming: &Naming,
+    sets: Vec<Arc<MemberSet>>,
+    comments: bool,
+) -> Vec<DesiredSet> {
+    let set_type = p.spec.set_type;
+    let max = max_elem(p);
+    families(p.spec.family, set_type)
+        .into_iter()
+        .zip(sets)
+        .map(|(f, members)| DesiredSet {
+            name: naming.main_set_name(name, f),
+            policy: name.to_string(),
+            header: SetHeader {
+                kind: SetKind::new(set_type, f),
+                max_elem: if set_type == SetType::ListSet {
+                    max.max(MIN_LIST_SIZE)
+                } else {
+                    max
+                },
+                hash_size: p.spec.hash_size.filter(|_| set_type.is_hash()),
+                // The comment extension only for policies that use it.
+                options: HeaderOptions {
+                    range: bitmap::range(p),
+                    comment: comments,
+                    mask: mask::mask(p, f),
+                },
+            },
+            members,
+        })
+        .collect()
+}
+
+/// A list:set policy: its members (inline and in slices) name other
+/// policies.
+fn compile_list_set(
+    input: &PolicyInput<'_>,
+    naming: &Naming,
+    selected: &HashMap<&str, &IPSetPolicy>,
+    failed: &std::collections::HashSet<String>,
+    warnings: &mut Vec<PolicyError>,
+) -> Result<Vec<DesiredSet>, Vec<PolicyError>> {
+    let p = input.policy;
+    let name = p.metadata.name.as_deref().unwrap_or("");
+    let fams = families(p.spec.family, p.spec.set_type);
+    let mut builders: Vec<MemberSetBuilder> = fams
+        .iter()
+        .map(|f| MemberSetBuilder::with_capacity(SetKind::new(SetType::ListSet, *f), 8))
+        .collect();
+    let mut errors = Vec::new();
+    let mut bad = 0usize;
+    let mut lists: Vec<(Option<&str>, Vec<&str>)> =
+        vec![(None, MemberList::Strings(&p.spec.members).strs())];
+    for s in &input.slices {
+        match s.members {
+            Ok(m) => lists.push((Some(s.name), m.strs())),
+            Err(why) => errors.push(s.no_members_error(name, why)),
+        }
+    }
+    for (origin, members) in lists {
+        for raw in members {
+            if failed.contains(raw) {
+                warnings.push(PolicyError {
+                    policy: name.to_string(),
+                    slice: origin.map(str::to_string),
+                    member: None,
+                    kind: PolicyErrorKind::ListSetHeld(raw.to_string()),
+                });
+                continue;
+            }
+            match list_set::list_member(name, raw, naming, selected, &fams) {
+                Ok(per_family) => {
+                    for (b, m) in builders.iter_mut().zip(per_family) {
+                        b.push(m);
+                    }
+                }
+                Err(kind) => {
+                    bad += 1;
+                    if errors.len() < MAX_MEMBER_ERRORS {
+                        errors.push(PolicyError {
+                            policy: name.to_string(),
+                            slice: origin.map(str::to_string),
+                            member: Some(raw.to_string()),
+                            kind,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    close_errors(&mut errors, bad, name, p);
+    let sets: Vec<Arc<MemberSet>> = builders
+        .into_iter()
+        .map(|b| Arc::new(b.finish().0))
+        .collect();
+    errors.extend(too_many(name, p, &sets));
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    // list:set members (policy names) have no comments.
+    Ok(desired_sets(name, p, naming, sets, false))
+}

@@ -1,0 +1,929 @@
+//! Reading policies from multi-document YAML files, JSON files and
+//! directories. JSON (`*.json`: one policy object or an array of them) is
+//! for machine-generated lists: it parses about 20 times faster than YAML,
+//! which matters for policies with millions of members.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::yaml_lift;
+use ipsetmgr_api::de::integer;
+use ipsetmgr_api::member_source::MemberSource;
+use ipsetmgr_api::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec};
+use ipsetmgr_api::{IPSetMemberSlice, IPSetMemberSliceSpec, POLICY_LABEL};
+use ipsetmgr_ipset::SetType;
+use kube::Resource;
+
+/// The most bytes read from one policy file. A million IPv4 members are
+/// about 15 MB of YAML; the bound is there so that a path to `/dev/zero` or
+/// a runaway generator fails with a clear error instead of exhausting memory.
+pub const MAX_FILE_BYTES: u64 = 256 << 20;
+/// Kubernetes object names are DNS subdomains of at most this many bytes.
+const MAX_NAME_LEN: usize = 253;
+/// Parser messages can quote input; they are cut to this many bytes.
+const MAX_MESSAGE_LEN: usize = 1000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a regular file ({kind}); skipped")]
+    NotRegular { path: PathBuf, kind: &'static str },
+    #[error("{path}: larger than {limit} bytes; not read (policy files are bounded)")]
+    TooLarge { path: PathBuf, limit: u64 },
+    #[error("{path}: not valid UTF-8 (byte {offset})")]
+    NotUtf8 { path: PathBuf, offset: usize },
+    #[error(
+        "{path}: contains no policies (an empty or truncated file is an error, never zero policies; delete the file to remove its policies)"
+    )]
+    NoPolicies { path: PathBuf },
+    #[error("{path}: {message}")]
+    Yaml { path: PathBuf, message: String },
+    #[error("{path}: document {index}: {message}")]
+    Document {
+        path: PathBuf,
+        index: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Json { path: PathBuf, message: String },
+    #[error("{0}: no policy files (*.yaml, *.yml, *.json) found")]
+    Empty(PathBuf),
+    #[error(
+        "{path}: IPSetMemberSlice {slice:?} belongs to policy {policy:?}, which no policy file defines"
+    )]
+    OrphanSlice {
+        path: PathBuf,
+        slice: String,
+        policy: String,
+    },
+    #[error("IPSetMemberSlice {slice:?} is defined twice: in {first} and in {second}")]
+    DuplicateSlice {
+        slice: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    #[error("members of policy {policy:?}: {message}")]
+    MemberList { policy: String, message: String },
+}
+
+/// One document of a policy file. Unknown fields are errors: a typo such as
+/// `member:` must not quietly yield an empty set.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Document {
+    api_version: Option<String>,
+    kind: Option<String>,
+    metadata: Option<Metadata>,
+    spec: Option<AnySpec>,
+}
+
+/// A document's spec before its kind is known: the fields of an
+/// IPSetPolicy's spec, of which an IPSetMemberSlice's is a part (its
+/// members). Read in one pass, so a big list is never buffered to be read
+/// again; each kind then refuses what is not its own.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AnySpec {
+    #[serde(rename = "type")]
+    set_type: Option<SetType>,
+    family: Option<FamilySpec>,
+    #[serde(default)]
+    members: Vec<String>,
+    node_selector: Option<LabelSelector>,
+    #[serde(default, deserialize_with = "integer")]
+    max_elem: Option<u32>,
+    #[serde(default, deserialize_with = "integer")]
+    hash_size: Option<u32>,
+    /// Kept as written: which sources work in files is decided by
+    /// `sources::spec::parse_sources`, which names the file's policy.
+    #[serde(default)]
+    members_from: Vec<MemberSource>,
+    range: Option<String>,
+    netmask: Option<u8>,
+    bitmask: Option<String>,
+}
+
+impl AnySpec {
+    fn into_policy(self) -> Result<IPSetPolicySpec, String> {
+        let set_type = self.set_type.ok_or("spec.type is required")?;
+        Ok(IPSetPolicySpec {
+            node_selector: self.node_selector,
+            max_elem: self.max_elem,
+            hash_size: self.hash_size,
+            members_from: self.members_from,
+            range: self.range,
+            netmask: self.netmask,
+            bitmask: self.bitmask,
+            ..IPSetPolicySpec::new(set_type, self.family.unwrap_or_default(), self.members)
+        })
+    }
+
+    fn into_slice(self) -> Result<IPSetMemberSliceSpec, String> {
+        let extra = [
+            ("type", self.set_type.is_some()),
+            ("family", self.family.is_some()),
+            ("nodeSelector", self.node_selector.is_some()),
+            ("maxElem", self.max_elem.is_some()),
+            ("hashSize", self.hash_size.is_some()),
+            ("membersFrom", !self.members_from.is_empty()),
+            ("range", self.range.is_some()),
+            ("netmask", self.netmask.is_some()),
+            ("bitmask", self.bitmask.is_some()),
+        ];
+        if let Some((field, _)) = extra.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "spec.{field} is not a field of an IPSetMemberSlice (only members; the policy says the rest)"
+            ));
+        }
+        Ok(IPSetMemberSliceSpec {
+            members: self.members,
+        })
+    }
+}
+
+/// What a policy file's metadata may say. Labels (a slice's names its
+/// policy) and annotations are accepted, so a manifest written for the
+/// cluster also loads.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Metadata {
+    name: Option<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    annotations: BTreeMap<String, String>,
+}
+
+/// A policy with the file it came from, for error messages.
+#[derive(Clone, Debug)]
+pub struct LoadedPolicy {
+    pub policy: IPSetPolicy,
+    pub source: PathBuf,
+}
+
+/// A member slice from a file, with the policy its label names.
+#[derive(Clone, Debug)]
+pub struct LoadedSlice {
+    pub name: String,
+    pub policy: String,
+    pub members: Vec<String>,
+    pub source: PathBuf,
+    /// A plain member list (`--members`), named after its file, rather
+    /// than an IPSetMemberSlice object: one list may feed several policies.
+    pub from_list: bool,
+}
+
+/// What one file (or text) holds.
+#[derive(Clone, Debug, Default)]
+pub struct Loaded {
+    pub policies: Vec<LoadedPolicy>,
+    pub slices: Vec<LoadedSlice>,
+}
+
+/// The policy files under one path, and what could not be used.
+#[derive(Debug, Default)]
+pub struct Found {
+    pub files: Vec<PathBuf>,
+    pub errors: Vec<LoadError>,
+}
+
+fn has_policy_extension(p: &Path) -> bool {
+    p.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+}
+
+fn is_hidden(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with('.'))
+}
+
+/// What a non-regular, non-directory file is, for messages.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_dir() {
+        // Reached by a reader given a directory (a member list's path).
+        "a directory"
+    } else {
+        "not a file"
+    }
+}
+
+/// A file's identity, so that one reached through several names (symlinks,
+/// a looping directory) is read once.
+fn identity(meta: &std::fs::Metadata) -> (u64, u64) {
+    (meta.dev(), meta.ino())
+}
+
+/// Policy files at `path`: the file itself, or every `*.yaml`/`*.yml`/
+/// `*.json` below a directory (hidden names skipped), sorted so runs are
+/// reproducible. Symlinks are followed, but each real directory is walked
+/// once and each real file listed once, so symlink loops neither repeat
+/// files nor hang the walk. FIFOs, sockets and devices are never opened:
+/// opening a FIFO blocks until a writer appears.
+pub fn policy_files(path: &Path) -> Found {
+    let mut found = Found::default();
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(source) => {
+            found.errors.push(LoadError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+            return found;
+        }
+    };
+    if meta.is_file() {
+        found.files.push(path.to_path_buf());
+        return found;
+    }
+    if !meta.is_dir() {
+        found.errors.push(LoadError::NotRegular {
+            path: path.to_path_buf(),
+            kind: file_kind(&meta),
+        });
+        return found;
+    }
+    let mut walked: HashSet<(u64, u64)> = HashSet::new();
+    let mut listed: HashSet<(u64, u64)> = HashSet::new();
+    let mut stack = vec![(path.to_path_buf(), identity(&meta))];
+    while let Some((dir, id)) = stack.pop() {
+        if !walked.insert(id) {
+            continue;
+        }
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(source) => {
+                found.errors.push(LoadError::Io { path: dir, source });
+                continue;
+            }
+        };
+        for entry in entries {
+            let p = match entry {
+                Ok(e) => e.path(),
+                Err(source) => {
+                    found.errors.push(LoadError::Io {
+                        path: dir.clone(),
+                        source,
+                    });
+                    continue;
+                }
+            };
+            if is_hidden(&p) {
+                continue;
+            }
+            match std::fs::metadata(&p) {
+                Ok(m) if m.is_dir() => stack.push((p, identity(&m))),
+                _ if !has_policy_extension(&p) => {}
+                Ok(m) if m.is_file() => {
+                    if listed.insert(identity(&m)) {
+                        found.files.push(p);
+                    }
+                }
+                Ok(m) => found.errors.push(LoadError::NotRegular {
+                    path: p,
+                    kind: file_kind(&m),
+                }),
+                // A dangling symlink with a policy name: say so.
+                Err(source) => found.errors.push(LoadError::Io { path: p, source }),
+            }
+        }
+    }
+    found.files.sort();
+    found
+}
+
+/// The most YAML nodes a file may hold (members are one node each).
+const MAX_YAML_NODES: usize = 20_000_000;
+
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
+    // Policies may carry millions of members: raise the node and scalar
+    // budgets (the defaults protect configs of a few hundred thousand nodes)
+    // while keeping every other protection of the parser.
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_events = 40_000_000;
+    budget.max_nodes = MAX_YAML_NODES;
+    budget.max_total_scalar_bytes = 1 << 30;
+    budget.max_reader_input_bytes = Some(1 << 30);
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    // Aliases have no business in member lists: a tenth of the parser's
+    // default replay allowance rejects an alias bomb ten times sooner.
+    options.alias_limits.max_total_replayed_events = 100_000;
+    options.alias_limits.max_replay_stack_depth = 16;
+    options
+}
+
+/// A parser message, bounded: parsers quote input, and a policy file may
+/// hold a megabyte on one line.
+pub(crate) fn bounded(message: String) -> String {
+    crate::text::bounded(&message, MAX_MESSAGE_LEN).into_owned()
+}
+
+pub(crate) fn strip_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
+}
+
+/// Parse every `IPSetPolicy` and `IPSetMemberSlice` document of one YAML
+/// text.
+pub fn parse_policies(text: &str, path: &Path) -> Result<Loaded, LoadError> {
+    let text = strip_bom(text);
+    if let Some(docs) = parse_lifted(text) {
+        return policies_of(docs, path);
+    }
+    let docs = parse_yaml_documents(text).map_err(|e| LoadError::Yaml {
+        path: path.to_path_buf(),
+        message: bounded(e.to_string()),
+    })?;
+    policies_of(docs, path)
+}
+
+/// The documents of a YAML text. Empty documents (`---` alone, `~`) are not
+/// policies; a file of nothing but those is refused later like an empty
+/// file.
+fn parse_yaml_documents(text: &str) -> Result<Vec<Document>, serde_saphyr::Error> {
+    let docs: Vec<Option<Document>> =
+        serde_saphyr::from_multiple_with_options(text, yaml_options())?;
+    Ok(docs.into_iter().flatten().collect())
+}
+
+/// The documents, parsed with their big member blocks lifted out (see
+/// `yaml_lift`); `None` when there is nothing to lift or anything is not
+/// as expected, and the text as written must be parsed instead.
+fn parse_lifted(text: &str) -> Option<Vec<Document>> {
+    parse_lifted_from(text, yaml_lift::MIN_LIFTED)
+}
+
+/// [`parse_lifted`] for blocks of at least `min` members.
+fn parse_lifted_from(text: &str, min: usize) -> Option<Vec<Document>> {
+    let lifted = yaml_lift::lift(text, min, MAX_YAML_NODES)?;
+    let mut docs = parse_yaml_documents(&lifted.text).ok()?;
+    let members = docs
+        .iter_mut()
+        .filter_map(|d| d.spec.as_mut())
+        .map(|s| &mut s.members);
+    lifted.put_back(members).then_some(docs)
+}
+
+/// Parse a JSON text: one policy (or slice) object, or an array of them.
+pub fn parse_json_policies(text: &str, path: &Path) -> Result<Loaded, LoadError> {
+    let text = strip_bom(text);
+    let docs = if text.trim_start().starts_with('[') {
+        serde_json::from_str::<Vec<Document>>(text)
+    } else {
+        serde_json::from_str::<Document>(text).map(|d| vec![d])
+    }
+    .map_err(|e| LoadError::Json {
+        path: path.to_path_buf(),
+        message: bounded(e.to_string()),
+    })?;
+    policies_of(docs, path)
+}
+
+fn policies_of(docs: Vec<Document>, path: &Path) -> Result<Loaded, LoadError> {
+    if docs.is_empty() {
+        return Err(LoadError::NoPolicies {
+            path: path.to_path_buf(),
+        });
+    }
+    let api_version = IPSetPolicy::api_version(&());
+    let policy_kind = IPSetPolicy::kind(&());
+    let slice_kind = IPSetMemberSlice::kind(&());
+    let mut out = Loaded::default();
+    for (i, doc) in docs.into_iter().enumerate() {
+        let index = i + 1;
+        let bad = |message: String| LoadError::Document {
+            path: path.to_path_buf(),
+            index,
+            message,
+        };
+        let kind = doc.kind.as_deref().unwrap_or_default();
+        if doc.api_version.as_deref() != Some(&*api_version)
+            || (kind != policy_kind && kind != slice_kind)
+        {
+            return Err(bad(format!(
+                "expected apiVersion {api_version} and kind {policy_kind} or {slice_kind}, found {} {}",
+                doc.api_version.as_deref().map_or("(none)", shorten),
+                doc.kind.as_deref().map_or("(none)", shorten)
+            )));
+        }
+        let metadata = doc
+            .metadata
+            .ok_or_else(|| bad("metadata.name is required".into()))?;
+        let name = metadata
+            .name
+            .ok_or_else(|| bad("metadata.name is required".into()))?;
+        if name.len() > MAX_NAME_LEN {
+            return Err(bad(format!(
+                "metadata.name {:?}... is {} bytes long; at most {MAX_NAME_LEN}",
+                shorten(&name),
+                name.len()
+            )));
+        }
+        let spec = doc
+            .spec
+            .ok_or_else(|| bad(format!("{kind} {name:?} has no spec")))?;
+        if kind == policy_kind {
+            let spec = spec.into_policy().map_err(&bad)?;
+            out.policies.push(LoadedPolicy {
+                policy: IPSetPolicy::new(&name, spec),
+                source: path.to_path_buf(),
+            });
+        } else {
+            let policy = metadata.labels.get(POLICY_LABEL).cloned().ok_or_else(|| {
+                bad(format!(
+                    "slice {name:?} has no label {POLICY_LABEL} naming its policy"
+                ))
+            })?;
+            let spec = spec.into_slice().map_err(&bad)?;
+            out.slices.push(LoadedSlice {
+                name,
+                policy,
+                members: spec.members,
+                source: path.to_path_buf(),
+                from_list: false,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The first characters of a value shown in a message.
+fn shorten(s: &str) -> &str {
+    let mut cut = s.len().min(40);
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &s[..cut]
+}
+
+/// Load every policy from a file or directory; any file that does not load
+/// is an error.
+pub fn load_policies(path: &Path) -> Result<Vec<LoadedPolicy>, LoadError> {
+    let found = policy_files(path);
+    if let Some(e) = found.errors.into_iter().next() {
+        return Err(e);
+    }
+    if found.files.is_empty() {
+        return Err(LoadError::Empty(path.to_path_buf()));
+    }
+    let mut all = Vec::new();
+    for f in found.files {
+        all.extend(load_file(&f)?.policies);
+    }
+    Ok(all)
+}
+
+/// Read at most [`MAX_FILE_BYTES`] of a regular file. The file is opened
+/// non-blocking, so a FIFO put in its place after the directory walk cannot
+/// hang the caller either; anything but a regular file is refused.
+pub(crate) fn read_bounded(f: &Path) -> Result<Vec<u8>, LoadError> {
+    let io = |source| LoadError::Io {
+        path: f.to_path_buf(),
+        source,
+    };
+    let file: File = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(f)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(LoadError::NotRegular {
+            path: f.to_path_buf(),
+            kind: file_kind(&meta),
+        });
+    }
+    // The size first: a 300 MiB (or sparse) file is refused without
+    // reading 256 MiB of it. The bounded read below still holds for a file
+    // that grows while it is read.
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(LoadError::TooLarge {
+            path: f.to_path_buf(),
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    read_limited(file, f, meta.len())
+}
+
+/// Read at most [`MAX_FILE_BYTES`] from `reader` (an opened file, or
+/// standard input, which has no size to check first); `path` names it in
+/// errors and `size_hint` sizes the buffer.
+pub fn read_limited(reader: impl Read, path: &Path, size_hint: u64) -> Result<Vec<u8>, LoadError> {
+    let mut bytes = Vec::with_capacity(size_hint.min(MAX_FILE_BYTES) as usize + 1);
+    reader
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(LoadError::TooLarge {
+            path: path.to_path_buf(),
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Load the policies and slices of one file: JSON for `*.json`, YAML
+/// otherwise.
+pub fn load_file(f: &Path) -> Result<Loaded, LoadError> {
+    let bytes = read_bounded(f)?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| LoadError::NotUtf8 {
+        path: f.to_path_buf(),
+        offset: e.valid_up_to(),
+    })?;
+    if f.extension().is_some_and(|e| e == "json") {
+        parse_json_policies(text, f)
+    } else {
+        parse_policies(text, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipsetmgr_ipset::SetType;
+
+    #[test]
+    fn multi_document_files_parse() {
+        let text = "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {name: a}\nspec: {type: hash:ip, members: [10.0.0.1]}\n---\napiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {name: b}\nspec:\n  type: hash:net\n  family: Dual\n  members: [\"::/0\"]\n";
+        let got = parse_policies(text, Path::new("x.yaml")).unwrap().policies;
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[1].policy.spec.set_type, SetType::HashNet);
+        assert_eq!(got[1].policy.metadata.name.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn json_object_and_array_parse() {
+        let one = r#"{"apiVersion":"ipsetmgr.io/v1alpha1","kind":"IPSetPolicy","metadata":{"name":"j"},"spec":{"type":"hash:ip","members":["10.0.0.1"]}}"#;
+        assert_eq!(
+            parse_json_policies(one, Path::new("j.json"))
+                .unwrap()
+                .policies
+                .len(),
+            1
+        );
+        let many = format!("[{one},{}]", one.replace("\"j\"", "\"k\""));
+        let got = parse_json_policies(&many, Path::new("j.json"))
+            .unwrap()
+            .policies;
+        assert_eq!(got[1].policy.metadata.name.as_deref(), Some("k"));
+        let e = parse_json_policies("{\"kind\":", Path::new("bad.json")).unwrap_err();
+        assert!(e.to_string().starts_with("bad.json: "), "{e}");
+    }
+
+    const HEAD: &str = "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {name: a}\n";
+
+    fn yaml(body: &str) -> Result<Vec<LoadedPolicy>, LoadError> {
+        parse_policies(&format!("{HEAD}{body}"), Path::new("p.yaml")).map(|l| l.policies)
+    }
+
+    #[test]
+    fn empty_files_are_errors_never_zero_policies() {
+        for text in [
+            "",
+            "---\n",
+            "~\n",
+            "---\n~\n---\n",
+            "# only a comment\n",
+            "\u{feff}",
+        ] {
+            let e = parse_policies(text, Path::new("e.yaml")).unwrap_err();
+            assert!(matches!(e, LoadError::NoPolicies { .. }), "{text:?}: {e}");
+            assert!(
+                e.to_string().starts_with("e.yaml: contains no policies"),
+                "{e}"
+            );
+        }
+        for text in ["[]", " [ ] "] {
+            let e = parse_json_policies(text, Path::new("e.json")).unwrap_err();
+            assert!(matches!(e, LoadError::NoPolicies { .. }), "{text:?}: {e}");
+        }
+        assert!(parse_json_policies("", Path::new("e.json")).is_err());
+        // An empty document next to a policy is just a separator.
+        let two = format!("---\n{HEAD}spec: {{type: hash:ip}}\n---\n");
+        assert_eq!(
+            parse_policies(&two, Path::new("x.yaml"))
+                .unwrap()
+                .policies
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_errors_naming_the_field() {
+        let e = yaml("spec:\n  type: hash:ip\n  member: [10.0.0.1]\n").unwrap_err();
+        assert!(e.to_string().contains("member"), "{e}");
+        // Flow style splits at the comma: `port` becomes an unknown key.
+        let e = yaml("spec: {type: hash:ip,port}\n").unwrap_err();
+        assert!(e.to_string().contains("port"), "{e}");
+        let e = parse_policies(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {name: a, namespace: x}\nspec: {type: hash:ip}\n",
+            Path::new("m.yaml"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("namespace"), "{e}");
+        let e = parse_policies(
+            &format!("{HEAD}spec: {{type: hash:ip}}\nstatuss: {{}}\n"),
+            Path::new("t.yaml"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("statuss"), "{e}");
+        let e = parse_json_policies(
+            r#"{"apiVersion":"ipsetmgr.io/v1alpha1","kind":"IPSetPolicy","metadata":{"name":"j"},"spec":{"type":"hash:ip","memebrs":[]}}"#,
+            Path::new("j.json"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("memebrs"), "{e}");
+        // Labels and annotations of a cluster manifest are fine.
+        let ok = parse_policies(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {name: a, labels: {team: x}, annotations: {a: b}}\nspec: {type: hash:ip}\n",
+            Path::new("l.yaml"),
+        );
+        assert!(ok.is_ok(), "{:?}", ok.err());
+    }
+
+    #[test]
+    fn numbers_must_be_integers_in_range() {
+        for (body, needle) in [
+            ("spec: {type: hash:ip, maxElem: \"100\"}\n", "maxElem"),
+            ("spec: {type: hash:ip, maxElem: 8589934592}\n", "8589934592"),
+            ("spec: {type: hash:ip, hashSize: -1}\n", "-1"),
+        ] {
+            let e = yaml(body).unwrap_err();
+            assert!(e.to_string().contains(needle), "{body}: {e}");
+        }
+        let p = yaml("spec: {type: hash:ip, maxElem: 100, hashSize: 1024}\n").unwrap();
+        assert_eq!(p[0].policy.spec.max_elem, Some(100));
+        assert_eq!(p[0].policy.spec.hash_size, Some(1024));
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_accepted_in_yaml_and_json() {
+        let y = format!("\u{feff}{HEAD}spec: {{type: hash:ip}}\n");
+        assert_eq!(
+            parse_policies(&y, Path::new("b.yaml"))
+                .unwrap()
+                .policies
+                .len(),
+            1
+        );
+        let j = "\u{feff}{\"apiVersion\":\"ipsetmgr.io/v1alpha1\",\"kind\":\"IPSetPolicy\",\"metadata\":{\"name\":\"j\"},\"spec\":{\"type\":\"hash:ip\"}}";
+        assert_eq!(
+            parse_json_policies(j, Path::new("b.json"))
+                .unwrap()
+                .policies
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn overlong_names_are_refused_without_echoing_them() {
+        let name = "a".repeat(70_000);
+        let text = format!(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {{name: {name}}}\nspec: {{type: hash:ip}}\n"
+        );
+        let e = parse_policies(&text, Path::new("n.yaml")).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("70000 bytes long; at most 253"),
+            "{}",
+            &msg[..200.min(msg.len())]
+        );
+        assert!(msg.len() < 300, "message is bounded: {} bytes", msg.len());
+    }
+
+    fn tmp() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
+    }
+
+    fn policy_text(name: &str) -> String {
+        format!(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {{name: {name}}}\nspec: {{type: hash:ip}}\n"
+        )
+    }
+
+    #[test]
+    fn fifos_and_devices_are_skipped_with_an_error_never_opened() {
+        let d = tmp();
+        std::fs::write(d.path().join("good.yaml"), policy_text("good")).unwrap();
+        nix::unistd::mkfifo(&d.path().join("pipe.yaml"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", d.path().join("zero.yaml")).unwrap();
+        let found = policy_files(d.path());
+        assert_eq!(found.files, [d.path().join("good.yaml")]);
+        let msgs: Vec<String> = found.errors.iter().map(|e| e.to_string()).collect();
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains("pipe.yaml: not a regular file (a FIFO)")),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains("zero.yaml: not a regular file (a character device)")),
+            "{msgs:?}"
+        );
+        // Given directly, too; and load_file refuses them without blocking.
+        let e = load_file(&d.path().join("pipe.yaml")).unwrap_err();
+        assert!(matches!(e, LoadError::NotRegular { .. }), "{e}");
+        let direct = policy_files(Path::new("/dev/zero"));
+        assert!(matches!(direct.errors[..], [LoadError::NotRegular { .. }]));
+    }
+
+    #[test]
+    fn reads_are_bounded() {
+        let d = tmp();
+        let f = d.path().join("big.yaml");
+        std::fs::write(&f, vec![b'#'; 4096]).unwrap();
+        // The bound itself, through a sparse file just over it.
+        let file = std::fs::File::create(&f).unwrap();
+        file.set_len(MAX_FILE_BYTES + 1).unwrap();
+        let e = load_file(&f).unwrap_err();
+        assert!(matches!(e, LoadError::TooLarge { .. }), "{e}");
+        assert!(e.to_string().contains("larger than 268435456 bytes"), "{e}");
+    }
+
+    #[test]
+    fn symlink_loops_visit_each_directory_once() {
+        let d = tmp();
+        let sub = d.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::write(sub.join("a.yaml"), policy_text("a")).unwrap();
+        std::os::unix::fs::symlink("..", sub.join("up")).unwrap();
+        std::os::unix::fs::symlink(".", sub.join("self")).unwrap();
+        std::os::unix::fs::symlink("../sub", d.path().join("again")).unwrap();
+        // The same file under a second name is one file.
+        std::os::unix::fs::symlink("sub/a.yaml", d.path().join("alias.yaml")).unwrap();
+        let started = std::time::Instant::now();
+        let loaded = load_policies(d.path()).unwrap();
+        assert_eq!(loaded.len(), 1, "{loaded:?}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn members_from_is_read_for_policies_and_refused_for_slices() {
+        let p = yaml("spec:\n  type: hash:net\n  membersFrom:\n    - file: {path: drop.netset}\n    - url: {url: 'https://example.com/l1', interval: 2h}\n").unwrap();
+        let from = &p[0].policy.spec.members_from;
+        assert_eq!(from.len(), 2);
+        assert_eq!(from[0].file.as_ref().unwrap().path, "drop.netset");
+        assert_eq!(from[1].kind(), "url");
+        // A typo inside a source is an unknown field, named.
+        let e = yaml("spec:\n  type: hash:net\n  membersFrom: [{file: {pth: x}}]\n").unwrap_err();
+        assert!(e.to_string().contains("pth"), "{e}");
+        let e = parse_policies(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetMemberSlice\nmetadata: {name: s, labels: {ipsetmgr.io/policy: a}}\nspec: {membersFrom: [{file: {path: x}}]}\n",
+            Path::new("s.yaml"),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("spec.membersFrom is not a field of an IPSetMemberSlice"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn wrong_kind_and_bad_type_are_errors() {
+        let e = parse_policies(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
+            Path::new("x.yaml"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("expected apiVersion"), "{e}");
+        let e = parse_policies(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {name: a}\nspec: {type: hash:foo}\n",
+            Path::new("x.yaml"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("x.yaml"), "{e}");
+    }
+}
+
+/// The lifted fast path against the parser, on texts built to sit on every
+/// edge of what may be lifted: whenever the fast path gives documents, the
+/// parser gives the same from the text as written.
+#[cfg(test)]
+mod lift_agrees_with_the_parser {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn item() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => Just("10.0.0.1".to_string()),
+            2 => Just("2001:db8::1".to_string()),
+            2 => Just("10.0.0.0/8 nomatch".to_string()),
+            2 => Just("1.2.3.4,tcp:80".to_string()),
+            1 => Just("00:11:22:33:44:55".to_string()),
+            // What the parser reads otherwise, or refuses.
+            1 => prop::sample::select(vec![
+                "null", "Null", "~", "", "1.5", "true", "a: b", "a:", "#x", "x #c", "'q'",
+                "\"d\"", "&a x", "*a", "- y", "!!str 1", "x\ty", "[a]", "{a: 1}", "? a",
+                "| x", "> x", "%x", "@x", "`x", "a  b", " x", "x ", "-1", ":x", "a,b",
+            ])
+            .prop_map(str::to_string),
+            2 => "[a-z0-9.:/_, #'\"-]{1,12}",
+        ]
+    }
+
+    /// One line of a member block: an item at some indentation, a blank or
+    /// comment line, or a line that continues or breaks the block.
+    fn line() -> impl Strategy<Value = String> {
+        prop_oneof![
+            12 => (prop::sample::select(vec![0usize, 2, 4]), item())
+                .prop_map(|(i, v)| format!("{}- {v}", " ".repeat(i))),
+            1 => Just(String::new()),
+            1 => Just("  # a comment".to_string()),
+            1 => Just("      continued".to_string()),
+            1 => Just("  - 10.0.0.9\r".to_string()),
+            1 => Just("\t- 10.0.0.9".to_string()),
+            1 => Just("  hashSize: 1024".to_string()),
+        ]
+    }
+
+    fn document() -> impl Strategy<Value = String> {
+        (
+            prop::sample::select(vec!["members:", "members:  ", "members: # c", "members: []"]),
+            prop::collection::vec(line(), 0..12),
+            prop::bool::ANY,
+        )
+            .prop_map(|(key, lines, slice)| {
+                let head = if slice {
+                    "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetMemberSlice\nmetadata:\n  name: s\n  labels:\n    ipsetmgr.io/policy: p\nspec:\n"
+                } else {
+                    "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata:\n  name: p\nspec:\n  type: hash:ip\n"
+                };
+                format!("{head}  {key}\n{}\n", lines.join("\n"))
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn lifted_documents_are_the_parsers(docs in prop::collection::vec(document(), 1..3)) {
+            let text = docs.join("---\n");
+            let path = Path::new("p.yaml");
+            if let Some(fast) = parse_lifted_from(&text, 1) {
+                let slow = parse_yaml_documents(&text);
+                prop_assert!(slow.is_ok(), "lifted, but the parser refuses: {text:?}: {slow:?}", slow = slow.err());
+                let slow = policies_of(slow.unwrap(), path);
+                let fast = policies_of(fast, path);
+                prop_assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "{:?}", text);
+            }
+        }
+    }
+
+    #[test]
+    fn a_generated_list_takes_the_fast_path_and_a_quoted_one_does_not() {
+        let list: String = (0..300)
+            .map(|i| format!("  - 10.0.{}.{}\n", i / 256, i % 256))
+            .collect();
+        let text = format!(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata:\n  name: p\nspec:\n  type: hash:ip\n  members:\n{list}"
+        );
+        let fast = parse_lifted(&text).expect("lifted");
+        assert_eq!(fast[0].spec.as_ref().unwrap().members.len(), 300);
+        assert!(parse_lifted(&text.replace("- 10.0.1.7", "- \"10.0.1.7\"")).is_none());
+    }
+
+    #[test]
+    fn errors_after_a_lifted_block_name_the_line_as_written() {
+        let list: String = (0..300)
+            .map(|i| format!("  - 10.0.{}.{}\n", i / 256, i % 256))
+            .collect();
+        let text = format!(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata:\n  name: p\nspec:\n  type: hash:ip\n  members:\n{list}  maxElem: many\n"
+        );
+        let e = parse_policies(&text, Path::new("p.yaml"))
+            .unwrap_err()
+            .to_string();
+        // The bad value is on line 308 of the file (7 lines of head, 300 members).
+        assert!(e.contains("line 308"), "{e}");
+    }
+}

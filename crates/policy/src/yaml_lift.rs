@@ -1,0 +1,301 @@
+//! A fast path for the one shape that makes policy files big: a block
+//! sequence of plain members under a `members:` key.
+//!
+//! The YAML parser costs about 0.5 µs per member (tokens, events, spans),
+//! which for a million members is more than the kernel takes to store them.
+//! Such lists are almost always generated, one plain scalar per line, so
+//! before the parser runs, each such block is lifted out of the text: its
+//! items are taken as they are written and the block is replaced by a
+//! one-item flow list holding a marker, padded with the same number of line
+//! breaks so that every line after it keeps its number in parser messages.
+//! After parsing, each marker is replaced by its list.
+//!
+//! It is only ever an optimisation, never a second YAML dialect: a block is
+//! lifted only when every line of it is something whose value the parser
+//! would give verbatim (see [`plain_member`]); anything else (quotes,
+//! comments after a key, tabs, continuation lines, anchors, `null`) leaves
+//! the block to the parser. The caller parses the original text whenever
+//! the lifted one fails to parse or a marker is not found exactly where it
+//! was put, so errors always come from the parser reading what was written.
+//! A differential test checks that both paths agree.
+
+/// Blocks shorter than this are left to the parser: lifting them saves
+/// nothing measurable.
+pub(crate) const MIN_LIFTED: usize = 256;
+
+/// The markers' common prefix. A text that already contains it is never
+/// lifted, so a marker cannot be confused with anything the author wrote.
+const MARKER_PREFIX: &str = "ipsetmgr-lifted-members-";
+
+/// A text with its member blocks lifted out.
+pub(crate) struct Lifted<'t> {
+    /// What the parser reads.
+    pub text: String,
+    /// The lifted lists, in order: list `i` is behind marker `i`.
+    lists: Vec<Vec<&'t str>>,
+}
+
+impl Lifted<'_> {
+    /// Put each lifted list back where its marker is. `members` are all the
+    /// member lists the parsed documents hold. False when a marker is not
+    /// exactly one list's only item, is found twice, or is missing: the
+    /// caller then parses the original text.
+    pub fn put_back<'m>(&self, members: impl IntoIterator<Item = &'m mut Vec<String>>) -> bool {
+        let mut used = vec![false; self.lists.len()];
+        for list in members {
+            let index = match list.as_slice() {
+                [only] => marker_index(only),
+                other => {
+                    if other.iter().any(|m| m.starts_with(MARKER_PREFIX)) {
+                        return false;
+                    }
+                    None
+                }
+            };
+            let Some(i) = index else { continue };
+            if i >= used.len() || used[i] {
+                return false;
+            }
+            used[i] = true;
+            *list = self.lists[i].iter().map(|m| (*m).to_string()).collect();
+        }
+        used.into_iter().all(|u| u)
+    }
+}
+
+fn marker(i: usize) -> String {
+    format!("{MARKER_PREFIX}{i}")
+}
+
+fn marker_index(s: &str) -> Option<usize> {
+    s.strip_prefix(MARKER_PREFIX)?.parse().ok()
+}
+
+/// Lift every member block of at least `min` items; `None` when there is
+/// none (or the text contains the marker prefix, or more than `max_items`
+/// members would be lifted: the parser's own budget then decides).
+pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted<'_>> {
+    if text.contains(MARKER_PREFIX) {
+        return None;
+    }
+    let mut out = String::new();
+    let mut lists: Vec<Vec<&str>> = Vec::new();
+    let mut copied = 0;
+    let mut total = 0usize;
+    // Byte offset of the line looked at.
+    let mut at = 0;
+    while at < text.len() {
+        let (line, next) = line_at(text, at);
+        let block =
+            members_key(line).and_then(|indent| Some((indent, scan_block(text, next, indent)?)));
+        let Some((key_indent, block)) = block else {
+            at = next;
+            continue;
+        };
+        if block.items.len() >= min {
+            total += block.items.len();
+            if total > max_items {
+                return None;
+            }
+            if out.is_empty() {
+                out.reserve(text.len());
+            }
+            out.push_str(&text[copied..at]);
+            out.push_str(&" ".repeat(key_indent));
+            out.push_str("members: [");
+            out.push_str(&marker(lists.len()));
+            out.push(']');
+            let breaks = text[at..block.end].bytes().filter(|b| *b == b'\n').count();
+            out.extend(std::iter::repeat_n('\n', breaks));
+            copied = block.end;
+            lists.push(block.items);
+        }
+        at = block.end;
+    }
+    if lists.is_empty() {
+        return None;
+    }
+    out.push_str(&text[copied..]);
+    Some(Lifted { text: out, lists })
+}
+
+/// The line starting at byte `at`, without its line break, and the offset
+/// of the next line.
+fn line_at(text: &str, at: usize) -> (&str, usize) {
+    let rest = &text[at..];
+    match rest.find('\n') {
+        Some(i) => (&rest[..i], at + i + 1),
+        None => (rest, text.len()),
+    }
+}
+
+/// The indentation of a line that is exactly `members:` (spaces before,
+/// spaces after): the key of a block to lift.
+fn members_key(line: &str) -> Option<usize> {
+    let indent = line.len() - line.trim_start_matches(' ').len();
+    (line[indent..].trim_end_matches(' ') == "members:").then_some(indent)
+}
+
+struct Block<'t> {
+    items: Vec<&'t str>,
+    /// Byte offset of the line after the last item.
+    end: usize,
+}
+
+/// The block sequence after a `members:` key at `key_indent`, starting at
+/// byte `from`, if every line of it is a plain item, blank or a comment.
+fn scan_block(text: &str, from: usize, key_indent: usize) -> Option<Block<'_>> {
+    let mut items = Vec::new();
+    let mut item_indent = None;
+    let mut end = from;
+    let mut at = from;
+    while at < text.len() {
+        let (line, next) = line_at(text, at);
+        at = next;
+        let body = line.trim_start_matches(' ');
+        let indent = line.len() - body.len();
+        if body.contains(['\t', '\r']) {
+            return None;
+        }
+        if body.is_empty() || body.starts_with('#') {
+            continue;
+        }
+        let is_item = body.starts_with("- ");
+        // The block ends at the first line left of its items, or at the
+        // key's own indentation with anything but an indentless item.
+        if indent < key_indent || (indent == key_indent && !is_item) {
+            break;
+        }
+        let want = *item_indent.get_or_insert(indent);
+        if indent != want || !is_item {
+            // Deeper lines continue or nest an item; shallower ones between
+            // the key and the items are not a sequence the parser would
+            // read as plain items either.
+            return None;
+        }
+        let value = body[2..].trim_matches(' ');
+        if !plain_member(value) {
+            return None;
+        }
+        items.push(value);
+        end = next;
+    }
+    (!items.is_empty()).then_some(Block { items, end })
+}
+
+/// Whether the YAML parser reads `s`, a plain scalar on one line of a block
+/// sequence, as exactly the string `s`: letters, digits and `. : / _ , -`
+/// and inner spaces (`10.0.0.0/8 nomatch`, `1.2.3.4,tcp:80`), starting with
+/// a letter or digit, with no `: ` (a mapping) or trailing `:`, and not a
+/// null (the parser refuses null where a string is wanted). Numbers and
+/// booleans are fine: a string target takes their text as written.
+fn plain_member(s: &str) -> bool {
+    const MAX_LEN: usize = 256;
+    let bytes = s.as_bytes();
+    let allowed = |b: &u8| b.is_ascii_alphanumeric() || b".:/_,- ".contains(b);
+    !s.is_empty()
+        && s.len() <= MAX_LEN
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes.iter().all(allowed)
+        && !s.contains(": ")
+        && !s.ends_with(':')
+        && !matches!(s, "null" | "Null" | "NULL")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lifted(text: &str) -> Option<(String, Vec<Vec<String>>)> {
+        lift(text, 1, usize::MAX).map(|l| {
+            let lists = l
+                .lists
+                .iter()
+                .map(|v| v.iter().map(|s| s.to_string()).collect())
+                .collect();
+            (l.text, lists)
+        })
+    }
+
+    #[test]
+    fn a_plain_block_is_lifted_and_lines_keep_their_numbers() {
+        let text = "spec:\n  type: hash:ip\n  members:\n  - 10.0.0.1\n\n  # c\n  - 10.0.0.2\n  maxElem: 5\n";
+        let (out, lists) = lifted(text).expect("lifted");
+        assert_eq!(lists, [vec!["10.0.0.1", "10.0.0.2"]]);
+        assert_eq!(
+            out,
+            format!(
+                "spec:\n  type: hash:ip\n  members: [{MARKER_PREFIX}0]\n\n\n\n\n  maxElem: 5\n"
+            )
+        );
+        assert_eq!(out.lines().count(), text.lines().count());
+    }
+
+    #[test]
+    fn indented_and_indentless_items_and_a_last_line_without_break() {
+        let (_, lists) = lifted("members:\n    - a.b\n    - c:d").expect("lifted");
+        assert_eq!(lists, [vec!["a.b", "c:d"]]);
+        let (out, lists) =
+            lifted("  members:\n  - 1.2.3.4,tcp:80\n  - 10.0.0.0/8 nomatch\n---\nx: 1\n")
+                .expect("lifted");
+        assert_eq!(lists, [vec!["1.2.3.4,tcp:80", "10.0.0.0/8 nomatch"]]);
+        assert!(out.ends_with("\n\n---\nx: 1\n"), "{out:?}");
+    }
+
+    #[test]
+    fn anything_the_parser_might_read_otherwise_is_left_to_it() {
+        for text in [
+            "members:\n- \"10.0.0.1\"\n",
+            "members:\n- 10.0.0.1 # comment\n",
+            "members:\n- a: b\n",
+            "members:\n- a:\n",
+            "members:\n- null\n",
+            "members:\n- ~\n",
+            "members:\n- *alias\n",
+            "members:\n- &a 10.0.0.1\n",
+            "members:\n- !!str 1\n",
+            "members:\n- 10.0.0.1\n  continued\n",
+            "members:\n- 10.0.0.1\r\n",
+            "members:\n-\t10.0.0.1\n",
+            "members:\n  - a\n - b\n",
+            "members:\n- - a\n",
+            "members:\n-\n",
+            "members: &x\n- a\n",
+            "members: # c\n- a\n",
+            "members: [a, b]\n",
+        ] {
+            assert!(lifted(text).is_none(), "{text:?} was lifted");
+        }
+    }
+
+    #[test]
+    fn a_text_with_the_marker_prefix_or_too_many_members_is_never_lifted() {
+        let text = format!("members:\n- a\nother: {MARKER_PREFIX}0\n");
+        assert!(lifted(&text).is_none());
+        assert!(lift("members:\n- a\n- b\n", 1, 1).is_none());
+        assert!(
+            lift("members:\n- a\n- b\n", 3, 10).is_none(),
+            "shorter than min"
+        );
+    }
+
+    #[test]
+    fn put_back_needs_every_marker_exactly_once_alone_in_its_list() {
+        let l = lift("a:\n  members:\n  - x\nb:\n  members:\n  - y\n", 1, 10).unwrap();
+        let mut first = vec![marker(0)];
+        let mut second = vec![marker(1)];
+        let mut other = vec!["z".to_string()];
+        assert!(l.put_back([&mut first, &mut other, &mut second]));
+        assert_eq!(
+            (first, second, other),
+            (vec!["x".into()], vec!["y".into()], vec!["z".into()])
+        );
+
+        let mut only_first = vec![marker(0)];
+        assert!(!l.put_back([&mut only_first]), "marker 1 missing");
+        let (mut a, mut b) = (vec![marker(0)], vec![marker(0)]);
+        assert!(!l.put_back([&mut a, &mut b]), "marker 0 twice");
+        let (mut a, mut b) = (vec![marker(0), "q".into()], vec![marker(1)]);
+        assert!(!l.put_back([&mut a, &mut b]), "marker not alone");
+    }
+}

@@ -1,0 +1,86 @@
+//! `ipsetmgr agent`: the per-node agent's parts (`crate::agent`) wired
+//! together with its kernel side, listeners and client.
+
+use crate::args::AgentConfig;
+use ipsetmgr_agent::kernel::{KernelOptions, KernelSide};
+use ipsetmgr_agent::{event_loop, inputs, metrics, node_state, worker};
+use ipsetmgr_cluster::client::{make_client, shutdown_signal};
+use ipsetmgr_manager::driver::DriverConfig;
+
+/// Run the agent until SIGTERM/SIGINT. The kernel is never touched on the
+/// way out: watches stop, the current apply finishes, the process exits.
+pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !config.node_name.is_empty(),
+        "--node-name (NODE_NAME) is required"
+    );
+    tracing::info!(
+        version = ipsetmgr_cluster::telemetry::build_info::VERSION,
+        revision = ipsetmgr_cluster::telemetry::build_info::REVISION,
+        node = %config.node_name,
+        backend = ?kernel.backend,
+        set_prefix = kernel.naming.prefix(),
+        netns = kernel.netns.as_deref().unwrap_or("(own)"),
+        resync_interval = ?config.resync.interval,
+        heartbeat_interval = ?config.heartbeat_interval,
+        listen = %config.listen,
+        health_listen = %config.health_listen,
+        "agent starting"
+    );
+    let naming = kernel.naming.clone();
+    let resync_interval = config.resync.interval;
+    let client = make_client(config.kubeconfig.as_deref()).await?;
+    let shared = metrics::Shared::new(resync_interval);
+    // The kernel side first: it takes the writer lock and opens the
+    // dataplane, and either failing is a reason not to start at all.
+    let (reports_tx, reports) = tokio::sync::mpsc::unbounded_channel();
+    let observer = worker::Forward::new(shared.clone(), reports_tx);
+    let sets_kind = kernel.backend.sets_kind();
+    let kernel = tokio::task::block_in_place(|| {
+        KernelSide::start(
+            kernel,
+            "agent",
+            DriverConfig::new(resync_interval),
+            Box::new(observer),
+        )
+    })?;
+
+    let listeners = ipsetmgr_cluster::server::bind(config.health_listen, config.listen).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(ipsetmgr_cluster::server::serve_all(
+        listeners,
+        shared.clone(),
+        stop_rx,
+    ));
+
+    let (status_tx, status_rx) = tokio::sync::watch::channel(None);
+    let writer = tokio::spawn(node_state::run_writer(
+        client.clone(),
+        node_state::Pacing::from(config.node_state)
+            .writer(&config.node_name, config.heartbeat_interval),
+        status_rx,
+        shared.clone(),
+    ));
+
+    let crds = inputs::guarded_crds();
+    let inputs = inputs::watch_inputs(client, &config.node_name);
+    let mut settings = event_loop::Settings::new(naming, config.heartbeat_interval);
+    settings.limits = config.limits.into();
+    settings.sets_kind = sets_kind;
+    let agent = event_loop::Agent::new(
+        settings,
+        &crds,
+        Box::new(kernel),
+        reports,
+        status_tx,
+        shared,
+    );
+    agent.run(inputs, shutdown_signal()).await;
+
+    // The loop dropped the status sender: the writer ends.
+    let _ = writer.await;
+    let _ = stop_tx.send(true);
+    let _ = server.await;
+    tracing::info!("agent stopped");
+    Ok(())
+}

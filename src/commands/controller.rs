@@ -1,0 +1,151 @@
+//! `ipsetmgr controller`: the controller's parts (`crate::controller`)
+//! wired together with its Lease, writers, feeds, listeners and client.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use kube_lease_manager::LeaseManagerBuilder;
+
+use crate::args::ControllerConfig;
+use ipsetmgr_cluster::client::{make_config, shutdown_signal};
+use ipsetmgr_controller::{event_loop, feeds, inputs, metrics, slice_writer, writer};
+use ipsetmgr_ipset::Naming;
+
+/// The Lease the replicas compete for.
+pub const LEASE_NAME: &str = "ipsetmgr-controller";
+
+/// Run the controller until SIGTERM/SIGINT.
+pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow::Result<()> {
+    let kube_config = make_config(config.kubeconfig.as_deref()).await?;
+    let api_url = kube_config.cluster_url.clone();
+    let client = kube::Client::try_from(kube_config)?;
+    let identity = config
+        .identity
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| format!("ipsetmgr-controller-{}", std::process::id()));
+    tracing::info!(
+        version = ipsetmgr_cluster::telemetry::build_info::VERSION,
+        revision = ipsetmgr_cluster::telemetry::build_info::REVISION,
+        %identity,
+        namespace = %config.namespace,
+        set_prefix = naming.prefix(),
+        listen = %config.listen,
+        health_listen = %config.health_listen,
+        "controller starting"
+    );
+    let mut settings = event_loop::Settings::new(naming);
+    settings.limits = config.limits.into();
+    let shared = metrics::ControllerShared::new(settings.tick);
+
+    let listeners = ipsetmgr_cluster::server::bind(config.health_listen, config.listen).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(ipsetmgr_cluster::server::serve_all(
+        listeners,
+        shared.clone(),
+        stop_rx,
+    ));
+
+    let lease = LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
+        .with_namespace(&config.namespace)
+        .with_identity(&identity)
+        .build()
+        .await
+        .with_context(|| format!("setting up the Lease {}/{LEASE_NAME}", config.namespace))?;
+    let (leader, lease_task) = lease.watch().await;
+
+    let (plans_tx, plans_rx) = tokio::sync::watch::channel(Default::default());
+    let (jobs_tx, jobs_rx) = tokio::sync::mpsc::channel(1024);
+    let writer = tokio::spawn(writer::run_writer(
+        client.clone(),
+        writer::WriterSettings {
+            identity: identity.clone(),
+            per_policy_interval: Duration::from_secs(2),
+            summary_interval: config.status_summary_interval,
+            pacing: Duration::from_millis(20),
+            request_timeout: Duration::from_secs(10),
+        },
+        plans_rx,
+        jobs_rx,
+        leader.clone(),
+        shared.clone(),
+    ));
+    let (slices_tx, slices_rx) = tokio::sync::watch::channel(Default::default());
+    let (needs_tx, needs_rx) = tokio::sync::watch::channel(inputs::Needs::default());
+    let (feeds_tx, feeds_rx) = tokio::sync::watch::channel(Default::default());
+    let slice_writer = tokio::spawn(slice_writer::run_slice_writer(
+        client.clone(),
+        slice_writer::SliceWriterSettings {
+            per_slice_interval: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(10),
+        },
+        slices_rx,
+        leader.clone(),
+        shared.clone(),
+    ));
+    let guard = config
+        .egress
+        .guard(ipsetmgr_feeds::egress::Setting::Cluster)
+        .with_api_server(api_server_addresses(&api_url).await);
+    let fetcher = ipsetmgr_feeds::feed::Fetcher::new(
+        ipsetmgr_feeds::feed::FETCH_TIMEOUT,
+        ipsetmgr_feeds::feed::MAX_FEED_BYTES,
+        guard,
+    )
+    .context("setting up the HTTP client of url sources")?;
+    let (feed_out, feed_in) = futures::channel::mpsc::channel(64);
+    let feeds = tokio::spawn(feeds::run_feeds(
+        feeds_rx,
+        leader.clone(),
+        fetcher,
+        feeds::HeaderSource {
+            client: Some(client.clone()),
+            namespace: config.namespace.clone(),
+        },
+        feed_out,
+    ));
+    let channels = event_loop::SourceChannels {
+        slices: slices_tx,
+        needs: needs_tx,
+        feeds: feeds_tx,
+    };
+    let controller =
+        event_loop::Controller::new(settings, plans_tx, jobs_tx, leader, shared, channels);
+    let feed_in =
+        futures::StreamExt::map(feed_in, |(key, result)| inputs::Input::Feed(key, result));
+    let inputs = futures::stream::select(inputs::watch_inputs(client, needs_rx), feed_in);
+    controller.run(inputs, shutdown_signal()).await;
+    feeds.abort();
+    let _ = slice_writer.await;
+    // The loop dropped the senders: the writer ends; dropping the last
+    // leadership receiver releases the Lease.
+    let _ = writer.await;
+    let _ = lease_task.await;
+    let _ = stop_tx.send(true);
+    let _ = server.await;
+    Ok(())
+}
+
+/// The addresses of the API server (its URL's host, resolved, and the
+/// in-cluster service address), which url sources must never reach.
+async fn api_server_addresses(url: &http::Uri) -> Vec<std::net::IpAddr> {
+    let mut out = Vec::new();
+    let port = url.port_u16().unwrap_or(443);
+    let hosts = url
+        .host()
+        .map(|h| h.trim_matches(['[', ']']).to_string())
+        .into_iter()
+        .chain(std::env::var("KUBERNETES_SERVICE_HOST").ok());
+    for host in hosts {
+        match tokio::net::lookup_host((host.as_str(), port)).await {
+            Ok(addrs) => out.extend(addrs.map(|a| a.ip())),
+            Err(e) => {
+                tracing::warn!(%host, error = %e, "cannot resolve the API server's host; url sources are guarded without it")
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    tracing::info!(addresses = ?out, "url sources may not connect to the API server's addresses");
+    out
+}

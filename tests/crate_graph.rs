@@ -1,0 +1,662 @@
+//! The workspace's shape, checked rather than only described
+//! (docs/architecture.md, "Crates"):
+//!
+//! - the pure crates (ipset, api, policy, manager) never reach tokio or a
+//!   kube client through their normal dependencies, however indirectly;
+//! - the agent and the controller never depend on each other;
+//! - nothing depends on the binary's package;
+//! - within each crate, no two modules import each other, directly or
+//!   around a circle.
+//!
+//! The crate graph is read from `cargo metadata`, with each dependency's
+//! features followed as cargo enables them for that crate alone (the
+//! workspace-wide resolve unifies features, so kube there always has its
+//! client). The module graph is read from each crate's `use` lines and
+//! `crate::`/`super::` paths.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Crates that must stay free of an async runtime and of a cluster client.
+const PURE: [&str; 4] = [
+    "ipsetmgr-ipset",
+    "ipsetmgr-api",
+    "ipsetmgr-policy",
+    "ipsetmgr-manager",
+];
+/// What the pure crates must never reach.
+const FORBIDDEN: [&str; 2] = ["tokio", "kube-client"];
+/// The binary's package.
+const BINARY: &str = "ipsetmgr";
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn host() -> String {
+    let out = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .arg("-vV")
+        .output()
+        .expect("running rustc -vV");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .expect("rustc -vV names the host")
+}
+
+/// `cargo metadata` of the workspace, for this host's platform.
+fn metadata() -> &'static Value {
+    static META: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    META.get_or_init(|| {
+        let out = cargo()
+            .args(["metadata", "--format-version", "1", "--locked"])
+            .args(["--filter-platform", &host()])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("running cargo metadata");
+        assert!(
+            out.status.success(),
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
+    })
+}
+
+/// One declared dependency of a package.
+struct Dep {
+    /// The package it names.
+    package: String,
+    /// The key features name it by (its rename, else the package name).
+    key: String,
+    normal: bool,
+    optional: bool,
+    default_features: bool,
+    features: Vec<String>,
+}
+
+struct Package {
+    name: String,
+    deps: Vec<Dep>,
+    features: BTreeMap<String, Vec<String>>,
+    /// The resolved packages of each dependency's package name.
+    resolved: BTreeMap<String, Vec<String>>,
+}
+
+struct Graph {
+    packages: BTreeMap<String, Package>,
+    workspace: Vec<String>,
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn graph() -> Graph {
+    let meta = metadata();
+    let mut packages = BTreeMap::new();
+    let names: BTreeMap<String, String> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["id"].as_str().unwrap().to_string(),
+                p["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let mut resolved: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    for node in meta["resolve"]["nodes"].as_array().unwrap() {
+        let id = node["id"].as_str().unwrap().to_string();
+        let entry = resolved.entry(id).or_default();
+        for d in node["deps"].as_array().unwrap() {
+            let pkg = d["pkg"].as_str().unwrap().to_string();
+            entry.entry(names[&pkg].clone()).or_default().push(pkg);
+        }
+    }
+    for p in meta["packages"].as_array().unwrap() {
+        let id = p["id"].as_str().unwrap().to_string();
+        let deps = p["dependencies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                let package = d["name"].as_str().unwrap().to_string();
+                Dep {
+                    key: d["rename"].as_str().unwrap_or(&package).to_string(),
+                    package,
+                    normal: d["kind"].is_null(),
+                    optional: d["optional"].as_bool().unwrap_or(false),
+                    default_features: d["uses_default_features"].as_bool().unwrap_or(true),
+                    features: strings(&d["features"]),
+                }
+            })
+            .collect();
+        let features = p["features"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), strings(v)))
+            .collect();
+        packages.insert(
+            id.clone(),
+            Package {
+                name: p["name"].as_str().unwrap().to_string(),
+                deps,
+                features,
+                resolved: resolved.remove(&id).unwrap_or_default(),
+            },
+        );
+    }
+    Graph {
+        packages,
+        workspace: strings(&meta["workspace_members"]),
+    }
+}
+
+impl Graph {
+    fn id_of(&self, name: &str) -> Option<&String> {
+        self.workspace
+            .iter()
+            .find(|id| self.packages[*id].name == name)
+    }
+
+    /// Every package `root` reaches through normal dependencies, with the
+    /// features cargo would enable building `root` alone (a small
+    /// reimplementation of its feature resolver: `dep:x`, `x/f`, `x?/f`,
+    /// implicit features of optional dependencies, default features).
+    fn normal_closure(&self, root: &str) -> BTreeMap<String, BTreeSet<String>> {
+        let mut enabled: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut active_deps: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        enabled.insert(root.to_string(), BTreeSet::new());
+        loop {
+            let before = (enabled.clone(), active_deps.clone());
+            for id in before.0.keys() {
+                let pkg = &self.packages[id];
+                // The package's features, closed over its feature table.
+                let mut feats = enabled[id].clone();
+                let mut deps_on = active_deps.get(id).cloned().unwrap_or_default();
+                let mut dep_feats: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+                let mut weak: Vec<(String, String)> = Vec::new();
+                let mut todo: Vec<String> = feats.iter().cloned().collect();
+                while let Some(f) = todo.pop() {
+                    for item in pkg.features.get(&f).into_iter().flatten() {
+                        if let Some(dep) = item.strip_prefix("dep:") {
+                            deps_on.insert(dep.to_string());
+                        } else if let Some((dep, df)) = item.split_once('/') {
+                            if let Some(dep) = dep.strip_suffix('?') {
+                                weak.push((dep.to_string(), df.to_string()));
+                            } else {
+                                deps_on.insert(dep.to_string());
+                                // An optional dependency's implicit feature.
+                                if pkg.features.contains_key(dep) && feats.insert(dep.to_string()) {
+                                    todo.push(dep.to_string());
+                                }
+                                dep_feats
+                                    .entry(dep.to_string())
+                                    .or_default()
+                                    .insert(df.to_string());
+                            }
+                        } else if feats.insert(item.clone()) {
+                            todo.push(item.clone());
+                        }
+                    }
+                    // `f` may itself be an optional dependency's name.
+                    if pkg.deps.iter().any(|d| d.optional && d.key == f) {
+                        deps_on.insert(f.clone());
+                    }
+                }
+                for (dep, df) in weak {
+                    if deps_on.contains(&dep) {
+                        dep_feats.entry(dep).or_default().insert(df);
+                    }
+                }
+                for d in pkg.deps.iter().filter(|d| d.normal) {
+                    if d.optional && !deps_on.contains(&d.key) {
+                        continue;
+                    }
+                    let mut want: BTreeSet<String> = d.features.iter().cloned().collect();
+                    if d.default_features {
+                        want.insert("default".into());
+                    }
+                    want.extend(dep_feats.get(&d.key).cloned().unwrap_or_default());
+                    for target in pkg.resolved.get(&d.package).into_iter().flatten() {
+                        let have = enabled.entry(target.clone()).or_default();
+                        let known = &self.packages[target].features;
+                        have.extend(
+                            want.iter()
+                                .filter(|f| known.contains_key(*f) || *f != "default")
+                                .cloned(),
+                        );
+                    }
+                }
+                enabled.get_mut(id).unwrap().extend(feats);
+                active_deps.insert(id.clone(), deps_on);
+            }
+            if (enabled.clone(), active_deps.clone()) == before {
+                break;
+            }
+        }
+        enabled
+            .into_iter()
+            .map(|(id, f)| (self.packages[&id].name.clone(), f))
+            .collect()
+    }
+
+    /// Every workspace package `root` reaches by any kind of dependency.
+    fn any_closure(&self, root: &str) -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![root.to_string()];
+        while let Some(id) = todo.pop() {
+            for targets in self.packages[&id].resolved.values() {
+                for t in targets {
+                    if self.workspace.contains(t) && seen.insert(t.clone()) {
+                        todo.push(t.clone());
+                    }
+                }
+            }
+        }
+        seen.into_iter()
+            .map(|id| self.packages[&id].name.clone())
+            .collect()
+    }
+}
+
+/// Why `closure` breaks the pure crates' rule, if it does.
+fn forbidden_in(closure: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut found: Vec<String> = FORBIDDEN
+        .iter()
+        .filter(|f| closure.contains_key(**f))
+        .map(|f| f.to_string())
+        .collect();
+    if closure.get("kube").is_some_and(|f| f.contains("client")) {
+        found.push("kube with its client feature".into());
+    }
+    found
+}
+
+#[test]
+fn the_pure_crates_never_reach_tokio_or_a_kube_client() {
+    let g = graph();
+    // The check itself works: the binary does reach both.
+    let binary = g.normal_closure(g.id_of(BINARY).unwrap());
+    assert_eq!(
+        forbidden_in(&binary).len(),
+        3,
+        "the binary should reach tokio, kube-client and kube's client: {:?}",
+        forbidden_in(&binary)
+    );
+    let mut checked = 0;
+    for name in PURE {
+        let Some(id) = g.id_of(name) else {
+            panic!("{name} is not a workspace member")
+        };
+        checked += 1;
+        let found = forbidden_in(&g.normal_closure(id));
+        assert!(found.is_empty(), "{name} depends on {found:?}");
+    }
+    assert_eq!(checked, PURE.len());
+}
+
+#[test]
+fn the_agent_and_the_controller_never_depend_on_each_other() {
+    let g = graph();
+    for (a, b) in [
+        ("ipsetmgr-agent", "ipsetmgr-controller"),
+        ("ipsetmgr-controller", "ipsetmgr-agent"),
+    ] {
+        let Some(id) = g.id_of(a) else { continue };
+        assert!(
+            !g.any_closure(id).contains(b),
+            "{a} depends (perhaps indirectly) on {b}"
+        );
+    }
+}
+
+#[test]
+fn nothing_depends_on_the_binary() {
+    let g = graph();
+    for id in &g.workspace {
+        let pkg = &g.packages[id];
+        assert!(
+            !pkg.deps.iter().any(|d| d.package == BINARY),
+            "{} depends on the binary's package",
+            pkg.name
+        );
+    }
+}
+
+// ---- the module graph of each crate ----
+
+/// A crate's modules, by path (`""` is the crate root), and their files.
+fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let rel = path.strip_prefix(src).unwrap().with_extension("");
+                let mut parts: Vec<String> = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect();
+                if matches!(
+                    parts.last().map(String::as_str),
+                    Some("mod" | "lib" | "main")
+                ) {
+                    parts.pop();
+                }
+                out.insert(parts.join("::"), path);
+            }
+        }
+    }
+    out
+}
+
+/// The code of a file that counts: no comments, no inline test module
+/// (tests may import anything).
+fn code(text: &str) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let t = line.trim_start();
+        if t.starts_with("#[cfg(test)]")
+            && lines
+                .peek()
+                .is_some_and(|n| n.trim_start().starts_with("mod ") && n.trim_end().ends_with('{'))
+        {
+            break;
+        }
+        if !t.starts_with("//") {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The paths a `use` tree names: `a::{b, c::{d, e}}` is a::b, a::c::d, a::c::e.
+fn expand(tree: &str) -> Vec<String> {
+    let tree = tree.trim();
+    let Some(open) = tree.find('{') else {
+        let path = tree.split(" as ").next().unwrap().trim();
+        return vec![path.to_string()];
+    };
+    let prefix = &tree[..open];
+    let close = tree.rfind('}').filter(|&c| c > open).unwrap_or(tree.len());
+    let inner = &tree[open + 1..close];
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&inner[start..]);
+    parts
+        .into_iter()
+        .filter(|p| !p.trim().is_empty())
+        .flat_map(expand)
+        .map(|p| format!("{prefix}{p}"))
+        .collect()
+}
+
+/// The module graph: an edge `a -> b` when `a` names something in `b`.
+/// Naming an ancestor is not an edge: the ancestor declares the module,
+/// and a child using its parent's items is how modules nest.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mods = modules(src);
+    let resolve = |parts: &[String]| -> Option<String> {
+        (1..=parts.len())
+            .rev()
+            .map(|i| parts[..i].join("::"))
+            .find(|m| mods.contains_key(m))
+    };
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut graph = BTreeMap::new();
+    for (name, file) in &mods {
+        let text = code(&std::fs::read_to_string(file).unwrap());
+        let here: Vec<String> = if name.is_empty() {
+            Vec::new()
+        } else {
+            name.split("::").map(str::to_string).collect()
+        };
+        let is_dir = matches!(
+            file.file_stem().and_then(|s| s.to_str()),
+            Some("mod" | "lib" | "main")
+        );
+        // What `super` means in this file.
+        let parent: Vec<String> = if is_dir || here.is_empty() {
+            here.iter()
+                .take(here.len().saturating_sub(1))
+                .cloned()
+                .collect()
+        } else {
+            here[..here.len() - 1].to_vec()
+        };
+        let mut paths: Vec<String> = Vec::new();
+        // `use` items (a line that starts with `use` or `pub ... use`), braces
+        // expanded.
+        for item in text.split(';') {
+            let Some(start) = item.lines().rev().find_map(|line| {
+                let t = line.trim_start();
+                let t = t
+                    .strip_prefix("pub")
+                    .map(|r| {
+                        r.trim_start_matches(|c: char| c != ' ' && c != '\t')
+                            .trim_start()
+                    })
+                    .unwrap_or(t);
+                t.strip_prefix("use ")
+            }) else {
+                continue;
+            };
+            let rest = &item[item.rfind(start).unwrap_or(0)..];
+            paths.extend(expand(rest));
+        }
+        // Paths written in the code.
+        for (i, _) in text
+            .match_indices("crate::")
+            .chain(text.match_indices("super::"))
+        {
+            if i > 0 && text[..i].ends_with(ident) {
+                continue;
+            }
+            let end = text[i..]
+                .find(|c: char| !(ident(c) || c == ':'))
+                .map_or(text.len(), |e| i + e);
+            paths.push(text[i..end].to_string());
+        }
+        let mut edges = BTreeSet::new();
+        for path in paths {
+            let mut segs: Vec<String> = path
+                .split("::")
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect();
+            let mut base: Vec<String> = match segs.first().map(String::as_str) {
+                Some("crate") => {
+                    segs.remove(0);
+                    Vec::new()
+                }
+                Some("super") => {
+                    let mut b = parent.clone();
+                    segs.remove(0);
+                    while segs.first().map(String::as_str) == Some("super") {
+                        b.pop();
+                        segs.remove(0);
+                    }
+                    b
+                }
+                Some("self") => {
+                    segs.remove(0);
+                    here.clone()
+                }
+                // A child module named without `self::`.
+                Some(first)
+                    if {
+                        let mut c = here.clone();
+                        c.push(first.to_string());
+                        mods.contains_key(&c.join("::"))
+                    } =>
+                {
+                    here.clone()
+                }
+                _ => continue,
+            };
+            base.extend(segs);
+            let Some(target) = resolve(&base) else {
+                continue;
+            };
+            let ancestor =
+                target.is_empty() || *name == target || name.starts_with(&format!("{target}::"));
+            if !ancestor {
+                edges.insert(target);
+            }
+        }
+        graph.insert(name.clone(), edges);
+    }
+    graph
+}
+
+/// The circles of a graph (its strongly connected components of more
+/// than one module), each as the modules in it.
+fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct Tarjan<'g> {
+        graph: &'g BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'g str, usize>,
+        low: BTreeMap<&'g str, usize>,
+        stack: Vec<&'g str>,
+        out: Vec<Vec<String>>,
+    }
+    impl<'g> Tarjan<'g> {
+        fn visit(&mut self, v: &'g str) {
+            let i = self.index.len();
+            self.index.insert(v, i);
+            self.low.insert(v, i);
+            self.stack.push(v);
+            for w in self.graph.get(v).into_iter().flatten() {
+                let w = w.as_str();
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let lw = self.low[w];
+                    let lv = self.low.get_mut(v).unwrap();
+                    *lv = (*lv).min(lw);
+                } else if self.stack.contains(&w) {
+                    let iw = self.index[w];
+                    let lv = self.low.get_mut(v).unwrap();
+                    *lv = (*lv).min(iw);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut scc = Vec::new();
+                loop {
+                    let w = self.stack.pop().unwrap();
+                    scc.push(w.to_string());
+                    if w == v {
+                        break;
+                    }
+                }
+                if scc.len() > 1 {
+                    scc.sort();
+                    self.out.push(scc);
+                }
+            }
+        }
+    }
+    let mut t = Tarjan {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        out: Vec::new(),
+    };
+    for v in graph.keys() {
+        if !t.index.contains_key(v.as_str()) {
+            t.visit(v);
+        }
+    }
+    t.out
+}
+
+/// The source directory of every workspace crate (its lib, else its bin).
+fn crate_sources() -> Vec<(String, PathBuf)> {
+    let meta = metadata();
+    let members = strings(&meta["workspace_members"]);
+    let mut out = Vec::new();
+    for p in meta["packages"].as_array().unwrap() {
+        if !members.iter().any(|m| m == p["id"].as_str().unwrap()) {
+            continue;
+        }
+        let targets = p["targets"].as_array().unwrap();
+        let root = ["lib", "bin"].iter().find_map(|kind| {
+            targets
+                .iter()
+                .find(|t| strings(&t["kind"]).iter().any(|k| k == kind))
+        });
+        if let Some(t) = root {
+            let file = PathBuf::from(t["src_path"].as_str().unwrap());
+            out.push((
+                p["name"].as_str().unwrap().to_string(),
+                file.parent().unwrap().to_path_buf(),
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_module_imports_itself_around_a_circle() {
+    let mut found = Vec::new();
+    for (name, src) in crate_sources() {
+        for circle in circles(&module_graph(&src)) {
+            found.push(format!("{name}: {}", circle.join(" <-> ")));
+        }
+    }
+    assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_circle_check_finds_a_circle() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::write(src.join("lib.rs"), "mod a;\nmod b;\nmod c;\n").unwrap();
+    std::fs::write(src.join("a.rs"), "use crate::{b::B, c};\n").unwrap();
+    std::fs::write(
+        src.join("b.rs"),
+        "pub struct B;\nfn f() { super::a::g(); }\n",
+    )
+    .unwrap();
+    // c imports a only in its tests and comments: no edge.
+    std::fs::write(
+        src.join("c.rs"),
+        "// crate::a::x\n#[cfg(test)]\nmod tests {\n    use crate::a;\n}\n",
+    )
+    .unwrap();
+    let graph = module_graph(src);
+    assert_eq!(
+        circles(&graph),
+        vec![vec!["a".to_string(), "b".to_string()]]
+    );
+    assert!(graph["c"].is_empty(), "{graph:?}");
+}
