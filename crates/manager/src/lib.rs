@@ -29,7 +29,8 @@ use ipsetmgr_ipset::{Member, MemberSet, Naming, SetType};
 pub use report::{
     ApplyError, ApplyOutcome, DeletionReport, Drift, NotReplaced, SetError, SetReport,
 };
-use state::{Failure, SetState};
+pub use state::Failure;
+use state::SetState;
 
 /// Tunables; the defaults are the design's.
 #[derive(Clone, Debug)]
@@ -329,19 +330,10 @@ impl<D: Dataplane> Manager<D> {
         let Some(s) = self.sets.get_mut(name) else {
             return;
         };
-        let attempts = s.failure.as_ref().map_or(0, |f| f.attempts) + 1;
-        let backoff = self
-            .config
-            .set_retry_base
-            .saturating_mul(1u32 << (attempts - 1).min(16))
-            .min(self.config.set_retry_max);
-        tracing::warn!(set = name, policy = %s.policy, %error, retry_in = ?backoff, "set isolated");
+        let (failure, backoff) = Failure::after(s.failure.as_ref(), error, &self.config);
+        tracing::warn!(set = name, policy = %s.policy, error = %failure.error, retry_in = ?backoff, "set isolated");
         self.isolated_now.insert(name.to_string());
-        s.failure = Some(Failure {
-            error,
-            attempts,
-            retry_at: Instant::now() + backoff,
-        });
+        s.failure = Some(failure);
     }
 
     /// Send every dirty, non-waiting set in one batch.

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime};
 use ipsetmgr_dataplane::DataplaneError;
 use ipsetmgr_ipset::{MemberSet, Naming, SetHeader};
 use ipsetmgr_manager::{
-    ApplyError, ApplyOutcome, DeletionReport, DesiredSet, Drift, ListedSet, ManagerConfig,
+    ApplyError, ApplyOutcome, DeletionReport, DesiredSet, Drift, Failure, ListedSet, ManagerConfig,
     NotReplaced, Plan, SetError, SetReport, SetsBackend,
 };
 
@@ -62,13 +62,6 @@ enum Kernel {
         /// `None` when `spec` is.
         elements: Option<Elements>,
     },
-}
-
-#[derive(Clone, Debug)]
-struct Failure {
-    error: SetError,
-    attempts: u32,
-    retry_at: Instant,
 }
 
 /// One desired set.
@@ -318,19 +311,10 @@ impl<D: NftDataplane> NftBackend<D> {
         let Some(s) = self.sets.get_mut(name) else {
             return;
         };
-        let attempts = s.failure.as_ref().map_or(0, |f| f.attempts) + 1;
-        let backoff = self
-            .config
-            .set_retry_base
-            .saturating_mul(1u32 << (attempts - 1).min(16))
-            .min(self.config.set_retry_max);
-        tracing::warn!(set = name, policy = %s.policy, %error, retry_in = ?backoff, "nft set isolated");
+        let (failure, backoff) = Failure::after(s.failure.as_ref(), error, &self.config);
+        tracing::warn!(set = name, policy = %s.policy, error = %failure.error, retry_in = ?backoff, "nft set isolated");
         self.isolated_now.insert(name.to_string());
-        s.failure = Some(Failure {
-            error,
-            attempts,
-            retry_at: Instant::now() + backoff,
-        });
+        s.failure = Some(failure);
     }
 
     /// The sets to write now with what each needs; the ones that cannot be
