@@ -5,7 +5,7 @@
 
 pub(crate) mod sources;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
 use ipsetmgr_policy::{PolicyError, PolicyErrorKind};
@@ -114,8 +114,12 @@ pub(crate) fn read_files(
             }
         }
     }
-    let policies_only: Vec<IPSetPolicy> = policies.iter().map(|l| l.policy.clone()).collect();
-    let (errors, duplicated) = slice_errors(&policies_only, &slices);
+    // By name only: a copy of the policies would copy their members.
+    let names: HashSet<&str> = policies
+        .iter()
+        .filter_map(|l| l.policy.metadata.name.as_deref())
+        .collect();
+    let (errors, duplicated) = slice_errors(&names, &slices);
     load_errors.extend(errors);
     held.extend(duplicated);
     FileInputs {
@@ -151,19 +155,14 @@ impl FileInputs {
     }
 }
 
-/// Slices no loaded policy claims, and slice names given twice: both are
-/// load errors (so nothing is pruned), never silently dropped members.
-/// Slices whose policy no file defines, and slice names given twice; the
-/// latter also hold the policies of both (which members are meant is not
-/// known), returned with why.
+/// Slices whose policy (of the `known` names) no file defines, and slice
+/// names given twice: both are load errors (so nothing is pruned), never
+/// silently dropped members. The latter also hold the policies of both
+/// (which members are meant is not known), returned with why.
 fn slice_errors(
-    policies: &[IPSetPolicy],
+    known: &HashSet<&str>,
     slices: &[LoadedSlice],
 ) -> (Vec<LoadError>, Vec<(String, String)>) {
-    let known: std::collections::HashSet<&str> = policies
-        .iter()
-        .filter_map(|p| p.metadata.name.as_deref())
-        .collect();
     let mut seen: HashMap<&str, &LoadedSlice> = HashMap::new();
     let mut errors = Vec::new();
     let mut held = Vec::new();

@@ -175,13 +175,16 @@ impl SetShape {
         I: IntoIterator,
         I::Item: Borrow<Member>,
     {
-        let members = members.into_iter();
+        let mut members = members.into_iter();
         let mut out =
             Elements::with_capacity(self.spec.key, self.spec.interval, members.size_hint().0);
         match self.net_field() {
             None => {
                 let mut key = Vec::with_capacity(self.spec.key.len());
-                for m in members {
+                // `try_for_each`, not `for`: a member set's iterator is a
+                // chain over its stores, which only internal iteration turns
+                // into one tight loop (a million members).
+                members.try_for_each(|m| {
                     let m = m.borrow();
                     key.clear();
                     let comment = self.comment_of(m)?;
@@ -190,7 +193,8 @@ impl SetShape {
                     self.spec.key.fit(&mut key);
                     // The key has the set's length by construction.
                     let _ = out.push_raw(&key, None, comment.cloned());
-                }
+                    Ok(())
+                })?;
                 out.canonicalize();
             }
             Some(net_at) => self.interval_elements(members, net_at, &mut out)?,

@@ -123,7 +123,9 @@ pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted<'_
 /// of the next line.
 fn line_at(text: &str, at: usize) -> (&str, usize) {
     let rest = &text[at..];
-    match rest.find('\n') {
+    // A byte loop: lines are short, and `str::find` sets up a searcher for
+    // each of a million of them.
+    match rest.bytes().position(|b| b == b'\n') {
         Some(i) => (&rest[..i], at + i + 1),
         None => (rest, text.len()),
     }
@@ -154,7 +156,7 @@ fn scan_block(text: &str, from: usize, key_indent: usize) -> Option<Block<'_>> {
         at = next;
         let body = line.trim_start_matches(' ');
         let indent = line.len() - body.len();
-        if body.contains(['\t', '\r']) {
+        if body.bytes().any(|b| b == b'\t' || b == b'\r') {
             return None;
         }
         if body.is_empty() || body.starts_with('#') {
@@ -192,15 +194,34 @@ fn scan_block(text: &str, from: usize, key_indent: usize) -> Option<Block<'_>> {
 fn plain_member(s: &str) -> bool {
     const MAX_LEN: usize = 256;
     let bytes = s.as_bytes();
-    let allowed = |b: &u8| b.is_ascii_alphanumeric() || b".:/_,- ".contains(b);
-    !s.is_empty()
-        && s.len() <= MAX_LEN
-        && bytes[0].is_ascii_alphanumeric()
-        && bytes.iter().all(allowed)
-        && !s.contains(": ")
-        && !s.ends_with(':')
-        && !matches!(s, "null" | "Null" | "NULL")
+    if s.is_empty() || s.len() > MAX_LEN || !bytes[0].is_ascii_alphanumeric() {
+        return false;
+    }
+    // One pass over the bytes (this runs for every line of a big list):
+    // each byte allowed, and no `: ` anywhere.
+    let mut prev = 0u8;
+    for &b in bytes {
+        if !PLAIN[usize::from(b)] || (prev == b':' && b == b' ') {
+            return false;
+        }
+        prev = b;
+    }
+    prev != b':' && !matches!(s, "null" | "Null" | "NULL")
 }
+
+/// The bytes a lifted member may hold: letters, digits and `. : / _ , -`
+/// and space.
+const PLAIN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric()
+            || matches!(c, b'.' | b':' | b'/' | b'_' | b',' | b'-' | b' ');
+        b += 1;
+    }
+    t
+};
 
 #[cfg(test)]
 mod tests {

@@ -104,7 +104,9 @@ fn parse_chunk(
         let kind = match Member::parse_user(set_type, r) {
             Ok(parsed) => match fams.iter().position(|x| *x == parsed.family) {
                 Some(slot) => {
-                    for m in parsed.members {
+                    let (first, second) = parsed.members.into_parts();
+                    out.builders[slot].push(first);
+                    if let Some(m) = second {
                         out.builders[slot].push(m);
                     }
                     continue;
