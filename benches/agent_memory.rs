@@ -107,14 +107,16 @@ fn main() -> ExitCode {
     store.on_policy(Event::Init);
     store.on_policy(Event::InitApply(decode(object(&policy_bytes()))));
     store.on_policy(Event::InitDone);
-    store.on_slice(Event::Init);
+    store.policy_store.on_slice(Event::Init);
     for i in 0..SLICES {
         // Each slice's bytes and parsed object live only while it is read,
         // as in the watch.
         let bytes = slice_bytes(i);
-        store.on_slice(Event::InitApply(decode(object(&bytes))));
+        store
+            .policy_store
+            .on_slice(Event::InitApply(decode(object(&bytes))));
     }
-    store.on_slice(Event::InitDone);
+    store.policy_store.on_slice(Event::InitDone);
     store.on_node(Event::Apply(node()));
     mib("receive + decode + store 100 slices", t.elapsed());
     if let Some(what) = store.waiting_for() {

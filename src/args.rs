@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::commands::slice::{OutputFormat, parse_policy_name};
-use ipsetmgr_agent::kernel::{KernelBackend, parse_table_family, parse_table_name};
+use crate::commands::slice::{self, OutputFormat, parse_policy_name};
+use crate::commands::{apply, run};
+use ipsetmgr_agent::kernel::{KernelBackend, KernelOptions, parse_table_family, parse_table_name};
 use ipsetmgr_agent::node_state::Pacing;
 use ipsetmgr_cluster::logging::LogFormat;
 use ipsetmgr_cluster::slices::ClusterLimits;
 use ipsetmgr_feeds::egress::{Cidr, EgressGuard, Setting as EgressSetting};
-use ipsetmgr_ipset::SetType;
+use ipsetmgr_ipset::{Naming, SetType};
 use ipsetmgr_nft::TableFamily;
 use ipsetmgr_policy::FamilySpec;
 use ipsetmgr_policy::compile::{MAX_HASH_SIZE, MAX_MAX_ELEM, MIN_HASH_SIZE};
@@ -98,47 +99,26 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// What the global flags say of the kernel side.
+    pub fn kernel_options(&self, naming: Naming) -> KernelOptions {
+        KernelOptions {
+            netns: self.netns.clone(),
+            backend: self.backend,
+            nft_table: ipsetmgr_nft::Table::new(self.nft_family, self.nft_table.clone()),
+            naming,
+            lock_wait: self.lock_wait,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 pub enum Command {
     /// Reconcile the kernel once with the policies in files or directories.
-    Apply {
-        /// Policy file or directory (repeatable).
-        #[arg(
-            short = 'f',
-            long = "filename",
-            required = true,
-            value_name = "FILE|DIR"
-        )]
-        paths: Vec<PathBuf>,
-        /// Print the planned operations without changing the kernel.
-        #[arg(long)]
-        dry_run: bool,
-        /// Also delete owned sets that no given policy wants.
-        #[arg(long)]
-        prune: bool,
-        /// Add a plain member list (FireHOL netset, Spamhaus DROP: one
-        /// member per line, `#` comments; or YAML/JSON) to a policy's
-        /// members, as a slice would (repeatable).
-        #[arg(long = "members", value_name = "POLICY=FILE", value_parser = parse_members_file)]
-        members: Vec<crate::files::MembersFile>,
-        #[command(flatten)]
-        labels: NodeLabels,
-        #[command(flatten)]
-        egress: FeedEgress,
-    },
+    Apply(ApplyFlags),
     /// Keep the kernel in line with a policy directory: react to file
     /// changes and SIGHUP, resync periodically.
-    Run {
-        /// Directory of policy files (*.yaml, *.yml, *.json), watched for changes
-        #[arg(long, value_name = "DIR")]
-        policy_dir: PathBuf,
-        #[command(flatten)]
-        resync: Resync,
-        #[command(flatten)]
-        labels: NodeLabels,
-        #[command(flatten)]
-        egress: FeedEgress,
-    },
+    Run(RunFlags),
     /// List the owned sets in this kernel with their counts.
     Sets,
     /// Run the per-node Kubernetes agent (normally as a DaemonSet).
@@ -157,44 +137,138 @@ pub enum Command {
     /// into IPSetMemberSlice objects for one policy, printed as a YAML
     /// stream for `kubectl apply -f -`. A member's slice is chosen by a hash
     /// of the member, so a small change to the list changes few slices.
-    Slice {
-        /// The policy the slices belong to (their `ipsetmgr.io/policy`
-        /// label; at most 63 characters).
-        #[arg(long, value_name = "NAME", value_parser = parse_policy_name)]
-        policy: String,
-        /// The member list: one member per line (`#` and ` ;` start
-        /// comments), or YAML/JSON (`*.yaml`, `*.yml`, `*.json`): a list of
-        /// strings or a mapping with `members:`. `-` reads standard input.
-        #[arg(short = 'f', long = "filename", value_name = "FILE|-")]
-        input: PathBuf,
-        /// The most members of one slice, 1 to 50000 (slices are also kept
-        /// under 200000 bytes of JSON).
-        #[arg(long, value_name = "N", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=50000))]
-        max_members: u32,
-        /// Parse every member as this set type (any hash:* or bitmap:* type)
-        /// and write it in canonical form (a bitmap's range is checked when
-        /// the policy is compiled). Without
-        /// it, members are checked only against the CRD's per-member schema
-        /// (printable ASCII without spaces, an optional " nomatch" and
-        /// " comment:TEXT", at most 400 characters) and written as given.
-        #[arg(long = "type", value_name = "TYPE", value_parser = parse_slice_type)]
-        set_type: Option<SetType>,
-        /// The policy's family, with --type: IPv4 (default), IPv6 or Dual.
-        /// Members of another family are errors.
-        #[arg(long, value_name = "FAMILY", requires = "set_type", value_parser = parse_family)]
-        family: Option<FamilySpec>,
-        /// Write the slices to this file (complete or not at all) instead
-        /// of standard output.
-        #[arg(short = 'o', long, value_name = "FILE")]
-        output: Option<PathBuf>,
-        /// A YAML stream of the slices, or one JSON `v1` `List`.
-        #[arg(long, value_enum, default_value_t = OutputFormat::Yaml)]
-        output_format: OutputFormat,
-        /// The member list's syntax, instead of what its name implies
-        /// (standard input: text).
-        #[arg(long, value_name = "FORMAT", value_parser = list_format())]
-        format: Option<ListFormat>,
-    },
+    Slice(SliceFlags),
+}
+
+/// Flags of `ipsetmgr apply`.
+#[derive(Debug, clap::Args)]
+pub struct ApplyFlags {
+    /// Policy file or directory (repeatable).
+    #[arg(
+        short = 'f',
+        long = "filename",
+        required = true,
+        value_name = "FILE|DIR"
+    )]
+    pub paths: Vec<PathBuf>,
+    /// Print the planned operations without changing the kernel.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also delete owned sets that no given policy wants.
+    #[arg(long)]
+    pub prune: bool,
+    /// Add a plain member list (FireHOL netset, Spamhaus DROP: one
+    /// member per line, `#` comments; or YAML/JSON) to a policy's
+    /// members, as a slice would (repeatable).
+    #[arg(long = "members", value_name = "POLICY=FILE", value_parser = parse_members_file)]
+    pub members: Vec<crate::files::MembersFile>,
+    #[command(flatten)]
+    pub labels: NodeLabels,
+    #[command(flatten)]
+    pub egress: FeedEgress,
+}
+
+impl ApplyFlags {
+    /// What `apply` is asked to do.
+    pub(crate) fn into_args(self) -> apply::ApplyArgs {
+        apply::ApplyArgs {
+            paths: self.paths,
+            members: self.members,
+            dry_run: self.dry_run,
+            prune: self.prune,
+            labels: self.labels.labels(),
+            egress: self.egress.guard(EgressSetting::Files),
+        }
+    }
+}
+
+/// Flags of `ipsetmgr run`.
+#[derive(Debug, clap::Args)]
+pub struct RunFlags {
+    /// Directory of policy files (*.yaml, *.yml, *.json), watched for changes
+    #[arg(long, value_name = "DIR")]
+    pub policy_dir: PathBuf,
+    #[command(flatten)]
+    pub resync: Resync,
+    #[command(flatten)]
+    pub labels: NodeLabels,
+    #[command(flatten)]
+    pub egress: FeedEgress,
+}
+
+impl RunFlags {
+    /// What `run` is asked to do.
+    pub(crate) fn into_args(self) -> run::RunArgs {
+        run::RunArgs {
+            policy_dir: self.policy_dir,
+            resync_interval: self.resync.interval,
+            labels: self.labels.labels(),
+            egress: self.egress.guard(EgressSetting::Files),
+        }
+    }
+}
+
+/// Flags of `ipsetmgr slice`.
+#[derive(Debug, clap::Args)]
+pub struct SliceFlags {
+    /// The policy the slices belong to (their `ipsetmgr.io/policy`
+    /// label; at most 63 characters).
+    #[arg(long, value_name = "NAME", value_parser = parse_policy_name)]
+    pub policy: String,
+    /// The member list: one member per line (`#` and ` ;` start
+    /// comments), or YAML/JSON (`*.yaml`, `*.yml`, `*.json`): a list of
+    /// strings or a mapping with `members:`. `-` reads standard input.
+    #[arg(short = 'f', long = "filename", value_name = "FILE|-")]
+    pub input: PathBuf,
+    /// The most members of one slice, 1 to 50000 (slices are also kept
+    /// under 200000 bytes of JSON).
+    #[arg(long, value_name = "N", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=50000))]
+    pub max_members: u32,
+    /// Parse every member as this set type (any hash:* or bitmap:* type)
+    /// and write it in canonical form (a bitmap's range is checked when
+    /// the policy is compiled). Without
+    /// it, members are checked only against the CRD's per-member schema
+    /// (printable ASCII without spaces, an optional " nomatch" and
+    /// " comment:TEXT", at most 400 characters) and written as given.
+    #[arg(long = "type", value_name = "TYPE", value_parser = parse_slice_type)]
+    pub set_type: Option<SetType>,
+    /// The policy's family, with --type: IPv4 (default), IPv6 or Dual.
+    /// Members of another family are errors.
+    #[arg(long, value_name = "FAMILY", requires = "set_type", value_parser = parse_family)]
+    pub family: Option<FamilySpec>,
+    /// Write the slices to this file (complete or not at all) instead
+    /// of standard output.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// A YAML stream of the slices, or one JSON `v1` `List`.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Yaml)]
+    pub output_format: OutputFormat,
+    /// The member list's syntax, instead of what its name implies
+    /// (standard input: text).
+    #[arg(long, value_name = "FORMAT", value_parser = list_format())]
+    pub format: Option<ListFormat>,
+}
+
+impl SliceFlags {
+    /// What `slice` is asked to do.
+    pub(crate) fn into_args(self) -> slice::SliceArgs {
+        let check = match self.set_type {
+            Some(set_type) => slice::Check::Typed {
+                set_type,
+                family: self.family.unwrap_or_default(),
+            },
+            None => slice::Check::Schema,
+        };
+        slice::SliceArgs {
+            policy: self.policy,
+            input: self.input,
+            input_format: self.format,
+            check,
+            max_members: self.max_members as usize,
+            output: self.output,
+            output_format: self.output_format,
+        }
+    }
 }
 
 /// Flags of `ipsetmgr agent` (the global flags set the kernel side).
@@ -465,7 +539,7 @@ mod tests {
         let cli = Cli::try_parse_from(["ipsetmgr", "run", "--policy-dir", "/d"]).unwrap();
         assert_eq!(cli.set_prefix, "ipm");
         assert_eq!(cli.lock_wait, Duration::from_secs(30));
-        let Command::Run { resync, labels, .. } = cli.command else {
+        let Command::Run(RunFlags { resync, labels, .. }) = cli.command else {
             panic!("run")
         };
         assert_eq!(resync.interval, Duration::from_secs(60));
@@ -484,22 +558,22 @@ mod tests {
 
     #[test]
     fn slice_flags_parse_and_refuse_what_cannot_be_sliced() {
-        let Command::Slice {
+        let Command::Slice(SliceFlags {
             max_members,
             set_type,
             family,
             output_format,
             format,
             ..
-        } = slice(&[]).unwrap()
+        }) = slice(&[]).unwrap()
         else {
             panic!("slice")
         };
         assert_eq!((max_members, set_type, family), (5000, None, None));
         assert_eq!((output_format, format), (OutputFormat::Yaml, None));
-        let Command::Slice {
+        let Command::Slice(SliceFlags {
             set_type, family, ..
-        } = slice(&["--type", "hash:net", "--family", "dual"]).unwrap()
+        }) = slice(&["--type", "hash:net", "--family", "dual"]).unwrap()
         else {
             panic!("slice")
         };

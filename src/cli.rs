@@ -3,7 +3,6 @@
 //! `kernel` (inside `--netns`, holding the writer lock when it writes);
 //! anyhow is used only here, at the edge.
 
-use ipsetmgr_feeds::egress::Setting as EgressSetting;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -33,93 +32,30 @@ pub fn main() -> ExitCode {
 
 fn real_main() -> Result<bool> {
     let cli = Cli::parse();
-    let level = match cli.command {
-        Command::Run { .. } | Command::Agent(_) | Command::Controller(_) | Command::Hollow(_) => {
-            "info"
-        }
-        _ => "warn",
-    };
-    logging::init(cli.log_format.into(), level);
+    logging::init(cli.log_format.into(), log_level(&cli.command));
     let naming = Naming::new(&cli.set_prefix)?;
-    let opts = KernelOptions {
-        netns: cli.netns.clone(),
-        backend: cli.backend,
-        nft_table: ipsetmgr_nft::Table::new(cli.nft_family, cli.nft_table.clone()),
-        naming: naming.clone(),
-        lock_wait: cli.lock_wait,
-    };
+    let opts = cli.kernel_options(naming.clone());
     match cli.command {
-        Command::Apply {
-            paths,
-            dry_run,
-            prune,
-            members,
-            labels,
-            egress,
-        } => {
-            let args = apply::ApplyArgs {
-                paths,
-                members,
-                dry_run,
-                prune,
-                labels: labels.labels(),
-                egress: egress.guard(EgressSetting::Files),
-            };
-            apply_command(&opts, naming, &args)
-        }
-        Command::Run {
-            policy_dir,
-            resync,
-            labels,
-            egress,
-        } => {
-            let args = run::RunArgs {
-                policy_dir,
-                resync_interval: resync.interval,
-                labels: labels.labels(),
-                egress: egress.guard(EgressSetting::Files),
-            };
-            run_command(opts, &naming, &args)
-        }
+        Command::Apply(flags) => apply_command(&opts, naming, &flags.into_args()),
+        Command::Run(flags) => run_command(opts, &naming, &flags.into_args()),
         Command::Sets => sets_command(&opts, &naming),
         Command::Agent(config) => block_on(commands::agent::run_agent(config, opts)),
         Command::Hollow(config) => block_on(commands::hollow::run_hollow(config, naming)),
         Command::Controller(config) => {
             block_on(commands::controller::run_controller(config, naming))
         }
-        Command::Crd => {
-            std::io::stdout().write_all(ipsetmgr_api::crd_yaml().as_bytes())?;
-            Ok(true)
-        }
+        Command::Crd => crd_command(),
         // Files to objects: no kernel, no lock.
-        Command::Slice {
-            policy,
-            input,
-            max_members,
-            set_type,
-            family,
-            output,
-            output_format,
-            format,
-        } => {
-            let check = match set_type {
-                Some(set_type) => slice::Check::Typed {
-                    set_type,
-                    family: family.unwrap_or_default(),
-                },
-                None => slice::Check::Schema,
-            };
-            let args = slice::SliceArgs {
-                policy,
-                input,
-                input_format: format,
-                check,
-                max_members: max_members as usize,
-                output,
-                output_format,
-            };
-            slice_command(&args)
-        }
+        Command::Slice(flags) => slice_command(&flags.into_args()),
+    }
+}
+
+/// The commands that keep running log what they do; the others only
+/// warnings (their output is the report).
+fn log_level(command: &Command) -> &'static str {
+    match command {
+        Command::Run(_) | Command::Agent(_) | Command::Controller(_) | Command::Hollow(_) => "info",
+        _ => "warn",
     }
 }
 
@@ -163,6 +99,12 @@ fn sets_command(opts: &KernelOptions, naming: &Naming) -> Result<bool> {
         )
     })?
     .context("listing sets")?;
+    Ok(true)
+}
+
+/// `crd`: print the CRDs.
+fn crd_command() -> Result<bool> {
+    std::io::stdout().write_all(ipsetmgr_api::crd_yaml().as_bytes())?;
     Ok(true)
 }
 

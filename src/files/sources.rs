@@ -7,8 +7,9 @@
 //!   names it. It is read with the one member-list reader (bounded, regular
 //!   files only, text/YAML/JSON by extension) and checked under the
 //!   policy's type and family, so a bad line is named with its number.
-//! - A `url` is fetched with the controller's feed code (conditional
-//!   requests, bounded bodies, no redirects).
+//! - A `url` is run as the controller runs it (`ipsetmgr_feeds::feed::UrlFeed`:
+//!   conditional requests, bounded bodies, no redirects, a failure retried
+//!   from 10 s, doubling up to the interval).
 //! - A `url` that fails keeps its last good members in force (`run`).
 //!   A `file` that fails, or any source that never worked, holds its
 //!   policy: the policy's kernel sets are left as they are, never emptied
@@ -33,7 +34,7 @@ use http::HeaderMap;
 use ipsetmgr_api::FamilySpec;
 use ipsetmgr_feeds::egress::EgressGuard;
 use ipsetmgr_feeds::feed::{
-    FETCH_TIMEOUT, FIRST_RETRY, FeedState, Fetcher, MAX_FEED_BYTES, refresh_feed,
+    FETCH_TIMEOUT, FIRST_RETRY, Fetcher, MAX_FEED_BYTES, Refreshed, UrlFeed,
 };
 use ipsetmgr_ipset::SetType;
 use ipsetmgr_policy::load::LoadedPolicy;
@@ -122,10 +123,10 @@ struct Tracked {
     error: Option<String>,
     /// The file's stamp when it was last read.
     read: Option<Stamp>,
-    feed: FeedState,
+    /// A url's last good content, validators and backoff.
+    feed: UrlFeed,
     /// When it is next looked at (url: fetched; file: stat'ed).
     due: Instant,
-    retry: Duration,
     /// A url being fetched now (its `feed` is with the fetch).
     in_flight: bool,
 }
@@ -138,9 +139,8 @@ impl Tracked {
             digest: None,
             error: None,
             read: None,
-            feed: FeedState::default(),
+            feed: UrlFeed::default(),
             due: now,
-            retry: FIRST_RETRY,
             in_flight: false,
         }
     }
@@ -220,8 +220,9 @@ impl Drop for FetchSide {
 struct Fetched {
     key: Key,
     spec: UrlSpec,
-    feed: FeedState,
-    outcome: Result<bool, ipsetmgr_feeds::feed::FeedFailure>,
+    feed: UrlFeed,
+    /// The outcome, and how long until the next fetch.
+    refreshed: Refreshed,
 }
 
 /// Whether a refresh waits for the fetches it starts.
@@ -398,20 +399,14 @@ impl LocalSources {
             );
             let runtime = side.runtime.as_ref().expect("alive until dropped");
             runtime.spawn(async move {
-                let outcome = refresh_feed(
-                    &mut feed,
-                    &spec,
-                    set_type,
-                    family,
-                    &fetcher,
-                    &HeaderMap::new(),
-                )
-                .await;
+                let refreshed = feed
+                    .refresh(&spec, set_type, family, &fetcher, &HeaderMap::new())
+                    .await;
                 let _ = done.send(Fetched {
                     key,
                     spec,
                     feed,
-                    outcome,
+                    refreshed,
                 });
                 if let Some(w) = wake {
                     let _ = w.send(());
@@ -451,7 +446,7 @@ impl LocalSources {
             key,
             spec,
             feed,
-            outcome,
+            refreshed: Refreshed { outcome, next },
         } = f;
         // The source changed (or went) while it was fetched: that answer
         // is for a spec no longer wanted.
@@ -464,19 +459,16 @@ impl LocalSources {
         };
         t.in_flight = false;
         t.feed = feed;
-        let done = Instant::now();
-        let interval = spec.interval;
+        t.due = Instant::now() + next;
         match outcome {
             Ok(new_content) => {
                 if t.error.take().is_some() {
                     tracing::info!(policy = %key.0, source = key.1, "url source fetched again");
                 }
                 // Not modified: what was kept from the last download stands.
-                if new_content && let Some(g) = t.feed.good.as_deref().map(|g| lines_of(g)) {
+                if new_content && let Some(g) = t.feed.state.good.as_deref().map(|g| lines_of(g)) {
                     t.keep(g);
                 }
-                t.retry = FIRST_RETRY;
-                t.due = done + interval;
             }
             Err(e) => {
                 let e = ipsetmgr_policy::text::bounded(&e.detail, 1024).into_owned();
@@ -484,8 +476,6 @@ impl LocalSources {
                     tracing::warn!(policy = %key.0, source = key.1, error = %e, "url source failed; its last good members stay in force");
                 }
                 t.error = Some(e);
-                t.due = done + t.retry.min(interval);
-                t.retry = (t.retry * 2).min(interval);
             }
         }
     }
@@ -997,7 +987,7 @@ mod tests {
         // The server fails (the ETag changed on the server's side is not
         // ours to know; force a whole fetch): last good members stay.
         for t in sources.tracked.values_mut() {
-            t.feed.validators = Default::default();
+            t.feed.state.validators = Default::default();
         }
         let due = sources.next_due().unwrap();
         assert!(!sources.refresh(due, false));

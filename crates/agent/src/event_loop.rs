@@ -225,11 +225,11 @@ impl Agent {
             }
             Input::Policy(ev) => {
                 self.shared.watches.delivered(resource::POLICIES);
-                let listed = self.store.policies.listed();
+                let listed = self.store.policy_store.policies.listed();
                 let c = self.store.on_policy(ev);
-                if !listed && self.store.policies.listed() {
+                if !listed && self.store.policy_store.policies.listed() {
                     tracing::info!(
-                        policies = self.store.policies.items().len(),
+                        policies = self.store.policy_store.policies.items().len(),
                         "initial list of policies done"
                     );
                 }
@@ -237,7 +237,7 @@ impl Agent {
             }
             Input::Slice(ev) => {
                 self.shared.watches.delivered(resource::SLICES);
-                self.store.on_slice(ev)
+                self.store.policy_store.on_slice(ev)
             }
         };
         self.publish_waiting();
@@ -287,9 +287,14 @@ impl Agent {
             tracing::debug!("{w}");
         }
         let mut now = std::collections::BTreeMap::new();
-        let revisions = self.store.revisions();
+        let revisions = self.store.policy_store.revisions();
         for (policy, errors) in compiled.errors_by_policy() {
-            let generation = self.store.policies.get(policy).map_or(0, |e| e.generation);
+            let generation = self
+                .store
+                .policy_store
+                .policies
+                .get(policy)
+                .map_or(0, |e| e.generation);
             // Once per generation and members revision (a slice change),
             // or when the rejection itself changes.
             let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
@@ -318,9 +323,9 @@ impl Agent {
     /// Per policy selecting this node: its generation, sets and error.
     fn snapshot_of(&self, compiled: &Compiled) -> Snapshot {
         let errors = compiled.errors_by_policy();
-        let revisions = self.store.revisions();
+        let revisions = self.store.policy_store.revisions();
         let mut policies = std::collections::BTreeMap::new();
-        for (name, entry) in self.store.policies.items() {
+        for (name, entry) in self.store.policy_store.policies.items() {
             if compiled.not_selected.iter().any(|n| n == name) {
                 continue;
             }

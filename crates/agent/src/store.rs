@@ -1,5 +1,6 @@
-//! What the agent knows of the cluster: the policies, the member slices,
-//! its own Node, and whether the kinds are in place; and from that, the
+//! What the agent knows of the cluster: the policies and the member slices
+//! (in the store the controller keeps too, `cluster::policy_store`), its
+//! own Node, and whether the kinds are in place; and from that, the
 //! compile inputs of one node.
 //!
 //! Memory matters here (a million members on every node): a policy's own
@@ -13,18 +14,16 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::watcher::Event;
 
-use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy};
+use ipsetmgr_api::IPSetPolicy;
 use ipsetmgr_cluster::kind_guard::KindGuard;
-use ipsetmgr_cluster::listing::{Change, Listing};
-use ipsetmgr_cluster::slices::{
-    ClusterLimits, SliceEntry, by_policy, cluster_inputs, same_slice, slice_entry,
-};
+use ipsetmgr_cluster::listing::Change;
+use ipsetmgr_cluster::policy_store::{PolicyStore, StoredPolicy};
+use ipsetmgr_cluster::slices::ClusterLimits;
 use ipsetmgr_cluster::tolerant::Tolerant;
 use ipsetmgr_ipset::{Family, Naming};
 use ipsetmgr_policy::compile::{
-    Compiled, MemberCache, PolicyError, PolicyErrorKind, PolicyInput, compile_inputs,
+    Compiled, MemberCache, PolicyError, PolicyErrorKind, compile_inputs,
 };
-use ipsetmgr_policy::revision::members_revision;
 
 /// One policy as the agent keeps it.
 #[derive(Clone, Debug)]
@@ -35,16 +34,28 @@ pub struct PolicyEntry {
     pub policy: Result<IPSetPolicy, String>,
 }
 
+impl StoredPolicy for PolicyEntry {
+    fn generation(&self) -> i64 {
+        self.generation
+    }
+
+    fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+
+    fn policy(&self) -> Result<&IPSetPolicy, &str> {
+        self.policy.as_ref().map_err(String::as_str)
+    }
+}
+
 /// The agent's store.
 pub struct Store {
-    pub policies: Listing<PolicyEntry>,
-    pub slices: Listing<SliceEntry>,
+    /// The policies and slices, as the controller keeps them too.
+    pub policy_store: PolicyStore<PolicyEntry>,
     /// This node's labels and uid, once seen.
     pub node: Option<NodeFacts>,
     node_init: Option<Option<NodeFacts>>,
     pub kinds: KindGuard,
-    /// This cluster's caps on policies (the controller's are the same).
-    pub limits: ClusterLimits,
 }
 
 /// What the agent needs of its Node.
@@ -82,21 +93,17 @@ fn same_policy(a: &PolicyEntry, b: &PolicyEntry) -> bool {
 impl Store {
     pub fn new(crds: &[String], limits: ClusterLimits) -> Store {
         Store {
-            policies: Listing::default(),
-            slices: Listing::default(),
+            policy_store: PolicyStore::new(limits),
             node: None,
             node_init: None,
             kinds: KindGuard::new(crds),
-            limits,
         }
     }
 
     pub fn on_policy(&mut self, ev: Event<Tolerant<IPSetPolicy>>) -> Change {
-        self.policies.apply(ev, policy_entry, same_policy)
-    }
-
-    pub fn on_slice(&mut self, ev: Event<Tolerant<IPSetMemberSlice>>) -> Change {
-        self.slices.apply(ev, slice_entry, same_slice)
+        self.policy_store
+            .policies
+            .apply(ev, policy_entry, same_policy)
     }
 
     /// Feed the watch of this node; returns whether its facts changed. A
@@ -146,43 +153,16 @@ impl Store {
                 .collect();
             return Some(format!("the CRDs {}", missing.join(", ")));
         }
-        if !self.policies.listed() {
+        if !self.policy_store.policies.listed() {
             return Some("the initial list of IPSetPolicies".into());
         }
-        if !self.slices.listed() {
+        if !self.policy_store.slices.listed() {
             return Some("the initial list of IPSetMemberSlices".into());
         }
         if self.node.is_none() {
             return Some("this node's Node object".into());
         }
         None
-    }
-
-    /// The compile inputs (readable policies, each with its slices) and
-    /// the policies that could not be read, with why.
-    pub fn inputs(&self) -> (Vec<PolicyInput<'_>>, Vec<(&str, &str)>) {
-        let policies = self
-            .policies
-            .items()
-            .iter()
-            .map(|(name, e)| (name.as_str(), e.policy.as_ref().map_err(String::as_str)));
-        cluster_inputs(policies, self.slices.items(), &self.limits)
-    }
-
-    /// Each policy's members revision, as the controller computes it.
-    pub fn revisions(&self) -> BTreeMap<&str, String> {
-        let slices = by_policy(self.slices.items());
-        self.policies
-            .items()
-            .iter()
-            .map(|(name, e)| {
-                let bound = slices.get(name.as_str()).map_or(&[][..], Vec::as_slice);
-                (
-                    name.as_str(),
-                    members_revision(e.uid.as_deref(), e.generation, bound),
-                )
-            })
-            .collect()
     }
 
     /// This node's complete desired state, from everything seen (the
@@ -197,7 +177,7 @@ impl Store {
             .as_ref()
             .map(|n| n.labels.clone())
             .unwrap_or_default();
-        let (inputs, unreadable) = self.inputs();
+        let (inputs, unreadable) = self.policy_store.inputs();
         let mut compiled = compile_inputs(&inputs, naming, Some(&labels), cache);
         for (name, why) in unreadable {
             compiled.errors.push(PolicyError::of_policy(
@@ -214,7 +194,7 @@ impl Store {
 
     /// After a compile: drop the member strings the cache no longer needs.
     fn shed_parsed_members(&mut self, cache: &MemberCache) {
-        for entry in self.policies.items_mut().values_mut() {
+        for entry in self.policy_store.policies.items_mut().values_mut() {
             if let Ok(p) = &mut entry.policy
                 && !p.spec.members.is_empty()
                 && cache.has_inline(p)
@@ -228,6 +208,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ipsetmgr_api::IPSetMemberSlice;
     use ipsetmgr_cluster::slices::SliceMembers;
     use ipsetmgr_cluster::tolerant::decode;
     use serde_json::json;
@@ -262,20 +243,21 @@ mod tests {
         s.on_policy(Event::Init);
         s.on_policy(Event::InitApply(policy("p", 1)));
         s.on_policy(Event::InitDone);
-        s.on_slice(Event::Init);
-        s.on_slice(Event::InitApply(slice(
+        s.policy_store.on_slice(Event::Init);
+        s.policy_store.on_slice(Event::InitApply(slice(
             "p-0",
             "p",
             "5",
             &["10.0.0.2", "10.0.0.3"],
         )));
-        s.on_slice(Event::InitApply(slice("q-0", "other", "6", &["10.0.0.9"])));
-        s.on_slice(Event::InitDone);
+        s.policy_store
+            .on_slice(Event::InitApply(slice("q-0", "other", "6", &["10.0.0.9"])));
+        s.policy_store.on_slice(Event::InitDone);
         assert_eq!(
-            s.slices.get("p-0").unwrap().members,
+            s.policy_store.slices.get("p-0").unwrap().members,
             Ok(SliceMembers::Lines("10.0.0.2\n10.0.0.3".into()))
         );
-        let (inputs, unreadable) = s.inputs();
+        let (inputs, unreadable) = s.policy_store.inputs();
         assert!(unreadable.is_empty());
         assert_eq!(inputs.len(), 1);
         assert_eq!(inputs[0].slices.len(), 1);
@@ -299,8 +281,8 @@ mod tests {
         s.on_policy(Event::Init);
         s.on_policy(Event::InitDone);
         assert!(s.waiting_for().unwrap().contains("IPSetMemberSlices"));
-        s.on_slice(Event::Init);
-        s.on_slice(Event::InitDone);
+        s.policy_store.on_slice(Event::Init);
+        s.policy_store.on_slice(Event::InitDone);
         assert!(s.waiting_for().unwrap().contains("Node"));
         let node: Node =
             serde_json::from_value(json!({"metadata": {"name": "n", "uid": "nu"}})).unwrap();

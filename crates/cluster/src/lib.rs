@@ -1,7 +1,8 @@
 //! What the agent and the controller share on the Kubernetes side: the
 //! client, watches that read objects one by one, listings that survive
-//! relists, the guard against a kind that vanishes, the slices both keep,
-//! the metrics and health server both run, and logging.
+//! relists, the guard against a kind that vanishes, the policies and
+//! slices both keep (one store, `policy_store`), the metrics and health
+//! server both run, and logging.
 //!
 //! It must never hold a role's logic (what to compile, what a status says)
 //! nor touch a kernel: the agent (`ipsetmgr` for now) and the controller
@@ -18,6 +19,7 @@ pub mod logging;
 #[cfg(any(test, feature = "mock"))]
 pub mod mock_api;
 pub mod nodes;
+pub mod policy_store;
 pub mod server;
 pub mod slices;
 pub mod telemetry;

@@ -25,6 +25,7 @@ use super::sources::{Memory, Outcome, evaluate_sources, sources_message};
 use super::store::Store;
 use super::writer::{Job, Plan};
 use ipsetmgr_api::IPSetPolicy;
+use ipsetmgr_cluster::policy_store::PolicyStore;
 use ipsetmgr_cluster::tolerant::Tolerant;
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_policy::compile::{MemberCache, PolicyError, PolicyErrorKind, compile_inputs};
@@ -105,7 +106,7 @@ impl Controller {
         Controller {
             settings,
             store: Store {
-                limits,
+                policy_store: PolicyStore::new(limits),
                 ..Store::default()
             },
             cache: MemberCache::default(),
@@ -199,7 +200,7 @@ impl Controller {
             }
             Input::Slice(ev) => {
                 self.shared.watches.delivered("ipsetmemberslices");
-                self.store.on_slice(ev)
+                self.store.policy_store.on_slice(ev)
             }
             Input::NodeState(ev) => {
                 self.shared.watches.delivered("ipsetnodestates");
@@ -356,10 +357,10 @@ impl Controller {
     /// The status each policy should have, for those whose status on the
     /// server differs.
     fn statuses(&self, validity: &HashMap<String, Validity>, now: Timestamp) -> Plan {
-        let revisions = self.store.revisions();
+        let revisions = self.store.policy_store.revisions();
         let nodes = self.node_views();
         let mut plan = Plan::new();
-        for (name, t) in self.store.policies.items() {
+        for (name, t) in self.store.policy_store.policies.items() {
             let policy = readable_or_placeholder(name, t);
             let previous = t.value.as_ref().ok().and_then(|p| p.status.as_ref());
             let v = &validity[name.as_str()];
@@ -385,7 +386,7 @@ impl Controller {
     /// not repeated while they stay the same, forgotten once valid.
     fn warnings(&mut self, validity: &HashMap<String, Validity>) -> Vec<Job> {
         let mut jobs = Vec::new();
-        for (name, t) in self.store.policies.items() {
+        for (name, t) in self.store.policy_store.policies.items() {
             let Validity::Invalid { message } = &validity[name.as_str()] else {
                 continue;
             };
@@ -433,7 +434,7 @@ impl Controller {
 
     /// Compile every policy with its slices, for no node in particular.
     fn validate(&mut self) -> HashMap<String, Validity> {
-        let (inputs, unreadable) = self.store.inputs();
+        let (inputs, unreadable) = self.store.policy_store.inputs();
         let compiled = compile_inputs(&inputs, &self.settings.naming, None, &mut self.cache);
         let errors = compiled.errors_by_policy();
         let mut members: HashMap<&str, i64> = HashMap::new();

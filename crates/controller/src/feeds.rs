@@ -2,7 +2,8 @@
 //! its own interval, that sends each outcome to the event loop. A failure
 //! (unreachable, HTTP error, too big, malformed lines) keeps the last good
 //! content in force and is retried with backoff (from 10 s, doubling, up to
-//! the interval); the outcome carries the error for the status.
+//! the interval: `ipsetmgr_feeds::feed::UrlFeed`, which file mode runs
+//! too); the outcome carries the error for the status.
 
 use futures::SinkExt;
 use futures::channel::mpsc::Sender;
@@ -17,7 +18,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use ipsetmgr_api::FamilySpec;
-use ipsetmgr_feeds::feed::{FIRST_RETRY, FeedFailure, FeedState, Fetcher, refresh_feed};
+use ipsetmgr_feeds::feed::{FeedFailure, Fetcher, Refreshed, UrlFeed};
 use ipsetmgr_ipset::SetType;
 use ipsetmgr_policy::sources::spec::UrlSpec;
 
@@ -80,21 +81,29 @@ impl HeaderSource {
     }
 }
 
-/// One fetch of a job, with the request headers of its Secret.
+/// One fetch of a job, with the request headers of its Secret (a Secret
+/// that cannot be read is a failed fetch, backed off as any).
 async fn refresh(
-    state: &mut FeedState,
+    feed: &mut UrlFeed,
     job: &FeedJob,
     fetcher: &Fetcher,
     headers: &HeaderSource,
-) -> Result<bool, FeedFailure> {
+) -> Refreshed {
     let h = match &job.spec.headers_secret {
-        Some(s) => headers.headers(s).await.map_err(|e| FeedFailure {
-            public: e.clone(),
-            detail: e,
-        })?,
+        Some(s) => match headers.headers(s).await {
+            Ok(h) => h,
+            Err(e) => {
+                let failure = FeedFailure {
+                    public: e.clone(),
+                    detail: e,
+                };
+                return feed.settle(Err(failure), job.spec.interval);
+            }
+        },
         None => HeaderMap::new(),
     };
-    refresh_feed(state, &job.spec, job.set_type, job.family, fetcher, &h).await
+    feed.refresh(&job.spec, job.set_type, job.family, fetcher, &h)
+        .await
 }
 
 /// Fetch one source forever, sending each outcome.
@@ -105,10 +114,9 @@ async fn feed_loop(
     headers: HeaderSource,
     mut out: Sender<FeedOutcome>,
 ) {
-    let mut state = FeedState::default();
-    let mut retry = FIRST_RETRY;
+    let mut feed = UrlFeed::default();
     loop {
-        let outcome = refresh(&mut state, &job, &fetcher, &headers).await;
+        let Refreshed { outcome, next } = refresh(&mut feed, &job, &fetcher, &headers).await;
         // The status gets the public message only: nothing a feed served
         // may reach an API object (docs/member-sources.md, "Egress").
         let error = outcome.as_ref().err().map(|e| e.public.clone());
@@ -117,21 +125,13 @@ async fn feed_loop(
         }
         let result = FeedResult {
             spec: job.spec.clone(),
-            good: state.good.clone(),
+            good: feed.state.good.clone(),
             error,
         };
         if out.send((key.clone(), result)).await.is_err() {
             return;
         }
-        let wait = if outcome.is_ok() {
-            retry = FIRST_RETRY;
-            job.spec.interval
-        } else {
-            let w = retry.min(job.spec.interval);
-            retry = (retry * 2).min(job.spec.interval);
-            w
-        };
-        tokio::time::sleep(wait).await;
+        tokio::time::sleep(next).await;
     }
 }
 
@@ -242,8 +242,8 @@ mod tests {
         }
     }
 
-    fn members(state: &FeedState) -> Vec<String> {
-        state.good.as_deref().cloned().unwrap_or_default()
+    fn members(feed: &UrlFeed) -> Vec<String> {
+        feed.state.good.as_deref().cloned().unwrap_or_default()
     }
 
     #[tokio::test]
@@ -266,34 +266,44 @@ mod tests {
             namespace: "ipsetmgr-system".into(),
         };
         let job = job(addr, 5);
-        let mut state = FeedState::default();
+        let mut feed = UrlFeed::default();
 
         // First fetch: the content, and its ETag kept.
-        refresh(&mut state, &job, &fetcher, &headers).await.unwrap();
-        assert_eq!(members(&state), ["10.0.0.0/8", "192.0.2.0/24"]);
+        refresh(&mut feed, &job, &fetcher, &headers)
+            .await
+            .outcome
+            .unwrap();
+        assert_eq!(members(&feed), ["10.0.0.0/8", "192.0.2.0/24"]);
         // Unchanged: the server answers 304 to If-None-Match.
-        refresh(&mut state, &job, &fetcher, &headers).await.unwrap();
+        refresh(&mut feed, &job, &fetcher, &headers)
+            .await
+            .outcome
+            .unwrap();
         assert_eq!(
             served.lock().unwrap().requests,
             [None, Some("\"v1\"".into())]
         );
-        assert_eq!(members(&state), ["10.0.0.0/8", "192.0.2.0/24"]);
+        assert_eq!(members(&feed), ["10.0.0.0/8", "192.0.2.0/24"]);
         // Changed content.
         {
             let mut s = served.lock().unwrap();
             s.body = "198.51.100.0/24\n".into();
             s.etag = "\"v2\"".into();
         }
-        refresh(&mut state, &job, &fetcher, &headers).await.unwrap();
-        assert_eq!(members(&state), ["198.51.100.0/24"]);
+        refresh(&mut feed, &job, &fetcher, &headers)
+            .await
+            .outcome
+            .unwrap();
+        assert_eq!(members(&feed), ["198.51.100.0/24"]);
         // Malformed lines: refused with their numbers; the last good stays.
         {
             let mut s = served.lock().unwrap();
             s.body = "10.0.0.0/8\nnot-an-address\n10.0.0.0/33\n".into();
             s.etag = "\"v3\"".into();
         }
-        let e = refresh(&mut state, &job, &fetcher, &headers)
+        let e = refresh(&mut feed, &job, &fetcher, &headers)
             .await
+            .outcome
             .unwrap_err();
         // The log may quote the first bad line; the status quotes none.
         assert!(e.detail.contains("line 2: \"not-an-address\""), "{e}");
@@ -307,15 +317,16 @@ mod tests {
         for content in ["not-an-address", "10.0.0.0/33"] {
             assert!(!e.public.contains(content), "{e:?}");
         }
-        assert_eq!(members(&state), ["198.51.100.0/24"]);
+        assert_eq!(members(&feed), ["198.51.100.0/24"]);
         // Too many members for maxMembers.
         {
             let mut s = served.lock().unwrap();
             s.body = (1..=6).map(|i| format!("10.0.{i}.0/24\n")).collect();
             s.etag = "\"v4\"".into();
         }
-        let e = refresh(&mut state, &job, &fetcher, &headers)
+        let e = refresh(&mut feed, &job, &fetcher, &headers)
             .await
+            .outcome
             .unwrap_err();
         assert!(
             e.public.contains("6 members, more than maxMembers (5)"),
@@ -327,22 +338,49 @@ mod tests {
             s.body = "10.0.0.0/8\n".repeat(200);
             s.etag = "\"v5\"".into();
         }
-        let e = refresh(&mut state, &job, &fetcher, &headers)
+        let e = refresh(&mut feed, &job, &fetcher, &headers)
             .await
+            .outcome
             .unwrap_err();
         assert!(e.public.contains("larger than 1000 bytes"), "{e}");
-        assert_eq!(members(&state), ["198.51.100.0/24"]);
+        assert_eq!(members(&feed), ["198.51.100.0/24"]);
         // The server goes away: the last good members stay in force.
         server.abort();
         let _ = server.await;
-        let e = refresh(&mut state, &job, &fetcher, &headers)
+        let e = refresh(&mut feed, &job, &fetcher, &headers)
             .await
+            .outcome
             .unwrap_err();
         assert!(
             e.public
                 .contains(&format!("http://{addr}/list: request failed")),
             "{e}"
         );
-        assert_eq!(members(&state), ["198.51.100.0/24"]);
+        assert_eq!(members(&feed), ["198.51.100.0/24"]);
+    }
+
+    /// A header Secret that cannot be read fails the fetch (no request is
+    /// made) and is retried with the same backoff as any failure.
+    #[tokio::test]
+    async fn an_unreadable_header_secret_is_a_failed_fetch_with_backoff() {
+        let guard = ipsetmgr_feeds::egress::EgressGuard::new(
+            ipsetmgr_feeds::egress::Setting::Files,
+            &[],
+            &[],
+        );
+        let fetcher = Fetcher::new(Duration::from_secs(5), 1000, guard).unwrap();
+        let headers = HeaderSource {
+            client: None,
+            namespace: "ipsetmgr-system".into(),
+        };
+        let mut job = job("127.0.0.1:1".parse().unwrap(), 5);
+        job.spec.headers_secret = Some("feed-token".into());
+        let mut feed = UrlFeed::default();
+        let first = refresh(&mut feed, &job, &fetcher, &headers).await;
+        let e = first.outcome.unwrap_err();
+        assert!(e.public.contains("no API client to read the Secret"), "{e}");
+        assert_eq!(first.next, Duration::from_secs(10));
+        let second = refresh(&mut feed, &job, &fetcher, &headers).await;
+        assert_eq!(second.next, Duration::from_secs(20));
     }
 }

@@ -71,7 +71,7 @@ pub(crate) fn evaluate_sources(
     let mut out = Outcome::default();
     let mut counts: BTreeMap<&str, Option<usize>> = BTreeMap::new();
     let namespaces = store.namespaces.items();
-    for (name, t) in store.policies.items() {
+    for (name, t) in store.policy_store.policies.items() {
         let Ok(policy) = &t.value else {
             counts.insert(name, None);
             continue;
@@ -168,8 +168,13 @@ pub(crate) fn evaluate_sources(
                 None => Wanted::Keep,
             };
             let mut error = error;
-            if let Err(e) = plan_source(policy, index, wanted, store.slices.items(), &mut out.plan)
-            {
+            if let Err(e) = plan_source(
+                policy,
+                index,
+                wanted,
+                store.policy_store.slices.items(),
+                &mut out.plan,
+            ) {
                 error = Some(e);
             }
             statuses.push(status_entry(
@@ -186,7 +191,7 @@ pub(crate) fn evaluate_sources(
             out.statuses.insert(name.clone(), statuses);
         }
     }
-    plan_orphans(store.slices.items(), &counts, &mut out.plan);
+    plan_orphans(store.policy_store.slices.items(), &counts, &mut out.plan);
     memory.retain(|(p, i), _| {
         counts
             .get(p.as_str())

@@ -1,6 +1,7 @@
 //! What the controller knows: every policy (with its status, to tell
-//! whether a write is needed at all), every member slice, every node state
-//! and every Node's labels.
+//! whether a write is needed at all) and every member slice (in the store
+//! the agents keep too, `cluster::policy_store`), every node state and
+//! every Node's labels.
 
 use std::collections::BTreeMap;
 
@@ -8,14 +9,10 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use kube::runtime::watcher::Event;
 use tokio::time::Instant;
 
-use ipsetmgr_api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
+use ipsetmgr_api::{IPSetNodeState, IPSetPolicy};
 use ipsetmgr_cluster::listing::{Change, Listing};
-use ipsetmgr_cluster::slices::{
-    ClusterLimits, SliceEntry, by_policy, cluster_inputs, same_slice, slice_entry,
-};
+use ipsetmgr_cluster::policy_store::PolicyStore;
 use ipsetmgr_cluster::tolerant::Tolerant;
-use ipsetmgr_policy::compile::PolicyInput;
-use ipsetmgr_policy::revision::members_revision;
 
 use ipsetmgr_policy::sources::cluster::{
     Labels, NodeView, PodView, ServiceView, node_view, pod_view, service_view,
@@ -23,8 +20,9 @@ use ipsetmgr_policy::sources::cluster::{
 
 #[derive(Default)]
 pub struct Store {
-    pub policies: Listing<Tolerant<IPSetPolicy>>,
-    pub slices: Listing<SliceEntry>,
+    /// The policies (with their status) and slices, as the agents keep
+    /// them too.
+    pub policy_store: PolicyStore<Tolerant<IPSetPolicy>>,
     pub node_states: Listing<Tolerant<IPSetNodeState>>,
     /// When each node state was last seen to change (by this controller's
     /// clock: heartbeats are judged without trusting the nodes' clocks).
@@ -36,8 +34,6 @@ pub struct Store {
     pub pods: Listing<Option<PodView>>,
     pub services: Listing<ServiceView>,
     pub namespaces: Listing<Labels>,
-    /// This cluster's caps on policies (the agents' are the same).
-    pub limits: ClusterLimits,
     /// The last error of each source kind's watch (`pods`, `services`,
     /// `namespaces`) until it delivers: why its sources are not in force.
     pub watch_errors: BTreeMap<&'static str, String>,
@@ -62,11 +58,7 @@ fn same_version<K>(a: &Tolerant<K>, b: &Tolerant<K>) -> bool {
 
 impl Store {
     pub fn on_policy(&mut self, ev: Event<Tolerant<IPSetPolicy>>) -> Change {
-        self.policies.apply(ev, named, same_version)
-    }
-
-    pub fn on_slice(&mut self, ev: Event<Tolerant<IPSetMemberSlice>>) -> Change {
-        self.slices.apply(ev, slice_entry, same_slice)
+        self.policy_store.policies.apply(ev, named, same_version)
     }
 
     pub fn on_node_state(&mut self, ev: Event<Tolerant<IPSetNodeState>>) -> Change {
@@ -85,23 +77,6 @@ impl Store {
         self.seen
             .retain(|n, _| states.contains_key(n) || !self.node_states.listed());
         change
-    }
-
-    /// Each policy's members revision (see `cluster::slices::members_revision`).
-    pub fn revisions(&self) -> BTreeMap<&str, String> {
-        let slices = by_policy(self.slices.items());
-        self.policies
-            .items()
-            .iter()
-            .map(|(name, t)| {
-                let bound = slices.get(name.as_str()).map_or(&[][..], Vec::as_slice);
-                let generation = t.generation.unwrap_or(0);
-                (
-                    name.as_str(),
-                    members_revision(t.uid.as_deref(), generation, bound),
-                )
-            })
-            .collect()
     }
 
     pub fn on_node(&mut self, ev: Event<Node>) -> Change {
@@ -146,20 +121,9 @@ impl Store {
 
     /// Whether every initial list has arrived.
     pub fn listed(&self) -> bool {
-        self.policies.listed()
-            && self.slices.listed()
+        self.policy_store.policies.listed()
+            && self.policy_store.slices.listed()
             && self.node_states.listed()
             && self.nodes.listed()
-    }
-
-    /// The compile inputs (readable policies with their slices) and the
-    /// policies that could not be read.
-    pub fn inputs(&self) -> (Vec<PolicyInput<'_>>, Vec<(&str, &str)>) {
-        let policies = self
-            .policies
-            .items()
-            .iter()
-            .map(|(name, t)| (name.as_str(), t.value.as_ref().map_err(String::as_str)));
-        cluster_inputs(policies, self.slices.items(), &self.limits)
     }
 }

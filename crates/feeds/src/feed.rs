@@ -274,13 +274,74 @@ impl std::fmt::Display for FeedFailure {
     }
 }
 
+/// One url source as it is run, the same by the controller's feed tasks
+/// and by file mode (`ipsetmgr run`, `apply`): what it keeps between
+/// fetches, and the backoff of its failures (the first retry after
+/// [`FIRST_RETRY`], doubling up to the interval; the interval again after
+/// a success).
+pub struct UrlFeed {
+    pub state: FeedState,
+    /// The wait after the next failure.
+    retry: Duration,
+}
+
+impl Default for UrlFeed {
+    fn default() -> Self {
+        UrlFeed {
+            state: FeedState::default(),
+            retry: FIRST_RETRY,
+        }
+    }
+}
+
+/// What one refresh of a [`UrlFeed`] came to.
+#[derive(Debug)]
+pub struct Refreshed {
+    /// `Ok(true)` when new content was taken, `Ok(false)` when it was not
+    /// modified; a failure leaves the last good content in force.
+    pub outcome: Result<bool, FeedFailure>,
+    /// How long until the next fetch.
+    pub next: Duration,
+}
+
+impl UrlFeed {
+    /// Fetch once (`refresh_feed`: new content is taken only when all of
+    /// it parses), and say when to fetch next.
+    pub async fn refresh(
+        &mut self,
+        spec: &UrlSpec,
+        set_type: SetType,
+        family: FamilySpec,
+        fetcher: &Fetcher,
+        headers: &HeaderMap,
+    ) -> Refreshed {
+        let outcome = refresh_feed(&mut self.state, spec, set_type, family, fetcher, headers).await;
+        self.settle(outcome, spec.interval)
+    }
+
+    /// When to fetch next after `outcome`: the backoff step, also for a
+    /// failure before any request (the controller's header Secret that
+    /// cannot be read counts as a failed fetch).
+    pub fn settle(&mut self, outcome: Result<bool, FeedFailure>, interval: Duration) -> Refreshed {
+        let next = if outcome.is_ok() {
+            self.retry = FIRST_RETRY;
+            interval
+        } else {
+            let wait = self.retry.min(interval);
+            self.retry = (self.retry * 2).min(interval);
+            wait
+        };
+        Refreshed { outcome, next }
+    }
+}
+
 /// One fetch: new content replaces the last good only when all of it
 /// parses, and is not empty for the policy's family (a feed that turns
 /// into IPv6 lines only would empty an IPv4 blocklist as surely as an
 /// empty file); anything else leaves it in force and says why (naming the
 /// URL). `Ok(true)` when new content was taken, `Ok(false)` when it was
 /// not modified.
-pub async fn refresh_feed(
+async fn refresh_feed(
     state: &mut FeedState,
     spec: &UrlSpec,
     set_type: SetType,
@@ -369,6 +430,88 @@ mod tests {
             EgressGuard::new(Setting::Files, &[], &[]),
         )
         .unwrap()
+    }
+
+    fn failure() -> Result<bool, FeedFailure> {
+        Err(FeedFailure::same("down".into()))
+    }
+
+    /// The backoff: 10 s after the first failure, doubling up to the
+    /// interval and staying there; back to the interval after a success,
+    /// and 10 s after the next failure.
+    #[test]
+    fn failures_back_off_from_ten_seconds_doubling_up_to_the_interval() {
+        let secs = Duration::from_secs;
+        let interval = secs(100);
+        let mut feed = UrlFeed::default();
+        let waits: Vec<Duration> = (0..6)
+            .map(|_| feed.settle(failure(), interval).next)
+            .collect();
+        assert_eq!(
+            waits,
+            [secs(10), secs(20), secs(40), secs(80), secs(100), secs(100)]
+        );
+        assert_eq!(feed.settle(Ok(false), interval).next, interval);
+        assert_eq!(feed.settle(failure(), interval).next, secs(10));
+        assert_eq!(feed.settle(failure(), interval).next, secs(20));
+        assert_eq!(feed.settle(Ok(true), interval).next, interval);
+        // An interval shorter than the first retry caps it too.
+        let mut feed = UrlFeed::default();
+        assert_eq!(feed.settle(failure(), secs(4)).next, secs(4));
+        assert_eq!(feed.settle(failure(), secs(4)).next, secs(4));
+    }
+
+    /// The same through real fetches: a server that fails its first three
+    /// requests, then serves a list.
+    #[tokio::test]
+    async fn a_refresh_says_when_to_fetch_next() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counted = hits.clone();
+        let app = axum::Router::new().route(
+            "/l",
+            axum::routing::get(move || {
+                let n = counted.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n < 3 {
+                        (http::StatusCode::INTERNAL_SERVER_ERROR, "")
+                    } else {
+                        (http::StatusCode::OK, "10.0.0.0/8\n")
+                    }
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let spec = UrlSpec {
+            url: FeedUrl::parse(&format!("http://{addr}/l")).unwrap(),
+            interval: Duration::from_secs(3600),
+            format: ipsetmgr_api::member_source::FeedFormat::Text,
+            max_members: 10,
+            headers_secret: None,
+        };
+        let fetcher = fetcher(1000);
+        let mut feed = UrlFeed::default();
+        let mut next = Vec::new();
+        for _ in 0..4 {
+            let r = feed
+                .refresh(
+                    &spec,
+                    SetType::HashNet,
+                    FamilySpec::IPv4,
+                    &fetcher,
+                    &HeaderMap::new(),
+                )
+                .await;
+            next.push((r.outcome.is_ok(), r.next.as_secs()));
+        }
+        assert_eq!(next, [(false, 10), (false, 20), (false, 40), (true, 3600)]);
+        assert_eq!(hits.load(Ordering::SeqCst), 4);
+        assert_eq!(
+            feed.state.good.as_deref().map(Vec::as_slice),
+            Some(&["10.0.0.0/8".to_string()][..])
+        );
     }
 
     #[tokio::test]

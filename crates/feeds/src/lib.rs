@@ -8,7 +8,8 @@
 //! unless allowed).
 //!
 //! - [`egress`]: where url sources may connect;
-//! - [`feed`]: fetching a url source over HTTP(S).
+//! - [`feed`]: fetching a url source over HTTP(S), and running it
+//!   ([`feed::UrlFeed`]: its state and backoff, for both users).
 //!
 //! The pure parts (parsed specs, cluster members, content checks) are in
 //! `ipsetmgr_policy::sources`.

@@ -92,6 +92,14 @@ struct Document {
 /// IPSetPolicy's spec, of which an IPSetMemberSlice's is a part (its
 /// members). Read in one pass, so a big list is never buffered to be read
 /// again; each kind then refuses what is not its own.
+///
+/// Why not `IPSetPolicySpec` itself: `kind` may come after `spec`, and a
+/// slice's spec has no `type` (required in a policy's) and must refuse a
+/// `family` that was written (a policy's defaults it, so it cannot tell).
+/// Telling the kinds apart first would mean buffering the spec (serde's
+/// `flatten` or `untagged` do) and a million members with it. The tests
+/// below fail when `IPSetPolicySpec` gains a field this does not read and
+/// pass on.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct AnySpec {
@@ -129,8 +137,10 @@ impl AnySpec {
         })
     }
 
-    fn into_slice(self) -> Result<IPSetMemberSliceSpec, String> {
-        let extra = [
+    /// Every field but `members` (a policy's own), and whether the
+    /// document set it.
+    fn policy_fields(&self) -> [(&'static str, bool); 9] {
+        [
             ("type", self.set_type.is_some()),
             ("family", self.family.is_some()),
             ("nodeSelector", self.node_selector.is_some()),
@@ -140,8 +150,11 @@ impl AnySpec {
             ("range", self.range.is_some()),
             ("netmask", self.netmask.is_some()),
             ("bitmask", self.bitmask.is_some()),
-        ];
-        if let Some((field, _)) = extra.iter().find(|(_, set)| *set) {
+        ]
+    }
+
+    fn into_slice(self) -> Result<IPSetMemberSliceSpec, String> {
+        if let Some((field, _)) = self.policy_fields().iter().find(|(_, set)| *set) {
             return Err(format!(
                 "spec.{field} is not a field of an IPSetMemberSlice (only members; the policy says the rest)"
             ));
@@ -568,6 +581,92 @@ pub fn load_file(f: &Path) -> Result<Loaded, LoadError> {
 mod tests {
     use super::*;
     use ipsetmgr_ipset::SetType;
+    use std::collections::BTreeSet;
+
+    /// The field names `T`'s derived `Deserialize` reads: what it passes
+    /// to `deserialize_struct` (caught here, nothing is deserialized).
+    fn serde_fields<T: serde::de::DeserializeOwned>() -> BTreeSet<&'static str> {
+        use serde::de::{Error, Visitor, value};
+        struct Names<'a>(&'a mut &'static [&'static str]);
+        impl<'de> serde::Deserializer<'de> for Names<'_> {
+            type Error = value::Error;
+            fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, value::Error> {
+                Err(value::Error::custom("not a struct"))
+            }
+            fn deserialize_struct<V: Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, value::Error> {
+                *self.0 = fields;
+                Err(value::Error::custom("names read"))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+                bytes byte_buf option unit unit_struct newtype_struct seq tuple
+                tuple_struct map enum identifier ignored_any
+            }
+        }
+        let mut fields: &'static [&'static str] = &[];
+        let _ = T::deserialize(Names(&mut fields));
+        assert!(
+            !fields.is_empty(),
+            "{} is not a struct",
+            std::any::type_name::<T>()
+        );
+        fields.iter().copied().collect()
+    }
+
+    /// A policy file reads every field of a policy's spec, and a slice's
+    /// refuses each one but `members`: a field added to `IPSetPolicySpec`
+    /// and not to `AnySpec` (and its `policy_fields`) fails here.
+    #[test]
+    fn any_spec_reads_exactly_the_fields_of_a_policy_spec() {
+        let policy = serde_fields::<IPSetPolicySpec>();
+        assert_eq!(serde_fields::<AnySpec>(), policy);
+        let any: AnySpec = serde_json::from_value(serde_json::json!({})).unwrap();
+        let mut refused_in_slices: BTreeSet<&str> =
+            any.policy_fields().iter().map(|(f, _)| *f).collect();
+        refused_in_slices.insert("members");
+        assert_eq!(refused_in_slices, policy);
+    }
+
+    /// A spec with every field set (a struct literal: a new field does not
+    /// compile until it is set here) comes out of a policy file as it went
+    /// in, and out of no slice.
+    #[test]
+    fn a_policy_spec_with_every_field_set_survives_a_policy_file() {
+        let spec = IPSetPolicySpec {
+            set_type: SetType::HashIp,
+            family: FamilySpec::Dual,
+            members: vec!["10.0.0.1".into()],
+            node_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([("role".into(), "edge".into())])),
+                ..LabelSelector::default()
+            }),
+            max_elem: Some(1000),
+            hash_size: Some(1024),
+            members_from: vec![
+                serde_json::from_value(serde_json::json!({"url": {"url": "https://x.example/l"}}))
+                    .unwrap(),
+            ],
+            range: Some("10.0.0.0/24".into()),
+            netmask: Some(24),
+            bitmask: Some("255.255.0.255".into()),
+        };
+        let json = serde_json::to_value(&spec).unwrap();
+        assert_eq!(
+            json.as_object().unwrap().len(),
+            serde_fields::<IPSetPolicySpec>().len(),
+            "every field is set: {json}"
+        );
+        let any: AnySpec = serde_json::from_value(json.clone()).unwrap();
+        assert!(any.policy_fields().iter().all(|(_, set)| *set));
+        assert_eq!(any.into_policy().unwrap(), spec);
+        let any: AnySpec = serde_json::from_value(json).unwrap();
+        assert!(any.into_slice().is_err());
+    }
 
     #[test]
     fn multi_document_files_parse() {
