@@ -17,7 +17,7 @@ use ipsetmgr_ipset::Naming;
 use ipsetmgr_policy::compile::{
     MemberCache, MemberList, NoMembers, PolicyInput, SliceInput, compile_inputs,
 };
-use ipsetmgr_policy::load::{LoadedPolicy, LoadedSlice, load_file, policy_files};
+use ipsetmgr_policy::load::{FileMembers, LoadedPolicy, LoadedSlice, load_file, policy_files};
 use ipsetmgr_policy::member_list::read_member_list;
 use ipsetmgr_policy::{Compiled, IPSetPolicy, LoadError};
 
@@ -99,7 +99,7 @@ pub(crate) fn read_files(
             Ok(list) => slices.push(LoadedSlice {
                 name: list.source.display().to_string(),
                 policy: m.policy.clone(),
-                members: list.members.into_iter().map(|m| m.text).collect(),
+                members: FileMembers::Strings(list.members.into_iter().map(|m| m.text).collect()),
                 source: list.source,
                 from_list: true,
             }),
@@ -138,9 +138,8 @@ impl FileInputs {
         labels: Option<&BTreeMap<String, String>>,
         sources: &LocalSources,
     ) -> FilePolicies {
-        let policies: Vec<IPSetPolicy> = self.policies.into_iter().map(|l| l.policy).collect();
         let compiled = compile_with_slices(
-            &policies,
+            &self.policies,
             &self.slices,
             &sources.slices(),
             &self.held,
@@ -148,7 +147,7 @@ impl FileInputs {
             labels,
         );
         FilePolicies {
-            policies,
+            policies: self.policies.into_iter().map(|l| l.policy).collect(),
             compiled,
             load_errors: self.load_errors,
         }
@@ -192,7 +191,7 @@ fn slice_errors(
 }
 
 fn compile_with_slices(
-    policies: &[IPSetPolicy],
+    policies: &[LoadedPolicy],
     slices: &[LoadedSlice],
     from_sources: &[SourceSlice],
     held: &[(String, String)],
@@ -205,7 +204,7 @@ fn compile_with_slices(
             name: &s.name,
             // Slices from files are not cached across loads.
             version: "",
-            members: Ok(MemberList::Strings(&s.members)),
+            members: Ok(s.members.list()),
         });
     }
     for s in from_sources {
@@ -223,7 +222,8 @@ fn compile_with_slices(
     }
     let inputs: Vec<PolicyInput<'_>> = policies
         .iter()
-        .map(|policy| {
+        .map(|loaded| {
+            let policy = &loaded.policy;
             let slices = policy
                 .metadata
                 .name
@@ -232,6 +232,7 @@ fn compile_with_slices(
                 .cloned()
                 .unwrap_or_default();
             let mut input = PolicyInput::new(policy, slices);
+            input.members = Some(loaded.members());
             let name = policy.metadata.name.as_deref().unwrap_or("");
             input.held_by = held
                 .iter()

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::yaml_lift;
+use crate::compile::MemberList;
 use ipsetmgr_api::de::integer;
 use ipsetmgr_api::member_source::MemberSource;
 use ipsetmgr_api::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec};
@@ -182,8 +183,42 @@ struct Metadata {
 /// A policy with the file it came from, for error messages.
 #[derive(Clone, Debug)]
 pub struct LoadedPolicy {
+    /// Its `spec.members` are empty when they are in `lifted`.
     pub policy: IPSetPolicy,
+    /// The policy's members, one per line, when the file held them as a
+    /// big block of plain members (see `yaml_lift`).
+    pub lifted: Option<String>,
     pub source: PathBuf,
+}
+
+impl LoadedPolicy {
+    /// The policy's own members, wherever they are kept.
+    pub fn members(&self) -> MemberList<'_> {
+        match &self.lifted {
+            Some(lines) => MemberList::Lines(lines),
+            None => MemberList::Strings(&self.policy.spec.members),
+        }
+    }
+}
+
+/// Members as a file gave them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FileMembers {
+    /// Each as the YAML or JSON parser, or a member list, gave it.
+    Strings(Vec<String>),
+    /// One per line: a big block of plain members taken out of the YAML
+    /// before parsing (see `yaml_lift`), one allocation rather than one per
+    /// member.
+    Lines(String),
+}
+
+impl FileMembers {
+    pub fn list(&self) -> MemberList<'_> {
+        match self {
+            FileMembers::Strings(v) => MemberList::Strings(v),
+            FileMembers::Lines(text) => MemberList::Lines(text),
+        }
+    }
 }
 
 /// A member slice from a file, with the policy its label names.
@@ -191,7 +226,7 @@ pub struct LoadedPolicy {
 pub struct LoadedSlice {
     pub name: String,
     pub policy: String,
-    pub members: Vec<String>,
+    pub members: FileMembers,
     pub source: PathBuf,
     /// A plain member list (`--members`), named after its file, rather
     /// than an IPSetMemberSlice object: one list may feed several policies.
@@ -370,7 +405,7 @@ pub fn parse_policies(text: &str, path: &Path) -> Result<Loaded, LoadError> {
         path: path.to_path_buf(),
         message: bounded(e.to_string()),
     })?;
-    policies_of(docs, path)
+    policies_of(as_parsed(docs), path)
 }
 
 /// The documents of a YAML text. Empty documents (`---` alone, `~`) are not
@@ -385,19 +420,37 @@ fn parse_yaml_documents(text: &str) -> Result<Vec<Document>, serde_saphyr::Error
 /// The documents, parsed with their big member blocks lifted out (see
 /// `yaml_lift`); `None` when there is nothing to lift or anything is not
 /// as expected, and the text as written must be parsed instead.
-fn parse_lifted(text: &str) -> Option<Vec<Document>> {
+fn parse_lifted(text: &str) -> Option<Vec<(Document, Option<String>)>> {
     parse_lifted_from(text, yaml_lift::MIN_LIFTED)
 }
 
-/// [`parse_lifted`] for blocks of at least `min` members.
-fn parse_lifted_from(text: &str, min: usize) -> Option<Vec<Document>> {
+/// [`parse_lifted`] for blocks of at least `min` members. Each document
+/// comes with the members lifted out of it, if any, one per line.
+fn parse_lifted_from(text: &str, min: usize) -> Option<Vec<(Document, Option<String>)>> {
     let lifted = yaml_lift::lift(text, min, MAX_YAML_NODES)?;
     let mut docs = parse_yaml_documents(&lifted.text).ok()?;
     let members = docs
         .iter_mut()
         .filter_map(|d| d.spec.as_mut())
         .map(|s| &mut s.members);
-    lifted.put_back(members).then_some(docs)
+    let mut taken = lifted.take_back(members)?.into_iter();
+    Some(
+        docs.into_iter()
+            .map(|d| {
+                let lines = if d.spec.is_some() {
+                    taken.next().flatten()
+                } else {
+                    None
+                };
+                (d, lines)
+            })
+            .collect(),
+    )
+}
+
+/// Documents as the parser gave them: nothing lifted.
+fn as_parsed(docs: Vec<Document>) -> Vec<(Document, Option<String>)> {
+    docs.into_iter().map(|d| (d, None)).collect()
 }
 
 /// Parse a JSON text: one policy (or slice) object, or an array of them.
@@ -412,10 +465,12 @@ pub fn parse_json_policies(text: &str, path: &Path) -> Result<Loaded, LoadError>
         path: path.to_path_buf(),
         message: bounded(e.to_string()),
     })?;
-    policies_of(docs, path)
+    policies_of(as_parsed(docs), path)
 }
 
-fn policies_of(docs: Vec<Document>, path: &Path) -> Result<Loaded, LoadError> {
+/// The policies and slices of a file's documents, each with the members
+/// lifted out of it (one per line), if any.
+fn policies_of(docs: Vec<(Document, Option<String>)>, path: &Path) -> Result<Loaded, LoadError> {
     if docs.is_empty() {
         return Err(LoadError::NoPolicies {
             path: path.to_path_buf(),
@@ -425,7 +480,7 @@ fn policies_of(docs: Vec<Document>, path: &Path) -> Result<Loaded, LoadError> {
     let policy_kind = IPSetPolicy::kind(&());
     let slice_kind = IPSetMemberSlice::kind(&());
     let mut out = Loaded::default();
-    for (i, doc) in docs.into_iter().enumerate() {
+    for (i, (doc, lifted)) in docs.into_iter().enumerate() {
         let index = i + 1;
         let bad = |message: String| LoadError::Document {
             path: path.to_path_buf(),
@@ -462,6 +517,7 @@ fn policies_of(docs: Vec<Document>, path: &Path) -> Result<Loaded, LoadError> {
             let spec = spec.into_policy().map_err(&bad)?;
             out.policies.push(LoadedPolicy {
                 policy: IPSetPolicy::new(&name, spec),
+                lifted,
                 source: path.to_path_buf(),
             });
         } else {
@@ -474,7 +530,10 @@ fn policies_of(docs: Vec<Document>, path: &Path) -> Result<Loaded, LoadError> {
             out.slices.push(LoadedSlice {
                 name,
                 policy,
-                members: spec.members,
+                members: match lifted {
+                    Some(lines) => FileMembers::Lines(lines),
+                    None => FileMembers::Strings(spec.members),
+                },
                 source: path.to_path_buf(),
                 from_list: false,
             });
@@ -982,6 +1041,23 @@ mod lift_agrees_with_the_parser {
             })
     }
 
+    /// What was loaded with lifted members put where the parser puts
+    /// them, to compare both paths.
+    fn as_strings(mut l: Loaded) -> Loaded {
+        let split = |lines: &str| lines.split('\n').map(String::from).collect();
+        for p in &mut l.policies {
+            if let Some(lines) = p.lifted.take() {
+                p.policy.spec.members = split(&lines);
+            }
+        }
+        for s in &mut l.slices {
+            if let FileMembers::Lines(lines) = &s.members {
+                s.members = FileMembers::Strings(split(lines));
+            }
+        }
+        l
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
         #[test]
@@ -991,8 +1067,8 @@ mod lift_agrees_with_the_parser {
             if let Some(fast) = parse_lifted_from(&text, 1) {
                 let slow = parse_yaml_documents(&text);
                 prop_assert!(slow.is_ok(), "lifted, but the parser refuses: {text:?}: {slow:?}", slow = slow.err());
-                let slow = policies_of(slow.unwrap(), path);
-                let fast = policies_of(fast, path);
+                let slow = policies_of(as_parsed(slow.unwrap()), path);
+                let fast = policies_of(fast, path).map(as_strings);
                 prop_assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "{:?}", text);
             }
         }
@@ -1007,7 +1083,11 @@ mod lift_agrees_with_the_parser {
             "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata:\n  name: p\nspec:\n  type: hash:ip\n  members:\n{list}"
         );
         let fast = parse_lifted(&text).expect("lifted");
-        assert_eq!(fast[0].spec.as_ref().unwrap().members.len(), 300);
+        let (doc, lifted) = &fast[0];
+        assert!(doc.spec.as_ref().unwrap().members.is_empty());
+        assert_eq!(lifted.as_deref().map(|l| l.lines().count()), Some(300));
+        let loaded = parse_policies(&text, Path::new("p.yaml")).unwrap();
+        assert_eq!(loaded.policies[0].members().strs()[299], "10.0.1.43");
         assert!(parse_lifted(&text.replace("- 10.0.1.7", "- \"10.0.1.7\"")).is_none());
     }
 

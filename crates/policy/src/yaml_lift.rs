@@ -8,7 +8,8 @@
 //! items are taken as they are written and the block is replaced by a
 //! one-item flow list holding a marker, padded with the same number of line
 //! breaks so that every line after it keeps its number in parser messages.
-//! After parsing, each marker is replaced by its list.
+//! After parsing, each marker's list is taken back, as one text of lines:
+//! a million members are one allocation then, not a million strings.
 //!
 //! It is only ever an optimisation, never a second YAML dialect: a block is
 //! lifted only when every line of it is something whose value the parser
@@ -28,38 +29,57 @@ pub(crate) const MIN_LIFTED: usize = 256;
 const MARKER_PREFIX: &str = "ipsetmgr-lifted-members-";
 
 /// A text with its member blocks lifted out.
-pub(crate) struct Lifted<'t> {
+pub(crate) struct Lifted {
     /// What the parser reads.
     pub text: String,
-    /// The lifted lists, in order: list `i` is behind marker `i`.
-    lists: Vec<Vec<&'t str>>,
+    /// The lifted lists, in order, one member per line: list `i` is behind
+    /// marker `i`.
+    lists: Vec<String>,
 }
 
-impl Lifted<'_> {
-    /// Put each lifted list back where its marker is. `members` are all the
-    /// member lists the parsed documents hold. False when a marker is not
-    /// exactly one list's only item, is found twice, or is missing: the
+impl Lifted {
+    /// Take each lifted list back for the member list its marker is in
+    /// (which is left empty). `members` are all the member lists the parsed
+    /// documents hold; the answer has one entry for each: its lines, or
+    /// `None` for a list that held no marker. `None` in all when a marker is
+    /// not exactly one list's only item, is found twice, or is missing: the
     /// caller then parses the original text.
-    pub fn put_back<'m>(&self, members: impl IntoIterator<Item = &'m mut Vec<String>>) -> bool {
+    pub fn take_back<'m>(
+        self,
+        members: impl IntoIterator<Item = &'m mut Vec<String>>,
+    ) -> Option<Vec<Option<String>>> {
+        let mut members: Vec<&mut Vec<String>> = members.into_iter().collect();
         let mut used = vec![false; self.lists.len()];
-        for list in members {
+        let mut found = Vec::with_capacity(members.len());
+        for list in &members {
             let index = match list.as_slice() {
                 [only] => marker_index(only),
-                other => {
-                    if other.iter().any(|m| m.starts_with(MARKER_PREFIX)) {
-                        return false;
-                    }
-                    None
-                }
+                other if other.iter().any(|m| m.starts_with(MARKER_PREFIX)) => return None,
+                _ => None,
             };
-            let Some(i) = index else { continue };
-            if i >= used.len() || used[i] {
-                return false;
+            if let Some(i) = index {
+                if i >= used.len() || used[i] {
+                    return None;
+                }
+                used[i] = true;
             }
-            used[i] = true;
-            *list = self.lists[i].iter().map(|m| (*m).to_string()).collect();
+            found.push(index);
         }
-        used.into_iter().all(|u| u)
+        if !used.into_iter().all(|u| u) {
+            return None;
+        }
+        let mut lists: Vec<Option<String>> = self.lists.into_iter().map(Some).collect();
+        Some(
+            members
+                .iter_mut()
+                .zip(found)
+                .map(|(list, index)| {
+                    let i = index?;
+                    list.clear();
+                    lists[i].take()
+                })
+                .collect(),
+        )
     }
 }
 
@@ -74,12 +94,12 @@ fn marker_index(s: &str) -> Option<usize> {
 /// Lift every member block of at least `min` items; `None` when there is
 /// none (or the text contains the marker prefix, or more than `max_items`
 /// members would be lifted: the parser's own budget then decides).
-pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted<'_>> {
+pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted> {
     if text.contains(MARKER_PREFIX) {
         return None;
     }
     let mut out = String::new();
-    let mut lists: Vec<Vec<&str>> = Vec::new();
+    let mut lists: Vec<String> = Vec::new();
     let mut copied = 0;
     let mut total = 0usize;
     // Byte offset of the line looked at.
@@ -92,8 +112,8 @@ pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted<'_
             at = next;
             continue;
         };
-        if block.items.len() >= min {
-            total += block.items.len();
+        if block.items >= min {
+            total += block.items;
             if total > max_items {
                 return None;
             }
@@ -108,7 +128,7 @@ pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted<'_
             let breaks = text[at..block.end].bytes().filter(|b| *b == b'\n').count();
             out.extend(std::iter::repeat_n('\n', breaks));
             copied = block.end;
-            lists.push(block.items);
+            lists.push(block.lines);
         }
         at = block.end;
     }
@@ -138,16 +158,19 @@ fn members_key(line: &str) -> Option<usize> {
     (line[indent..].trim_end_matches(' ') == "members:").then_some(indent)
 }
 
-struct Block<'t> {
-    items: Vec<&'t str>,
+struct Block {
+    /// The items, one per line.
+    lines: String,
+    items: usize,
     /// Byte offset of the line after the last item.
     end: usize,
 }
 
 /// The block sequence after a `members:` key at `key_indent`, starting at
 /// byte `from`, if every line of it is a plain item, blank or a comment.
-fn scan_block(text: &str, from: usize, key_indent: usize) -> Option<Block<'_>> {
-    let mut items = Vec::new();
+fn scan_block(text: &str, from: usize, key_indent: usize) -> Option<Block> {
+    let mut lines = String::new();
+    let mut items = 0;
     let mut item_indent = None;
     let mut end = from;
     let mut at = from;
@@ -179,10 +202,14 @@ fn scan_block(text: &str, from: usize, key_indent: usize) -> Option<Block<'_>> {
         if !plain_member(value) {
             return None;
         }
-        items.push(value);
+        if items > 0 {
+            lines.push('\n');
+        }
+        lines.push_str(value);
+        items += 1;
         end = next;
     }
-    (!items.is_empty()).then_some(Block { items, end })
+    (items > 0).then_some(Block { lines, items, end })
 }
 
 /// Whether the YAML parser reads `s`, a plain scalar on one line of a block
@@ -232,7 +259,7 @@ mod tests {
             let lists = l
                 .lists
                 .iter()
-                .map(|v| v.iter().map(|s| s.to_string()).collect())
+                .map(|v| v.split('\n').map(str::to_string).collect())
                 .collect();
             (l.text, lists)
         })
@@ -301,22 +328,27 @@ mod tests {
     }
 
     #[test]
-    fn put_back_needs_every_marker_exactly_once_alone_in_its_list() {
-        let l = lift("a:\n  members:\n  - x\nb:\n  members:\n  - y\n", 1, 10).unwrap();
+    fn take_back_needs_every_marker_exactly_once_alone_in_its_list() {
+        let text = "a:\n  members:\n  - x\n  - w\nb:\n  members:\n  - y\n";
+        let l = || lift(text, 1, 10).unwrap();
         let mut first = vec![marker(0)];
         let mut second = vec![marker(1)];
         let mut other = vec!["z".to_string()];
-        assert!(l.put_back([&mut first, &mut other, &mut second]));
+        let taken = l().take_back([&mut first, &mut other, &mut second]);
+        assert_eq!(
+            taken,
+            Some(vec![Some("x\nw".to_string()), None, Some("y".to_string())])
+        );
         assert_eq!(
             (first, second, other),
-            (vec!["x".into()], vec!["y".into()], vec!["z".into()])
+            (vec![], vec![], vec!["z".to_string()])
         );
 
         let mut only_first = vec![marker(0)];
-        assert!(!l.put_back([&mut only_first]), "marker 1 missing");
+        assert_eq!(l().take_back([&mut only_first]), None, "marker 1 missing");
         let (mut a, mut b) = (vec![marker(0)], vec![marker(0)]);
-        assert!(!l.put_back([&mut a, &mut b]), "marker 0 twice");
+        assert_eq!(l().take_back([&mut a, &mut b]), None, "marker 0 twice");
         let (mut a, mut b) = (vec![marker(0), "q".into()], vec![marker(1)]);
-        assert!(!l.put_back([&mut a, &mut b]), "marker not alone");
+        assert_eq!(l().take_back([&mut a, &mut b]), None, "marker not alone");
     }
 }

@@ -58,7 +58,7 @@ pub enum MemberList<'a> {
 }
 
 impl<'a> MemberList<'a> {
-    fn strs(self) -> Vec<&'a str> {
+    pub(crate) fn strs(self) -> Vec<&'a str> {
         match self {
             MemberList::Strings(v) => v.iter().map(String::as_str).collect(),
             MemberList::Lines(text) => text.lines().collect(),
@@ -118,6 +118,9 @@ impl SliceInput<'_> {
 #[derive(Clone, Debug)]
 pub struct PolicyInput<'a> {
     pub policy: &'a IPSetPolicy,
+    /// The policy's own members when the caller keeps them apart from its
+    /// `spec.members` (a file's big block, as lines); `None`: those.
+    pub members: Option<MemberList<'a>>,
     pub slices: Vec<SliceInput<'a>>,
     /// What holds the policy before its members are looked at (a refused
     /// or not yet delivered source): it yields no sets, with these errors.
@@ -125,9 +128,16 @@ pub struct PolicyInput<'a> {
 }
 
 impl<'a> PolicyInput<'a> {
+    /// The policy's own members, wherever the caller keeps them.
+    fn own_members(&self) -> MemberList<'a> {
+        self.members
+            .unwrap_or(MemberList::Strings(&self.policy.spec.members))
+    }
+
     pub fn new(policy: &'a IPSetPolicy, slices: Vec<SliceInput<'a>>) -> PolicyInput<'a> {
         PolicyInput {
             policy,
+            members: None,
             slices,
             held_by: Vec::new(),
         }
@@ -339,8 +349,7 @@ fn compile_hash(
     let mut errors = Vec::new();
     let mut bad = 0usize;
     let mut sources: Vec<Arc<ParsedSource>> = Vec::with_capacity(1 + input.slices.len());
-    let inline = MemberList::Strings(&p.spec.members);
-    sources.push(parsed(cache, SourceKey::inline(p), p, inline));
+    sources.push(parsed(cache, SourceKey::inline(p), p, input.own_members()));
     let mut origins: Vec<Option<&str>> = vec![None];
     for s in &input.slices {
         match s.members {
@@ -438,7 +447,7 @@ fn merge(kind: SetKind, sources: &[Arc<ParsedSource>], i: usize) -> Arc<MemberSe
 /// The member strings still at hand (for error messages that quote the
 /// user's spelling); slices kept as text count too.
 fn input_strings<'a>(input: &PolicyInput<'a>) -> Vec<&'a str> {
-    let mut v = MemberList::Strings(&input.policy.spec.members).strs();
+    let mut v = input.own_members().strs();
     for s in &input.slices {
         if let Ok(m) = s.members {
             v.extend(m.strs());
@@ -515,8 +524,7 @@ fn compile_list_set(
         .collect();
     let mut errors = Vec::new();
     let mut bad = 0usize;
-    let mut lists: Vec<(Option<&str>, Vec<&str>)> =
-        vec![(None, MemberList::Strings(&p.spec.members).strs())];
+    let mut lists: Vec<(Option<&str>, Vec<&str>)> = vec![(None, input.own_members().strs())];
     for s in &input.slices {
         match s.members {
             Ok(m) => lists.push((Some(s.name), m.strs())),

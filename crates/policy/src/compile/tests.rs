@@ -17,6 +17,7 @@ fn compile_cached<'a>(
         .into_iter()
         .map(|policy| PolicyInput {
             held_by: Vec::new(),
+            members: None,
             policy,
             slices: Vec::new(),
         })
@@ -334,6 +335,7 @@ fn slices_add_their_members_under_the_same_rules() {
     );
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        members: None,
         policy: &p,
         slices: vec![slice("big-0", "7", &a), slice("big-1", "8", &b)],
     }];
@@ -353,6 +355,7 @@ fn slices_add_their_members_under_the_same_rules() {
     let bad = strings(&["10.0.0.5", "not-an-ip"]);
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        members: None,
         policy: &p,
         slices: vec![slice("big-0", "7", &a), slice("big-2", "9", &bad)],
     }];
@@ -373,6 +376,7 @@ fn slices_add_their_members_under_the_same_rules() {
     // A slice that could not be read at all holds the policy too.
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        members: None,
         policy: &p,
         slices: vec![SliceInput {
             name: "big-3",
@@ -404,6 +408,7 @@ fn whole_policy_rules_apply_to_the_union_of_slices() {
     let (a, b) = (strings(&["10.0.0.0/8"]), strings(&["10.1.2.3/8 nomatch"]));
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        members: None,
         policy: &p,
         slices: vec![slice("nets-0", "1", &a), slice("nets-1", "2", &b)],
     }];
@@ -424,6 +429,7 @@ fn whole_policy_rules_apply_to_the_union_of_slices() {
     let (a, b) = (strings(&["10.0.0.2"]), strings(&["10.0.0.3"]));
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        members: None,
         policy: &p,
         slices: vec![slice("small-0", "1", &a), slice("small-1", "2", &b)],
     }];
@@ -447,6 +453,7 @@ fn only_changed_slices_are_parsed_again() {
     let (a, b) = (strings(&["10.0.0.1"]), strings(&["10.0.0.2"]));
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        members: None,
         policy: &p,
         slices: vec![slice("big-0", "1", &a), slice("big-1", "1", &b)],
     }];
@@ -455,6 +462,7 @@ fn only_changed_slices_are_parsed_again() {
     let gone = Vec::new();
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        members: None,
         policy: &p,
         slices: vec![slice("big-0", "1", &gone), slice("big-1", "1", &gone)],
     }];
@@ -464,6 +472,7 @@ fn only_changed_slices_are_parsed_again() {
     let b2 = strings(&["10.0.0.3"]);
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        members: None,
         policy: &p,
         slices: vec![slice("big-0", "1", &gone), slice("big-1", "2", &b2)],
     }];
@@ -478,6 +487,7 @@ fn only_changed_slices_are_parsed_again() {
     let text = "10.0.0.0/8\n192.168.0.0/16\n";
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        members: None,
         policy: &net,
         slices: vec![SliceInput {
             name: "big-0",
