@@ -359,6 +359,10 @@ pub struct JSet {
     pub policy: Option<String>,
     #[serde(default)]
     pub stmt: Option<serde_json::Value>,
+    /// Not a difference of shape; needed to read the text listing
+    /// (text.rs), which prints it as it is.
+    #[serde(default)]
+    pub comment: Option<String>,
 }
 
 /// A map as `nft -j` lists it (`"map": {... "map": "verdict"}`). Every

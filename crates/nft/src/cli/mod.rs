@@ -12,9 +12,11 @@
 //! What nft 1.0.6's JSON hides is read elsewhere, so that a set of an
 //! owned name is seen as the netlink backend sees it: a map is listed as a
 //! `map`, not a `set` (read from the table's listing; deleted with `delete
-//! map`), which makes the set one to replace.
+//! map`), and `flags dynamic` is missing from the JSON (read from the text
+//! listing's `flags` line, text.rs). Either makes the set one to replace.
 
 mod json;
+mod text;
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -212,6 +214,41 @@ impl CliNft {
             .collect())
     }
 
+    /// The flags of set `name` as nft's text listing prints them (see
+    /// text.rs); `Ok(None)` when the set is gone.
+    fn text_flags(
+        &self,
+        table: &Table,
+        name: &str,
+        comment: Option<&str>,
+    ) -> Result<Option<Vec<String>>, NftError> {
+        let run = self.run(
+            &[
+                "-t",
+                "list",
+                "set",
+                table.family.nft_name(),
+                &table.name,
+                name,
+            ],
+            None,
+        )?;
+        if !run.ok {
+            if run.stderr.contains("No such file or directory") {
+                return Ok(None);
+            }
+            return Err(errno_error(&run.stderr, None, None));
+        }
+        let text = String::from_utf8_lossy(&run.stdout);
+        text::set_flags(&text, table, name, comment)
+            .map(Some)
+            .map_err(|why| {
+                NftError::Protocol(format!(
+                    "nft list set {name} printed text this crate cannot read: {why}"
+                ))
+            })
+    }
+
     fn listing(&self, run: Run) -> Result<Option<json::Listing>, NftError> {
         if !run.ok {
             if run.stderr.contains("No such file or directory") {
@@ -405,7 +442,9 @@ impl NftDataplane for CliNft {
         Ok(Some(names))
     }
 
-    /// A set as `nft -j list set` lists it; a map of that name as the table's listing shows it, `map` first in its
+    /// A set as `nft -j list set` lists it, with the flags its JSON leaves
+    /// out (`flags dynamic` on nft 1.0.6) taken from the text listing; a
+    /// map of that name as the table's listing shows it, `map` first in its
     /// unmanaged (the netlink backend's word): a foreign shape, replaced.
     fn read_set(&mut self, table: &Table, name: &str) -> Result<Option<NftKernelSet>, NftError> {
         if !crate::is_valid_name(name) || !crate::is_valid_name(&table.name) {
@@ -429,7 +468,15 @@ impl NftDataplane for CliNft {
             .and_then(|l| l.nftables.into_iter().find_map(|i| i.set))
             .filter(|s| s.name == name && in_table(table, &s.family, &s.table));
         let found = match set {
-            Some(set) => {
+            Some(mut set) => {
+                let Some(flags) = self.text_flags(table, name, set.comment.as_deref())? else {
+                    return Ok(None); // deleted between the two reads
+                };
+                for f in flags {
+                    if !set.flags.contains(&f) {
+                        set.flags.push(f);
+                    }
+                }
                 let spec = set.spec();
                 let (elements, unreadable) = match &spec {
                     Some(spec) => {

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use ipsetmgr_ipset::{Family, HeaderOptions, Member, SetType};
 
 use super::json::{self, Listing};
+use super::text;
 use super::{errno_error, errno_of};
 use crate::{Elements, NftError, NftOp, SetShape, Table, TableFamily};
 
@@ -195,6 +196,46 @@ fn deleting_a_map_is_delete_map() {
             {"delete": {"set": {"family": "inet", "table": "t", "name": "ipm4-s"}}},
         ]})
     );
+}
+
+/// Printed by nft 1.0.6 (`nft -t list set`), whose JSON of the same sets
+/// has no `dynamic`.
+#[test]
+fn text_listing_gives_every_flag() {
+    let t = Table::new(TableFamily::Inet, "ipsetmgr");
+    let flags = |text: &str, comment: Option<&str>| text::set_flags(text, &t, "ipm4-s", comment);
+    let plain =
+        "table inet ipsetmgr {\n\tset ipm4-s {\n\t\ttype ipv4_addr\n\t\tsize 65536\n\t}\n}\n";
+    assert_eq!(flags(plain, None), Ok(vec![]));
+    let dynamic = "table inet ipsetmgr {\n\tset ipm4-s {\n\t\ttype ipv4_addr\n\t\tsize 65536\n\t\tflags dynamic\n\t}\n}\n";
+    assert_eq!(flags(dynamic, None), Ok(vec!["dynamic".to_string()]));
+    let two = "table inet ipsetmgr {\n\tset ipm4-s {\n\t\ttype ipv4_addr . inet_proto . inet_service\n\t\tflags dynamic,timeout\n\t\ttimeout 1h\n\t\tcounter\n\t}\n}\n";
+    assert_eq!(
+        flags(two, None),
+        Ok(vec!["dynamic".to_string(), "timeout".to_string()])
+    );
+    // nft prints a comment as it is: one that says `flags` is taken out by
+    // the text the JSON gave for it, and never read as flags.
+    let c = "x\n\t\tflags interval";
+    let commented = "table inet ipsetmgr {\n\tset ipm4-s {\n\t\ttype ipv4_addr\n\t\tcomment \"x\n\t\tflags interval\"\n\t}\n}\n";
+    assert_eq!(flags(commented, Some(c)), Ok(vec![]));
+    assert!(
+        flags(commented, None).is_err(),
+        "without the comment's text the line is no flags line"
+    );
+    // Anything not in the shape nft prints is an error, not a guess.
+    for bad in [
+        "",
+        "table inet other {\n\tset ipm4-s {\n\t}\n}\n",
+        "table inet ipsetmgr {\n\tset ipm4-other {\n\t}\n}\n",
+        "table inet ipsetmgr {\n\tset ipm4-s {\n\t\ttype ipv4_addr\n",
+        "table inet ipsetmgr {\n\tset ipm4-s {\n\t\tflags dynamic\n\t\tflags interval\n\t}\n}\n",
+        "table inet ipsetmgr {\n\tset ipm4-s {\n\t\tflags dynamic,\n\t}\n}\n",
+        "table inet ipsetmgr {\n\tset ipm4-s {\n\t\tflags Dynamic\n\t}\n}\n",
+        "table inet ipsetmgr {\n\tset ipm4-s {\ntype ipv4_addr\n\t}\n}\n",
+    ] {
+        assert!(flags(bad, None).is_err(), "{bad:?}");
+    }
 }
 
 #[test]
