@@ -164,7 +164,9 @@ pub enum NftOp<'a> {
     },
     /// Remove every element.
     FlushSet { set: &'a str },
-    /// Delete the set; [`NftError::InUse`] while a rule references it.
+    /// Delete the set; [`NftError::InUse`] while a rule references it. A
+    /// map of that name is deleted too (it is a foreign shape of an owned
+    /// set, which `read_set` reports with `map` in its `unmanaged`).
     DeleteSet { set: &'a str },
 }
 
@@ -282,7 +284,8 @@ pub struct NftKernelSet {
     /// `map`, `counter`, `policy memory`, ...): each changes what the set
     /// does, so any of them means the set is replaced.
     pub unmanaged: Vec<String>,
-    /// `None` when `spec` is.
+    /// `None` when `spec` is, and from the cli backend for a map (whose
+    /// elements are key : data pairs; `unmanaged` says `map`).
     pub elements: Option<Elements>,
     /// Elements whose bytes do not fit the key (counted, not kept).
     pub unreadable_elements: usize,
@@ -316,7 +319,9 @@ pub trait NftDataplane: Send {
     ) -> Result<Option<Vec<String>>, NftError>;
 
     /// One set's spec and elements as the kernel reports them; `Ok(None)`
-    /// when the table or the set does not exist.
+    /// when the table or the set does not exist. The kernel backends report
+    /// a map of that name too, with `map` in `unmanaged`: a shape to
+    /// replace.
     fn read_set(&mut self, table: &Table, name: &str) -> Result<Option<NftKernelSet>, NftError>;
 
     /// Whether the table holds anything this project did not create:

@@ -3,7 +3,7 @@
 //! parsed into the same typed elements. No string is ever concatenated into
 //! a command.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::ser::{SerializeMap, SerializeSeq};
@@ -34,6 +34,9 @@ pub enum Command<'a> {
 pub enum Object<'a> {
     Table(TableRef<'a>),
     Set(SetObj<'a>),
+    /// Only deleted: a map of an owned name is a foreign shape, replaced by
+    /// a set of ours.
+    Map(SetObj<'a>),
     Element(ElementObj<'a>),
 }
 
@@ -227,11 +230,13 @@ impl Serialize for ScalarJson<'_> {
 }
 
 /// The script for `ops` (`narrow`: only the elements `range` of op `at`,
-/// and nothing after it; for finding a failing element).
+/// and nothing after it; for finding a failing element). `maps`: the names
+/// that are maps in the table, whose `DeleteSet` is nft's `delete map`.
 pub fn script<'a>(
     table: &'a Table,
     ops: &'a [NftOp<'a>],
     narrow: Option<(usize, std::ops::Range<usize>)>,
+    maps: &BTreeSet<String>,
 ) -> Script<'a> {
     let family = table.family.nft_name();
     let tname = table.name.as_str();
@@ -291,6 +296,9 @@ pub fn script<'a>(
                 }))
             }
             NftOp::FlushSet { set } => Command::Flush(Object::Set(set_ref(set))),
+            NftOp::DeleteSet { set } if maps.contains(*set) => {
+                Command::Delete(Object::Map(set_ref(set)))
+            }
             NftOp::DeleteSet { set } => Command::Delete(Object::Set(set_ref(set))),
         });
         if narrow.as_ref().is_some_and(|(at, _)| *at == i) {
@@ -320,7 +328,7 @@ pub struct Item {
     #[serde(default)]
     pub set: Option<JSet>,
     #[serde(default)]
-    pub map: Option<serde::de::IgnoredAny>,
+    pub map: Option<JMap>,
     #[serde(default)]
     pub rule: Option<JRule>,
     /// Anything else: chains, counters, quotas, flowtables, ...
@@ -351,6 +359,31 @@ pub struct JSet {
     pub policy: Option<String>,
     #[serde(default)]
     pub stmt: Option<serde_json::Value>,
+    /// Not a difference of shape; needed to read the text listing
+    /// (text.rs), which prints it as it is.
+    #[serde(default)]
+    pub comment: Option<String>,
+}
+
+/// A map as `nft -j` lists it (`"map": {... "map": "verdict"}`). Every
+/// field is optional and loosely typed: a map is someone else's object
+/// unless its name is owned, and one this crate cannot read must never make
+/// the table's listing unreadable.
+#[derive(Deserialize, Debug, Default)]
+pub struct JMap {
+    #[serde(default)]
+    pub family: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub table: String,
+    #[serde(rename = "type", default)]
+    pub key: serde_json::Value,
+    #[serde(default)]
+    pub handle: u64,
+    /// An array of flag names (nft 1.0.6), or one name.
+    #[serde(default)]
+    pub flags: serde_json::Value,
 }
 
 #[derive(Deserialize, Debug)]
@@ -391,6 +424,38 @@ pub enum JVal {
 pub struct JPrefix {
     pub addr: Box<JVal>,
     pub len: u8,
+}
+
+impl JMap {
+    fn flags(&self) -> Vec<&str> {
+        match &self.flags {
+            serde_json::Value::String(f) => vec![f.as_str()],
+            serde_json::Value::Array(a) => a.iter().filter_map(|f| f.as_str()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The key as a set's spec, when it is one this crate knows.
+    pub fn spec(&self) -> Option<NftSetSpec> {
+        let key = KeyJson::deserialize(&self.key).ok()?.key()?;
+        Some(NftSetSpec {
+            key,
+            interval: self.flags().contains(&"interval"),
+            size: None,
+        })
+    }
+
+    /// `map` first (as the netlink backend says it), then its flags.
+    pub fn unmanaged(&self) -> Vec<String> {
+        std::iter::once("map".to_string())
+            .chain(
+                self.flags()
+                    .into_iter()
+                    .filter(|f| *f != "interval")
+                    .map(|f| format!("flags {f}")),
+            )
+            .collect()
+    }
 }
 
 impl JSet {

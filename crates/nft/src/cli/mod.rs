@@ -8,9 +8,17 @@
 //! failed. The failing operation is found by checking (`nft -c`, which
 //! runs the transaction in the kernel and aborts it) ever shorter prefixes
 //! of the batch, and within a small enough element list the element.
+//!
+//! What nft 1.0.6's JSON hides is read elsewhere, so that a set of an
+//! owned name is seen as the netlink backend sees it: a map is listed as a
+//! `map`, not a `set` (read from the table's listing; deleted with `delete
+//! map`), and `flags dynamic` is missing from the JSON (read from the text
+//! listing's `flags` line, text.rs). Either makes the set one to replace.
 
 mod json;
+mod text;
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -88,8 +96,9 @@ impl CliNft {
         table: &Table,
         ops: &[NftOp<'_>],
         narrow: Option<(usize, std::ops::Range<usize>)>,
+        maps: &BTreeSet<String>,
     ) -> Result<Vec<u8>, NftError> {
-        let script = json::script(table, ops, narrow);
+        let script = json::script(table, ops, narrow, maps);
         serde_json::to_vec(&script)
             .map_err(|e| NftError::Other(format!("an element with no JSON form: {e}")))
     }
@@ -100,8 +109,9 @@ impl CliNft {
         table: &Table,
         ops: &[NftOp<'_>],
         narrow: Option<(usize, std::ops::Range<usize>)>,
+        maps: &BTreeSet<String>,
     ) -> Result<Option<String>, NftError> {
-        let bytes = Self::script_bytes(table, ops, narrow)?;
+        let bytes = Self::script_bytes(table, ops, narrow, maps)?;
         let run = self.run(&["-c", "-j", "-f", "-"], Some(&bytes))?;
         Ok((!run.ok).then_some(run.stderr))
     }
@@ -111,13 +121,14 @@ impl CliNft {
         &self,
         table: &Table,
         ops: &[NftOp<'_>],
+        maps: &BTreeSet<String>,
     ) -> Result<Option<(usize, String)>, NftError> {
         let (mut lo, mut hi) = (0usize, ops.len());
         let mut found = None;
         // Invariant: ops[..lo] passes; the failure is at an index < hi.
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            match self.check_fails(table, &ops[..=mid], None)? {
+            match self.check_fails(table, &ops[..=mid], None, maps)? {
                 Some(stderr) => {
                     found = Some((mid, stderr));
                     hi = mid;
@@ -134,6 +145,7 @@ impl CliNft {
         table: &Table,
         ops: &[NftOp<'_>],
         at: usize,
+        maps: &BTreeSet<String>,
     ) -> Result<Option<usize>, NftError> {
         let n = match &ops[at] {
             NftOp::AddElements { elements, .. } | NftOp::DelElements { elements, .. } => {
@@ -149,7 +161,7 @@ impl CliNft {
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if self
-                .check_fails(table, &ops[..=at], Some((at, 0..mid + 1)))?
+                .check_fails(table, &ops[..=at], Some((at, 0..mid + 1)), maps)?
                 .is_some()
             {
                 found = Some(mid);
@@ -176,6 +188,67 @@ impl CliNft {
         self.listing(run)
     }
 
+    /// Which of the sets `ops` delete are maps in the table (a map of an
+    /// owned name, being replaced): nft deletes those with `delete map`.
+    /// No listing when nothing is deleted.
+    fn maps_deleted(&self, table: &Table, ops: &[NftOp<'_>]) -> Result<BTreeSet<String>, NftError> {
+        let deleted: BTreeSet<&str> = ops
+            .iter()
+            .filter_map(|o| match o {
+                NftOp::DeleteSet { set } => Some(*set),
+                _ => None,
+            })
+            .collect();
+        if deleted.is_empty() {
+            return Ok(BTreeSet::new());
+        }
+        let Some(listing) = self.list_table(table)? else {
+            return Ok(BTreeSet::new());
+        };
+        Ok(listing
+            .nftables
+            .into_iter()
+            .filter_map(|i| i.map)
+            .filter(|m| in_table(table, &m.family, &m.table) && deleted.contains(m.name.as_str()))
+            .map(|m| m.name)
+            .collect())
+    }
+
+    /// The flags of set `name` as nft's text listing prints them (see
+    /// text.rs); `Ok(None)` when the set is gone.
+    fn text_flags(
+        &self,
+        table: &Table,
+        name: &str,
+        comment: Option<&str>,
+    ) -> Result<Option<Vec<String>>, NftError> {
+        let run = self.run(
+            &[
+                "-t",
+                "list",
+                "set",
+                table.family.nft_name(),
+                &table.name,
+                name,
+            ],
+            None,
+        )?;
+        if !run.ok {
+            if run.stderr.contains("No such file or directory") {
+                return Ok(None);
+            }
+            return Err(errno_error(&run.stderr, None, None));
+        }
+        let text = String::from_utf8_lossy(&run.stdout);
+        text::set_flags(&text, table, name, comment)
+            .map(Some)
+            .map_err(|why| {
+                NftError::Protocol(format!(
+                    "nft list set {name} printed text this crate cannot read: {why}"
+                ))
+            })
+    }
+
     fn listing(&self, run: Run) -> Result<Option<json::Listing>, NftError> {
         if !run.ok {
             if run.stderr.contains("No such file or directory") {
@@ -187,6 +260,11 @@ impl CliNft {
             NftError::Protocol(format!("nft -j printed what this crate cannot read: {e}"))
         })
     }
+}
+
+/// Whether a listed object's family and table are `table`'s.
+fn in_table(table: &Table, family: &str, name: &str) -> bool {
+    name == table.name && family == table.family.nft_name()
 }
 
 /// The errno `nft` names in "Error: Could not process rule: <strerror>".
@@ -288,7 +366,10 @@ impl NftDataplane for CliNft {
         owned: &dyn Fn(&str) -> bool,
     ) -> Result<(), NftBatchError> {
         precheck(table, ops, owned)?;
-        let script = json::script(table, ops, None);
+        let maps = self
+            .maps_deleted(table, ops)
+            .map_err(NftBatchError::whole)?;
+        let script = json::script(table, ops, None, &maps);
         if script.nftables.is_empty() {
             return Ok(()); // nothing to change: no transaction at all
         }
@@ -304,11 +385,14 @@ impl NftDataplane for CliNft {
             return Ok(());
         }
         // Nothing was applied; find out which op (and element) failed.
-        let Some((at, stderr)) = self.failing_op(table, ops).map_err(NftBatchError::whole)? else {
+        let Some((at, stderr)) = self
+            .failing_op(table, ops, &maps)
+            .map_err(NftBatchError::whole)?
+        else {
             return Err(NftBatchError::whole(errno_error(&run.stderr, None, None)));
         };
         let element_index = self
-            .failing_element(table, ops, at)
+            .failing_element(table, ops, at, &maps)
             .map_err(NftBatchError::whole)?;
         let element = element_index.and_then(|i| match &ops[at] {
             NftOp::AddElements { elements, .. } | NftOp::DelElements { elements, .. } => {
@@ -346,8 +430,10 @@ impl NftDataplane for CliNft {
         let mut names: Vec<String> = listing
             .nftables
             .into_iter()
+            // Maps are never listed (as by the netlink backend): a map of an
+            // owned name is only read, and replaced, when a policy wants it.
             .filter_map(|i| i.set)
-            .filter(|s| s.table == table.name && s.family == table.family.nft_name())
+            .filter(|s| in_table(table, &s.family, &s.table))
             .filter(|s| owned(&s.name))
             .map(|s| s.name)
             .collect();
@@ -356,6 +442,10 @@ impl NftDataplane for CliNft {
         Ok(Some(names))
     }
 
+    /// A set as `nft -j list set` lists it, with the flags its JSON leaves
+    /// out (`flags dynamic` on nft 1.0.6) taken from the text listing; a
+    /// map of that name as the table's listing shows it, `map` first in its
+    /// unmanaged (the netlink backend's word): a foreign shape, replaced.
     fn read_set(&mut self, table: &Table, name: &str) -> Result<Option<NftKernelSet>, NftError> {
         if !crate::is_valid_name(name) || !crate::is_valid_name(&table.name) {
             return Ok(None);
@@ -371,39 +461,72 @@ impl NftDataplane for CliNft {
             ],
             None,
         )?;
-        let Some(listing) = self.listing(run)? else {
-            return Ok(None);
-        };
-        let Some(set) = listing.nftables.into_iter().find_map(|i| i.set) else {
-            // A map of that name is listed as a map: not a set of ours.
-            return Ok(None);
-        };
-        let spec = set.spec();
-        let (elements, unreadable) = match &spec {
-            Some(spec) => {
-                let (e, bad) = set.elements(spec);
-                (Some(e), bad)
+        // nft 1.0.6 refuses `list set` of a map (ENOENT): `None` here, and
+        // the map is then found in the table's listing.
+        let set = self
+            .listing(run)?
+            .and_then(|l| l.nftables.into_iter().find_map(|i| i.set))
+            .filter(|s| s.name == name && in_table(table, &s.family, &s.table));
+        let found = match set {
+            Some(mut set) => {
+                let Some(flags) = self.text_flags(table, name, set.comment.as_deref())? else {
+                    return Ok(None); // deleted between the two reads
+                };
+                for f in flags {
+                    if !set.flags.contains(&f) {
+                        set.flags.push(f);
+                    }
+                }
+                let spec = set.spec();
+                let (elements, unreadable) = match &spec {
+                    Some(spec) => {
+                        let (e, bad) = set.elements(spec);
+                        (Some(e), bad)
+                    }
+                    None => (None, 0),
+                };
+                Some(NftKernelSet {
+                    name: set.name.clone(),
+                    handle: set.handle,
+                    spec,
+                    unmanaged: set.unmanaged(),
+                    elements,
+                    unreadable_elements: unreadable,
+                    references: 0,
+                })
             }
-            None => (None, 0),
+            None => None,
         };
-        let references = match self.list_table(table)? {
-            Some(l) => l
+        let Some(listing) = self.list_table(table)? else {
+            return Ok(None); // the table is gone
+        };
+        let found = found.or_else(|| {
+            listing
                 .nftables
                 .iter()
-                .filter_map(|i| i.rule.as_ref())
-                .filter(|r| r.table == table.name && json::references(&r.expr, name))
-                .count() as u32,
-            None => 0,
+                .filter_map(|i| i.map.as_ref())
+                .find(|m| m.name == name && in_table(table, &m.family, &m.table))
+                .map(|m| NftKernelSet {
+                    name: m.name.clone(),
+                    handle: m.handle,
+                    spec: m.spec(),
+                    unmanaged: m.unmanaged(),
+                    // Its elements are key : data pairs, never ours.
+                    elements: None,
+                    unreadable_elements: 0,
+                    references: 0,
+                })
+        });
+        let Some(mut found) = found else {
+            return Ok(None);
         };
-        Ok(Some(NftKernelSet {
-            name: set.name.clone(),
-            handle: set.handle,
-            spec,
-            unmanaged: set.unmanaged(),
-            elements,
-            unreadable_elements: unreadable,
-            references,
-        }))
+        found.references = listing
+            .nftables
+            .iter()
+            .filter_map(|i| i.rule.as_ref())
+            .filter(|r| r.table == table.name && json::references(&r.expr, name))
+            .count() as u32;
+        Ok(Some(found))
     }
 
     fn table_has_foreign_objects(
