@@ -15,9 +15,9 @@ use sources::{LocalSources, SourceProblem, SourceSlice};
 
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_policy::compile::{
-    MemberCache, MemberList, NoMembers, PolicyInput, SliceInput, compile_inputs,
+    MemberCache, MemberList, NoMembers, OwnedMembers, PolicyInput, SliceInput, compile_inputs,
 };
-use ipsetmgr_policy::load::{FileMembers, LoadedPolicy, LoadedSlice, load_file, policy_files};
+use ipsetmgr_policy::load::{LoadedPolicy, LoadedSlice, load_file, policy_files};
 use ipsetmgr_policy::member_list::read_member_list;
 use ipsetmgr_policy::{Compiled, IPSetPolicy, LoadError};
 
@@ -99,7 +99,7 @@ pub(crate) fn read_files(
             Ok(list) => slices.push(LoadedSlice {
                 name: list.source.display().to_string(),
                 policy: m.policy.clone(),
-                members: FileMembers::Strings(list.members.into_iter().map(|m| m.text).collect()),
+                members: OwnedMembers::Strings(list.members.into_iter().map(|m| m.text).collect()),
                 source: list.source,
                 from_list: true,
             }),

@@ -209,8 +209,8 @@ impl Store {
 mod tests {
     use super::*;
     use ipsetmgr_api::IPSetMemberSlice;
-    use ipsetmgr_cluster::slices::SliceMembers;
     use ipsetmgr_cluster::tolerant::decode;
+    use ipsetmgr_policy::compile::OwnedMembers;
     use serde_json::json;
 
     fn slice(name: &str, policy: &str, rv: &str, members: &[&str]) -> Tolerant<IPSetMemberSlice> {
@@ -255,7 +255,7 @@ mod tests {
         s.policy_store.on_slice(Event::InitDone);
         assert_eq!(
             s.policy_store.slices.get("p-0").unwrap().members,
-            Ok(SliceMembers::Lines("10.0.0.2\n10.0.0.3".into()))
+            Ok(OwnedMembers::Lines("10.0.0.2\n10.0.0.3".into()))
         );
         let (inputs, unreadable) = s.policy_store.inputs();
         assert!(unreadable.is_empty());

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::tolerant::Tolerant;
 use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
 use ipsetmgr_policy::compile::{
-    MAX_HASH_SIZE, MAX_MAX_ELEM, MemberList, NoMembers, PolicyError, PolicyErrorKind, PolicyInput,
-    SliceInput,
+    MAX_HASH_SIZE, MAX_MAX_ELEM, MemberList, NoMembers, OwnedMembers, PolicyError, PolicyErrorKind,
+    PolicyInput, SliceInput,
 };
 use ipsetmgr_policy::sources::spec::{Setting, parse_sources};
 
@@ -37,33 +37,7 @@ pub struct SliceEntry {
     /// The `membersFrom` source it materialises, for the controller's own.
     pub source: Option<usize>,
     pub version: String,
-    pub members: Result<SliceMembers, String>,
-}
-
-/// A slice's members, compactly.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SliceMembers {
-    /// One member per line.
-    Lines(String),
-    /// Members with line breaks in them (invalid, but kept exactly so the
-    /// error names them as written).
-    Strings(Vec<String>),
-}
-
-impl SliceMembers {
-    pub fn of(members: Vec<String>) -> SliceMembers {
-        if members.iter().any(|m| m.contains(['\n', '\r'])) {
-            return SliceMembers::Strings(members);
-        }
-        SliceMembers::Lines(members.join("\n"))
-    }
-
-    pub fn list(&self) -> MemberList<'_> {
-        match self {
-            SliceMembers::Lines(text) => MemberList::Lines(text),
-            SliceMembers::Strings(v) => MemberList::Strings(v),
-        }
-    }
+    pub members: Result<OwnedMembers, String>,
 }
 
 impl SliceEntry {
@@ -82,7 +56,7 @@ pub fn slice_entry(t: Tolerant<IPSetMemberSlice>) -> (String, SliceEntry) {
         policy,
         source: managed_source(&t.labels),
         version: t.resource_version,
-        members: t.value.map(|s| SliceMembers::of(s.spec.members)),
+        members: t.value.map(|s| OwnedMembers::of(s.spec.members)),
     };
     (t.name, entry)
 }
@@ -253,7 +227,7 @@ mod tests {
             policy: Some(policy.into()),
             source,
             version: "1".into(),
-            members: Ok(SliceMembers::Lines(members.into())),
+            members: Ok(OwnedMembers::Lines(members.into())),
         }
     }
 

@@ -27,9 +27,8 @@ use kube::Resource;
 use serde_json::Value;
 
 use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
-use ipsetmgr_cluster::slices::{
-    MANAGED_BY, MANAGED_BY_LABEL, SOURCE_LABEL, SliceEntry, SliceMembers,
-};
+use ipsetmgr_cluster::slices::{MANAGED_BY, MANAGED_BY_LABEL, SOURCE_LABEL, SliceEntry};
+use ipsetmgr_policy::compile::OwnedMembers;
 use ipsetmgr_policy::slicing::objects::json_bytes;
 use ipsetmgr_policy::slicing::partition::{Limits, partition};
 
@@ -97,11 +96,11 @@ fn slice_body(
 /// Whether the server's slice already says exactly this.
 fn same_members(existing: &SliceEntry, members: &[&str]) -> bool {
     match &existing.members {
-        Ok(SliceMembers::Lines(text)) => {
+        Ok(OwnedMembers::Lines(text)) => {
             let mut lines = text.lines();
             members.iter().all(|m| lines.next() == Some(m)) && lines.next().is_none()
         }
-        Ok(SliceMembers::Strings(v)) => v.iter().map(String::as_str).eq(members.iter().copied()),
+        Ok(OwnedMembers::Strings(v)) => v.iter().map(String::as_str).eq(members.iter().copied()),
         Err(_) => false,
     }
 }

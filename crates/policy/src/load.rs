@@ -14,7 +14,7 @@ use serde::Deserialize;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::yaml_lift;
-use crate::compile::MemberList;
+use crate::compile::{MemberList, OwnedMembers};
 use ipsetmgr_api::de::integer;
 use ipsetmgr_api::member_source::MemberSource;
 use ipsetmgr_api::policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec};
@@ -201,32 +201,12 @@ impl LoadedPolicy {
     }
 }
 
-/// Members as a file gave them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FileMembers {
-    /// Each as the YAML or JSON parser, or a member list, gave it.
-    Strings(Vec<String>),
-    /// One per line: a big block of plain members taken out of the YAML
-    /// before parsing (see `yaml_lift`), one allocation rather than one per
-    /// member.
-    Lines(String),
-}
-
-impl FileMembers {
-    pub fn list(&self) -> MemberList<'_> {
-        match self {
-            FileMembers::Strings(v) => MemberList::Strings(v),
-            FileMembers::Lines(text) => MemberList::Lines(text),
-        }
-    }
-}
-
 /// A member slice from a file, with the policy its label names.
 #[derive(Clone, Debug)]
 pub struct LoadedSlice {
     pub name: String,
     pub policy: String,
-    pub members: FileMembers,
+    pub members: OwnedMembers,
     pub source: PathBuf,
     /// A plain member list (`--members`), named after its file, rather
     /// than an IPSetMemberSlice object: one list may feed several policies.
@@ -531,8 +511,8 @@ fn policies_of(docs: Vec<(Document, Option<String>)>, path: &Path) -> Result<Loa
                 name,
                 policy,
                 members: match lifted {
-                    Some(lines) => FileMembers::Lines(lines),
-                    None => FileMembers::Strings(spec.members),
+                    Some(lines) => OwnedMembers::Lines(lines),
+                    None => OwnedMembers::Strings(spec.members),
                 },
                 source: path.to_path_buf(),
                 from_list: false,
@@ -1051,8 +1031,8 @@ mod lift_agrees_with_the_parser {
             }
         }
         for s in &mut l.slices {
-            if let FileMembers::Lines(lines) = &s.members {
-                s.members = FileMembers::Strings(split(lines));
+            if let OwnedMembers::Lines(lines) = &s.members {
+                s.members = OwnedMembers::Strings(split(lines));
             }
         }
         l

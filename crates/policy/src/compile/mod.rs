@@ -66,6 +66,35 @@ impl<'a> MemberList<'a> {
     }
 }
 
+/// Members a caller owns, compactly: one text of lines (a million members
+/// in one allocation rather than one each), or strings (members with line
+/// breaks in them, kept exactly so that errors name them as written, and
+/// short lists as a parser gave them). The agent's and the controller's
+/// slices and a file's members alike.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OwnedMembers {
+    /// One member per line.
+    Lines(String),
+    Strings(Vec<String>),
+}
+
+impl OwnedMembers {
+    /// As lines, unless a member has a line break in it.
+    pub fn of(members: Vec<String>) -> OwnedMembers {
+        if members.iter().any(|m| m.contains(['\n', '\r'])) {
+            return OwnedMembers::Strings(members);
+        }
+        OwnedMembers::Lines(members.join("\n"))
+    }
+
+    pub fn list(&self) -> MemberList<'_> {
+        match self {
+            OwnedMembers::Lines(text) => MemberList::Lines(text),
+            OwnedMembers::Strings(v) => MemberList::Strings(v),
+        }
+    }
+}
+
 /// One member slice of a policy.
 #[derive(Clone, Copy, Debug)]
 pub struct SliceInput<'a> {
