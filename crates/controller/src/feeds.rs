@@ -228,6 +228,24 @@ mod tests {
         (addr, task)
     }
 
+    /// A fetcher that may reach the tests' servers on loopback (as file
+    /// mode may), and headers with no API client behind them.
+    fn loopback_fetcher() -> (Fetcher, HeaderSource) {
+        let guard = ipsetmgr_feeds::egress::EgressGuard::new(
+            ipsetmgr_feeds::egress::Setting::Files,
+            &[],
+            &[],
+        );
+        let headers = HeaderSource {
+            client: None,
+            namespace: "ipsetmgr-system".into(),
+        };
+        (
+            Fetcher::new(Duration::from_secs(5), 1000, guard).unwrap(),
+            headers,
+        )
+    }
+
     fn job(addr: std::net::SocketAddr, max_members: usize) -> FeedJob {
         FeedJob {
             spec: UrlSpec {
@@ -254,17 +272,7 @@ mod tests {
             ..Served::default()
         }));
         let (addr, server) = serve(served.clone()).await;
-        // The test's server is on loopback: allowed as file mode allows it.
-        let guard = ipsetmgr_feeds::egress::EgressGuard::new(
-            ipsetmgr_feeds::egress::Setting::Files,
-            &[],
-            &[],
-        );
-        let fetcher = Fetcher::new(Duration::from_secs(5), 1000, guard).unwrap();
-        let headers = HeaderSource {
-            client: None,
-            namespace: "ipsetmgr-system".into(),
-        };
+        let (fetcher, headers) = loopback_fetcher();
         let job = job(addr, 5);
         let mut feed = UrlFeed::default();
 
@@ -363,16 +371,7 @@ mod tests {
     /// made) and is retried with the same backoff as any failure.
     #[tokio::test]
     async fn an_unreadable_header_secret_is_a_failed_fetch_with_backoff() {
-        let guard = ipsetmgr_feeds::egress::EgressGuard::new(
-            ipsetmgr_feeds::egress::Setting::Files,
-            &[],
-            &[],
-        );
-        let fetcher = Fetcher::new(Duration::from_secs(5), 1000, guard).unwrap();
-        let headers = HeaderSource {
-            client: None,
-            namespace: "ipsetmgr-system".into(),
-        };
+        let (fetcher, headers) = loopback_fetcher();
         let mut job = job("127.0.0.1:1".parse().unwrap(), 5);
         job.spec.headers_secret = Some("feed-token".into());
         let mut feed = UrlFeed::default();

@@ -32,19 +32,7 @@ fn netlink_reads_what_nft_wrote() {
                 add set inet T ipmx-e { type ether_addr; elements = { aa:bb:cc:dd:ee:ff comment "nic" }; }
                 add set inet T ipmx-p { type inet_service; elements = { 22, 443 }; }
             "#;
-            let mut child = std::process::Command::new("nft")
-                .args(["-f", "-"])
-                .stdin(std::process::Stdio::piped())
-                .spawn()
-                .expect("run nft");
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(script.as_bytes())
-                .unwrap();
-            assert!(child.wait().unwrap().success(), "nft -f");
+            nft_script(script);
             let table = Table::new(TableFamily::Inet, "T");
             let mut cli = CliNft::new();
             let names = dp.list_sets(&table, &conformance::owned).unwrap().unwrap();

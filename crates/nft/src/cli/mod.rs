@@ -214,6 +214,20 @@ impl CliNft {
             .collect())
     }
 
+    /// `nft <format> list set FAMILY TABLE NAME` (`-j` JSON, `-t` the text
+    /// without elements).
+    fn list_set(&self, format: &str, table: &Table, name: &str) -> Result<Run, NftError> {
+        let args = [
+            format,
+            "list",
+            "set",
+            table.family.nft_name(),
+            &table.name,
+            name,
+        ];
+        self.run(&args, None)
+    }
+
     /// The flags of set `name` as nft's text listing prints them (see
     /// text.rs); `Ok(None)` when the set is gone.
     fn text_flags(
@@ -222,17 +236,7 @@ impl CliNft {
         name: &str,
         comment: Option<&str>,
     ) -> Result<Option<Vec<String>>, NftError> {
-        let run = self.run(
-            &[
-                "-t",
-                "list",
-                "set",
-                table.family.nft_name(),
-                &table.name,
-                name,
-            ],
-            None,
-        )?;
+        let run = self.list_set("-t", table, name)?;
         if !run.ok {
             if run.stderr.contains("No such file or directory") {
                 return Ok(None);
@@ -450,17 +454,7 @@ impl NftDataplane for CliNft {
         if !crate::is_valid_name(name) || !crate::is_valid_name(&table.name) {
             return Ok(None);
         }
-        let run = self.run(
-            &[
-                "-j",
-                "list",
-                "set",
-                table.family.nft_name(),
-                &table.name,
-                name,
-            ],
-            None,
-        )?;
+        let run = self.list_set("-j", table, name)?;
         // nft 1.0.6 refuses `list set` of a map (ENOENT): `None` here, and
         // the map is then found in the table's listing.
         let set = self
