@@ -125,8 +125,8 @@ pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted> {
             out.push_str("members: [");
             out.push_str(&marker(lists.len()));
             out.push(']');
-            let breaks = text[at..block.end].bytes().filter(|b| *b == b'\n').count();
-            out.extend(std::iter::repeat_n('\n', breaks));
+            // The key's own line break and the block's.
+            push_breaks(&mut out, 1 + block.breaks);
             copied = block.end;
             lists.push(block.lines);
         }
@@ -137,6 +137,18 @@ pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted> {
     }
     out.push_str(&text[copied..]);
     Some(Lifted { text: out, lists })
+}
+
+/// Push `n` line breaks, a chunk at a time (a million pushed one by one
+/// cost milliseconds).
+fn push_breaks(out: &mut String, mut n: usize) {
+    const BREAKS: &str = "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n";
+    out.reserve(n);
+    while n > 0 {
+        let k = n.min(BREAKS.len());
+        out.push_str(&BREAKS[..k]);
+        n -= k;
+    }
 }
 
 /// The line starting at byte `at`, without its line break, and the offset
@@ -164,19 +176,40 @@ struct Block {
     items: usize,
     /// Byte offset of the line after the last item.
     end: usize,
+    /// Line breaks between the block's first line and `end`.
+    breaks: usize,
 }
 
 /// The block sequence after a `members:` key at `key_indent`, starting at
 /// byte `from`, if every line of it is a plain item, blank or a comment.
 fn scan_block(text: &str, from: usize, key_indent: usize) -> Option<Block> {
+    let bytes = text.as_bytes();
     let mut lines = String::new();
     let mut items = 0;
     let mut item_indent = None;
     let mut end = from;
+    let mut breaks = 0;
+    let mut seen_breaks = 0;
     let mut at = from;
     while at < text.len() {
+        // Almost every line of a big block is an item at the indent of the
+        // first: that case is read in one pass over its bytes, which finds
+        // the line's end and checks the value at once.
+        if let Some(want) = item_indent
+            && let Some((value, next)) = item_at(bytes, at, want)?
+        {
+            if items > 0 {
+                lines.push('\n');
+            }
+            lines.push_str(&text[value]);
+            items += 1;
+            seen_breaks += usize::from(bytes[next - 1] == b'\n');
+            (end, breaks, at) = (next, seen_breaks, next);
+            continue;
+        }
         let (line, next) = line_at(text, at);
         at = next;
+        seen_breaks += usize::from(bytes[next - 1] == b'\n');
         let body = line.trim_start_matches(' ');
         let indent = line.len() - body.len();
         if body.bytes().any(|b| b == b'\t' || b == b'\r') {
@@ -207,10 +240,69 @@ fn scan_block(text: &str, from: usize, key_indent: usize) -> Option<Block> {
         }
         lines.push_str(value);
         items += 1;
-        end = next;
+        (end, breaks) = (next, seen_breaks);
     }
-    (items > 0).then_some(Block { lines, items, end })
+    (items > 0).then_some(Block {
+        lines,
+        items,
+        end,
+        breaks,
+    })
 }
+
+/// The line at byte `at` read as an item at `indent` (`indent` spaces,
+/// `- `, a plain member, spaces): the value's byte range and the offset of
+/// the next line. `Ok(None)` when the line does not start as such an item
+/// (the caller looks at it closely then); `None` when it does but its value
+/// is not a plain member, and the block is not lifted, as
+/// [`plain_member`] would decide.
+fn item_at(
+    bytes: &[u8],
+    at: usize,
+    indent: usize,
+) -> Option<Option<(std::ops::Range<usize>, usize)>> {
+    let dash = at + indent;
+    let starts_as_item = bytes.len() > dash + 1
+        && bytes[dash] == b'-'
+        && bytes[dash + 1] == b' '
+        && bytes[at..dash].iter().all(|b| *b == b' ');
+    if !starts_as_item {
+        return Some(None);
+    }
+    let mut start = dash + 2;
+    while start < bytes.len() && bytes[start] == b' ' {
+        start += 1;
+    }
+    let mut i = start;
+    let mut prev = 0u8;
+    let mut last = start; // one past the last byte that is not a space
+    while i < bytes.len() && bytes[i] != b'\n' {
+        let b = bytes[i];
+        if !PLAIN[usize::from(b)] || (prev == b':' && b == b' ') {
+            return None;
+        }
+        if b != b' ' {
+            last = i + 1;
+        }
+        prev = b;
+        i += 1;
+    }
+    let value = &bytes[start..last];
+    let plain = !value.is_empty()
+        && value.len() <= MAX_PLAIN_LEN
+        && value[0].is_ascii_alphanumeric()
+        && value[value.len() - 1] != b':'
+        && !matches!(value, b"null" | b"Null" | b"NULL");
+    if !plain {
+        // An empty value is `-` and spaces: a null item, or a nested block;
+        // the close look decides. Anything else is no plain member.
+        return if value.is_empty() { Some(None) } else { None };
+    }
+    Some(Some((start..last, (i + 1).min(bytes.len()))))
+}
+
+/// The longest member lifted: longer ones are left to the parser.
+const MAX_PLAIN_LEN: usize = 256;
 
 /// Whether the YAML parser reads `s`, a plain scalar on one line of a block
 /// sequence, as exactly the string `s`: letters, digits and `. : / _ , -`
@@ -219,9 +311,8 @@ fn scan_block(text: &str, from: usize, key_indent: usize) -> Option<Block> {
 /// null (the parser refuses null where a string is wanted). Numbers and
 /// booleans are fine: a string target takes their text as written.
 fn plain_member(s: &str) -> bool {
-    const MAX_LEN: usize = 256;
     let bytes = s.as_bytes();
-    if s.is_empty() || s.len() > MAX_LEN || !bytes[0].is_ascii_alphanumeric() {
+    if s.is_empty() || s.len() > MAX_PLAIN_LEN || !bytes[0].is_ascii_alphanumeric() {
         return false;
     }
     // One pass over the bytes (this runs for every line of a big list):
@@ -313,6 +404,15 @@ mod tests {
             "members: [a, b]\n",
         ] {
             assert!(lifted(text).is_none(), "{text:?} was lifted");
+            // The same item after a first one, where a line is read in one
+            // pass.
+            if let Some(rest) = text
+                .strip_prefix("members:\n")
+                .filter(|r| r.starts_with("- "))
+            {
+                let text = format!("members:\n- first\n{rest}");
+                assert!(lifted(&text).is_none(), "{text:?} was lifted");
+            }
         }
     }
 
