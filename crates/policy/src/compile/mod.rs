@@ -59,9 +59,95 @@ pub enum MemberList<'a> {
 
 impl<'a> MemberList<'a> {
     pub(crate) fn strs(self) -> Vec<&'a str> {
+        let mut v = Vec::new();
+        self.for_each(|m| v.push(m));
+        v
+    }
+
+    /// Call `f` with each member, in order.
+    pub(crate) fn for_each(self, f: impl FnMut(&'a str)) {
         match self {
-            MemberList::Strings(v) => v.iter().map(String::as_str).collect(),
-            MemberList::Lines(text) => text.lines().collect(),
+            MemberList::Strings(v) => v.iter().map(String::as_str).for_each(f),
+            MemberList::Lines(text) => each_line(text, f),
+        }
+    }
+
+    /// How many members, or for a text of lines, one more than its line
+    /// breaks (a capacity: a last line break or a blank line is counted).
+    pub(crate) fn count_hint(self) -> usize {
+        match self {
+            MemberList::Strings(v) => v.len(),
+            // Counted in runs of at most 255 bytes as u8s: a loop the
+            // compiler makes vector code of (megabytes a millisecond).
+            MemberList::Lines(text) => {
+                let breaks: usize = text
+                    .as_bytes()
+                    .chunks(255)
+                    .map(|run| usize::from(run.iter().fold(0u8, |n, b| n + u8::from(*b == b'\n'))))
+                    .sum();
+                breaks + 1
+            }
+        }
+    }
+
+    /// About how many members, without reading a text of lines: a member
+    /// and its line break are rarely shorter than 8 bytes.
+    pub(crate) fn len_estimate(self) -> usize {
+        match self {
+            MemberList::Strings(v) => v.len(),
+            MemberList::Lines(text) => text.len() / 8,
+        }
+    }
+
+    /// At most `n` lists of about equal size that hold these members, in
+    /// order. A text of lines is cut after a line break, so each part's
+    /// lines are the whole text's (`lines()` takes `\r\n` as one break).
+    pub(crate) fn split(self, n: usize) -> Vec<MemberList<'a>> {
+        let n = n.max(1);
+        match self {
+            MemberList::Strings(v) => v
+                .chunks(v.len().div_ceil(n).max(1))
+                .map(MemberList::Strings)
+                .collect(),
+            MemberList::Lines(mut text) => {
+                let mut parts = Vec::with_capacity(n);
+                for left in (1..=n).rev() {
+                    let want = text.len().div_ceil(left);
+                    let cut = match text.as_bytes()[want.min(text.len())..]
+                        .iter()
+                        .position(|b| *b == b'\n')
+                    {
+                        Some(i) if left > 1 => want + i + 1,
+                        _ => text.len(),
+                    };
+                    let (part, rest) = text.split_at(cut);
+                    if !part.is_empty() {
+                        parts.push(MemberList::Lines(part));
+                    }
+                    text = rest;
+                }
+                parts
+            }
+        }
+    }
+}
+
+/// `text.lines()`, one line after another: the same lines (a line break is
+/// `\n` or `\r\n`, a last one is optional), found by a byte loop rather
+/// than a searcher set up for each of a million short lines.
+fn each_line<'a>(text: &'a str, mut f: impl FnMut(&'a str)) {
+    let mut rest = text;
+    while !rest.is_empty() {
+        match rest.bytes().position(|b| b == b'\n') {
+            Some(i) => {
+                let line = &rest[..i];
+                f(line.strip_suffix('\r').unwrap_or(line));
+                rest = &rest[i + 1..];
+            }
+            None => {
+                f(rest);
+                return;
+            }
         }
     }
 }
@@ -360,8 +446,7 @@ fn parsed(
     if let Some(hit) = cache.source(&key) {
         return hit;
     }
-    let raw = members.strs();
-    let parsed = Arc::new(parse_source(p.spec.set_type, p.spec.family, &raw));
+    let parsed = Arc::new(parse_source(p.spec.set_type, p.spec.family, members));
     cache.keep_source(key, &parsed);
     parsed
 }

@@ -251,6 +251,107 @@ fn big_policies_parse_on_several_threads_with_the_same_result() {
 }
 
 #[test]
+fn big_texts_of_lines_parse_on_several_threads_with_the_same_result() {
+    let n = PARALLEL_PARSE_MIN + 50_000;
+    let mut members: Vec<String> = (0..n as u32)
+        .map(|i| std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string())
+        .collect();
+    let bad: Vec<usize> = (0..15).map(|k| k * n / 15 + 7).collect();
+    for &i in &bad {
+        members[i] = format!("bad-{i}");
+    }
+    let mut p = policy("big", SetType::HashIp, FamilySpec::IPv4, &[]);
+    p.spec.max_elem = Some(1_000_000);
+    for (eol, last) in [("\n", ""), ("\r\n", "\r\n")] {
+        let text = members.join(eol) + last;
+        let inputs = [PolicyInput {
+            held_by: Vec::new(),
+            members: Some(MemberList::Lines(&text)),
+            policy: &p,
+            slices: Vec::new(),
+        }];
+        let c = compile_inputs(
+            &inputs,
+            &Naming::default(),
+            None,
+            &mut MemberCache::default(),
+        );
+        assert_eq!(c.errors.len(), MAX_MEMBER_ERRORS + 1, "{eol:?}");
+        for (e, i) in c.errors[..MAX_MEMBER_ERRORS].iter().zip(&bad) {
+            assert_eq!(
+                e.member.as_deref(),
+                Some(format!("bad-{i}").as_str()),
+                "in member order"
+            );
+        }
+        assert_eq!(c.errors[MAX_MEMBER_ERRORS].kind, PolicyErrorKind::More(5));
+    }
+    let good = members
+        .iter()
+        .filter(|m| !m.starts_with("bad-"))
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("\n");
+    let inputs = [PolicyInput {
+        held_by: Vec::new(),
+        members: Some(MemberList::Lines(&good)),
+        policy: &p,
+        slices: Vec::new(),
+    }];
+    let c = compile_inputs(
+        &inputs,
+        &Naming::default(),
+        None,
+        &mut MemberCache::default(),
+    );
+    assert!(c.errors.is_empty(), "{:?}", c.errors);
+    assert_eq!(c.sets[0].members.len(), n - bad.len());
+}
+
+mod member_lists {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop::sample::select(vec!["a", "bc", "\r", "\n", "\r\n"]),
+            0..40,
+        )
+        .prop_map(|v| v.concat())
+    }
+
+    fn all(m: MemberList<'_>) -> Vec<&str> {
+        let mut v = Vec::new();
+        m.for_each(|s| v.push(s));
+        v
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn a_text_has_the_lines_of_str_lines(t in text()) {
+            prop_assert_eq!(all(MemberList::Lines(&t)), t.lines().collect::<Vec<_>>());
+            prop_assert!(MemberList::Lines(&t).count_hint() >= t.lines().count());
+        }
+
+        #[test]
+        fn split_parts_hold_the_members_in_order(t in text(), n in 1usize..6) {
+            let whole = all(MemberList::Lines(&t));
+            let parts = MemberList::Lines(&t).split(n);
+            prop_assert!(parts.len() <= n);
+            let joined: Vec<&str> = parts.into_iter().flat_map(all).collect();
+            prop_assert_eq!(joined, whole);
+
+            let strings: Vec<String> = t.split('\n').map(String::from).collect();
+            let parts = MemberList::Strings(&strings).split(n);
+            prop_assert!(parts.len() <= n);
+            let joined: Vec<&str> = parts.into_iter().flat_map(all).collect();
+            prop_assert_eq!(joined, strings.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+    }
+}
+
+#[test]
 fn cache_reuses_parsed_members_per_generation() {
     let mut p = policy(
         "big",
