@@ -255,6 +255,18 @@ impl MemberSet {
         }
     }
 
+    /// The addresses of a hash:ip IPv4 set, ascending, when it holds them
+    /// packed and sorted (as a compiled set does): a million are then read
+    /// without making a [`Member`] of each. `None` for any other set.
+    pub fn sorted_ipv4_hosts(&self) -> Option<impl ExactSizeIterator<Item = Ipv4Addr> + '_> {
+        match (&self.store, self.kind.set_type, self.kind.family) {
+            (Store::Sorted(v), SetType::HashIp, Some(Family::V4)) => {
+                Some(v.iter().map(|a| Ipv4Addr::from(*a as u32)))
+            }
+            _ => None,
+        }
+    }
+
     /// Members in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = Member> + '_ {
         let kind = self.kind;

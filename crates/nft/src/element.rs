@@ -85,6 +85,19 @@ impl Elements {
         self.key
     }
 
+    /// Elements that are keys alone, from their bytes one after another,
+    /// already sorted without duplicates (checked in debug builds).
+    pub(crate) fn from_sorted_keys(key: KeyType, data: Vec<u8>) -> Elements {
+        let e = Elements {
+            key,
+            ranges: false,
+            data,
+            comments: Vec::new(),
+        };
+        debug_assert!(e.data.len().is_multiple_of(key.len()) && e.is_canonical());
+        e
+    }
+
     /// Whether every element is a range (the set has `flags interval`).
     pub fn has_ranges(&self) -> bool {
         self.ranges

@@ -18,8 +18,8 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use ipsetmgr_ipset::{
-    AddrMask, Comment, Family, HeaderOptions, IfaceName, IpPortIp, IpPortNet, Member, NetIface,
-    Proto, SetHeader, SetKind, SetType,
+    AddrMask, Comment, Family, HeaderOptions, IfaceName, IpPortIp, IpPortNet, Member, MemberSet,
+    NetIface, Proto, SetHeader, SetKind, SetType,
 };
 
 use crate::element::{Element, Elements, MAX_ELEMENT_COMMENT_LEN};
@@ -200,6 +200,22 @@ impl SetShape {
             Some(net_at) => self.interval_elements(members, net_at, &mut out)?,
         }
         Ok(out)
+    }
+
+    /// [`SetShape::elements`] of a member set, with a shortcut for the
+    /// commonest big set: hash:ip IPv4, whose elements are its addresses'
+    /// bytes in the order the set already keeps them.
+    pub fn elements_of_set(&self, set: &MemberSet) -> Result<Elements, UnrepresentableMember> {
+        let plain_v4 = self.kind.set_type == SetType::HashIp
+            && self.family() == Family::V4
+            && set.kind() == self.kind
+            && self.net_field().is_none();
+        if let Some(hosts) = set.sorted_ipv4_hosts().filter(|_| plain_v4) {
+            let mut data = Vec::with_capacity(hosts.len() * 4);
+            hosts.for_each(|a| data.extend_from_slice(&a.octets()));
+            return Ok(Elements::from_sorted_keys(self.spec.key, data));
+        }
+        self.elements(set.iter())
     }
 
     fn comment_of<'m>(&self, m: &'m Member) -> Result<Option<&'m Comment>, UnrepresentableMember> {

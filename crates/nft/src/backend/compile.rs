@@ -76,7 +76,7 @@ pub(crate) fn compile(
     }
     let shape = SetShape::from_header(&d.header).map_err(|e| unsupported(d.header.kind, e))?;
     let elements = shape
-        .elements(d.members.iter())
+        .elements_of_set(&d.members)
         .map_err(|e| bad_member(nft_name, e))?;
     Ok(Compiled { shape, elements })
 }

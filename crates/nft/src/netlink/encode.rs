@@ -211,7 +211,7 @@ fn elem_userdata(comment: Option<&str>, open: bool) -> Vec<u8> {
 }
 
 /// Append the kernel elements of `e` to an open element list.
-fn put_element(buf: &mut Vec<u8>, layout: Layout, e: &ElementRef<'_>, with_udata: bool) {
+pub(super) fn put_element(buf: &mut Vec<u8>, layout: Layout, e: &ElementRef<'_>, with_udata: bool) {
     let comment = e.comment.filter(|_| with_udata).map(|c| c.as_str());
     match (layout, e.key_end) {
         (Layout::KeyEnd, Some(end)) => {
@@ -292,6 +292,7 @@ fn elements_msgs(
     };
     let layout = layout(elements);
     let with_udata = msg == NFT_MSG_NEWSETELEM;
+    let plain = PlainElement::of(elements, layout);
     let mut at = open(buf, plan, seq, 0);
     let mut list = wire::begin_nest(buf, NFTA_SET_ELEM_LIST_ELEMENTS);
     for (i, e) in elements.iter().enumerate() {
@@ -301,10 +302,43 @@ fn elements_msgs(
             at = open(buf, plan, seq, i);
             list = wire::begin_nest(buf, NFTA_SET_ELEM_LIST_ELEMENTS);
         }
-        put_element(buf, layout, &e, with_udata);
+        match &plain {
+            Some(p) => p.put(buf, e.key),
+            None => put_element(buf, layout, &e, with_udata),
+        }
     }
     end_nest(buf, list);
     wire::end_msg(buf, at);
+}
+
+/// The encoding of an element that is its key alone (no range, no
+/// comment), as [`put_element`] writes it: the same bytes for every such
+/// element of a set but the key's, which come last. A million elements are
+/// then a million copies of one template rather than three nests each.
+pub(super) struct PlainElement {
+    template: Vec<u8>,
+    /// Where the key starts in the template.
+    key_at: usize,
+}
+
+impl PlainElement {
+    /// The template for `elements`, when every one of them is plain.
+    pub(super) fn of(elements: &Elements, layout: Layout) -> Option<PlainElement> {
+        if layout != Layout::Exact || elements.has_comments() {
+            return None;
+        }
+        let first = elements.get(0)?;
+        let mut template = Vec::new();
+        put_element(&mut template, layout, &first, false);
+        let key_at = template.len() - first.key.len().next_multiple_of(4);
+        Some(PlainElement { template, key_at })
+    }
+
+    pub(super) fn put(&self, buf: &mut Vec<u8>, key: &[u8]) {
+        let at = buf.len() + self.key_at;
+        buf.extend_from_slice(&self.template);
+        buf[at..at + key.len()].copy_from_slice(key);
+    }
 }
 
 /// The whole transaction for `ops`, sequence numbers from `seq` on. The

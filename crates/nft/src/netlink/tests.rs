@@ -232,6 +232,68 @@ fn a_million_elements_split_into_messages_under_64k() {
     assert!(msgs > 200, "{msgs} messages");
 }
 
+/// Elements of `t` from random members (as many as the kind takes).
+fn random_elements(t: SetType, f: Option<Family>, comments: bool, seeds: &[u32]) -> Elements {
+    let items: Vec<String> = seeds
+        .iter()
+        .map(|s| {
+            let a = std::net::Ipv4Addr::from(*s);
+            let port = s % 65536;
+            let c = if comments && s % 3 == 0 {
+                format!(" comment:c{s}")
+            } else {
+                String::new()
+            };
+            match (t, f) {
+                (SetType::HashIpPort, _) => format!("{a},tcp:{port}{c}"),
+                (SetType::HashIp, Some(Family::V6)) => format!("2001:db8::{:x}{c}", s & 0xffff),
+                (SetType::HashMac, _) => format!(
+                    "02:00:{:02x}:{:02x}:{:02x}:{:02x}{c}",
+                    s >> 24,
+                    (s >> 16) & 0xff,
+                    (s >> 8) & 0xff,
+                    s & 0xff
+                ),
+                _ => format!("{a}{c}"),
+            }
+        })
+        .collect();
+    let refs: Vec<&str> = items.iter().map(String::as_str).collect();
+    elements(&shape(t, f, comments), &refs)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// The template of a plain element writes each element exactly as it
+    /// is encoded one by one; elements with comments or ranges get none.
+    #[test]
+    fn plain_elements_are_written_as_one_by_one(
+        kind in prop::sample::select(vec![
+            (SetType::HashIp, Some(Family::V4)),
+            (SetType::HashIp, Some(Family::V6)),
+            (SetType::HashIpPort, Some(Family::V4)),
+            (SetType::HashMac, None),
+            (SetType::HashNet, Some(Family::V4)),
+        ]),
+        comments in any::<bool>(),
+        seeds in prop::collection::vec(any::<u32>(), 1..40),
+    ) {
+        let e = random_elements(kind.0, kind.1, comments, &seeds);
+        let layout = encode::layout(&e);
+        let plain = encode::PlainElement::of(&e, layout);
+        let expect_plain = kind.0 != SetType::HashNet && !e.has_comments();
+        prop_assert_eq!(plain.is_some(), expect_plain);
+        if let Some(p) = plain {
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            for el in e.iter() {
+                p.put(&mut fast, el.key);
+                encode::put_element(&mut slow, layout, &el, true);
+            }
+            prop_assert_eq!(fast, slow);
+        }
+    }
+}
+
 #[test]
 fn an_offset_names_the_element_the_kernel_blamed() {
     let s = shape(SetType::HashNet, Some(Family::V4), false);

@@ -397,3 +397,35 @@ proptest! {
         prop_assert_eq!(again, e);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+    /// The hash:ip IPv4 shortcut gives the elements of the general path, for
+    /// a set as compiled (packed and sorted) and as grown one by one; other
+    /// kinds take the general path.
+    #[test]
+    fn elements_of_a_set_are_the_elements_of_its_members(
+        addrs in prop::collection::vec(any::<u32>(), 0..200),
+        netmask in any::<bool>(),
+    ) {
+        use ipsetmgr_ipset::MemberSetBuilder;
+        let kind = SetKind::new(SetType::HashIp, Some(Family::V4));
+        let options = HeaderOptions {
+            mask: netmask.then_some(AddrMask::Prefix(24)),
+            ..Default::default()
+        };
+        let s = SetShape::new(SetType::HashIp, Some(Family::V4), &options, 65536).unwrap();
+        let members: Vec<Member> = addrs
+            .iter()
+            .map(|a| Member::Ip(std::net::Ipv4Addr::from(*a).into()))
+            .collect();
+        let mut b = MemberSetBuilder::with_capacity(kind, members.len());
+        members.iter().cloned().for_each(|m| b.push(m));
+        let compiled = b.finish().0;
+        prop_assert_eq!(compiled.sorted_ipv4_hosts().is_some(), true);
+        let grown = MemberSet::from_members(kind, members.clone());
+        let general = s.elements(&members).unwrap();
+        prop_assert_eq!(s.elements_of_set(&compiled).unwrap(), general.clone());
+        prop_assert_eq!(s.elements_of_set(&grown).unwrap(), general);
+    }
+}
