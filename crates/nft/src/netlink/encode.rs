@@ -23,6 +23,9 @@ const MAX_ELEMS_NEST: usize = u16::MAX as usize;
 /// More than any one element takes: two keys of 64 bytes, flags, and a
 /// userdata of at most 256 bytes (NFT_USERDATA_MAXLEN).
 const MAX_ELEM_LEN: usize = 1024;
+/// More than the header of one element message takes (netlink and nfgen
+/// headers, table and set names of at most 256 bytes each, the list's nest).
+const MSG_HEAD_ROOM: usize = 640;
 
 /// One message of a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -293,6 +296,13 @@ fn elements_msgs(
     let layout = layout(elements);
     let with_udata = msg == NFT_MSG_NEWSETELEM;
     let plain = PlainElement::of(elements, layout);
+    if let Some(p) = &plain {
+        // Room for all of them at once: grown by doubling, a 16 MB batch
+        // would be copied on the way and its pages touched twice.
+        let bytes = elements.len() * p.template.len();
+        let msgs = bytes / (MAX_ELEMS_NEST - MAX_ELEM_LEN) + 1;
+        buf.reserve(bytes + msgs * MSG_HEAD_ROOM);
+    }
     let mut at = open(buf, plan, seq, 0);
     let mut list = wire::begin_nest(buf, NFTA_SET_ELEM_LIST_ELEMENTS);
     for (i, e) in elements.iter().enumerate() {
