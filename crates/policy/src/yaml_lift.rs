@@ -95,6 +95,11 @@ fn marker_index(s: &str) -> Option<usize> {
 /// none (or the text contains the marker prefix, or more than `max_items`
 /// members would be lifted: the parser's own budget then decides).
 pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted> {
+    lift_with(text, min, max_items, PARALLEL_LIFT_MIN)
+}
+
+/// [`lift`], reading blocks of at least `parallel_min` bytes on two threads.
+fn lift_with(text: &str, min: usize, max_items: usize, parallel_min: usize) -> Option<Lifted> {
     if text.contains(MARKER_PREFIX) {
         return None;
     }
@@ -106,8 +111,8 @@ pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted> {
     let mut at = 0;
     while at < text.len() {
         let (line, next) = line_at(text, at);
-        let block =
-            members_key(line).and_then(|indent| Some((indent, scan_block(text, next, indent)?)));
+        let block = members_key(line)
+            .and_then(|indent| Some((indent, scan_block(text, next, indent, parallel_min)?)));
         let Some((key_indent, block)) = block else {
             at = next;
             continue;
@@ -170,6 +175,7 @@ fn members_key(line: &str) -> Option<usize> {
     (line[indent..].trim_end_matches(' ') == "members:").then_some(indent)
 }
 
+#[derive(Debug, PartialEq, Eq)]
 struct Block {
     /// The items, one per line.
     lines: String,
@@ -180,42 +186,134 @@ struct Block {
     breaks: usize,
 }
 
+/// Below this many bytes after its key, a block is read on one thread.
+const PARALLEL_LIFT_MIN: usize = 4 << 20;
+
 /// The block sequence after a `members:` key at `key_indent`, starting at
 /// byte `from`, if every line of it is a plain item, blank or a comment.
-fn scan_block(text: &str, from: usize, key_indent: usize) -> Option<Block> {
+/// A big one is read in two halves at once: the second half on a thread of
+/// its own, as if the block went on there. When the first half reaches it,
+/// the two are one block, if the second's items are at the first's indent
+/// (reading on, one thread would have refused otherwise); when the block
+/// ends in the first half, what the second thread read is not used.
+fn scan_block(text: &str, from: usize, key_indent: usize, parallel_min: usize) -> Option<Block> {
+    let mid = (text.len() - from >= parallel_min)
+        .then(|| {
+            let half = from + (text.len() - from) / 2;
+            let i = text.as_bytes()[half..].iter().position(|b| *b == b'\n')?;
+            Some(half + i + 1).filter(|m| *m < text.len())
+        })
+        .flatten();
+    match mid {
+        Some(mid) => scan_halves(text, from, mid, key_indent),
+        None => scan_lines(text, from, text.len(), key_indent)?.into_block(),
+    }
+}
+
+/// [`scan_block`] in two halves, the second from byte `mid` (a line's
+/// start) on.
+fn scan_halves(text: &str, from: usize, mid: usize, key_indent: usize) -> Option<Block> {
+    let (first, second) = std::thread::scope(|scope| {
+        let second = scope.spawn(|| scan_lines(text, mid, text.len(), key_indent));
+        let first = scan_lines(text, from, mid, key_indent);
+        let second = second
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        (first, second)
+    });
+    let mut first = first?;
+    if !first.reached_limit {
+        return first.into_block();
+    }
+    let second = second?;
+    if second.items == 0 {
+        return first.into_block();
+    }
+    if first
+        .item_indent
+        .is_some_and(|w| second.item_indent != Some(w))
+    {
+        return None;
+    }
+    if first.items > 0 {
+        first.lines.push('\n');
+    }
+    first.lines.push_str(&second.lines);
+    Some(Block {
+        lines: first.lines,
+        items: first.items + second.items,
+        end: second.end,
+        breaks: first.seen_breaks + second.breaks,
+    })
+}
+
+/// What [`scan_lines`] read of a block.
+struct Scan {
+    lines: String,
+    items: usize,
+    item_indent: Option<usize>,
+    /// Byte offset of the line after the last item.
+    end: usize,
+    /// Line breaks up to `end`.
+    breaks: usize,
+    /// Line breaks of every line read.
+    seen_breaks: usize,
+    /// The block went on up to the limit.
+    reached_limit: bool,
+}
+
+impl Scan {
+    fn into_block(self) -> Option<Block> {
+        (self.items > 0).then_some(Block {
+            lines: self.lines,
+            items: self.items,
+            end: self.end,
+            breaks: self.breaks,
+        })
+    }
+}
+
+/// Read the lines of a block after a key at `key_indent` from byte `from`
+/// (a line's start) up to the block's end or byte `limit` (a line's start),
+/// whichever comes first; `None` as soon as a line is not a plain item,
+/// blank or a comment.
+fn scan_lines(text: &str, from: usize, limit: usize, key_indent: usize) -> Option<Scan> {
     let bytes = text.as_bytes();
-    let mut lines = String::new();
-    let mut items = 0;
-    let mut item_indent = None;
-    let mut end = from;
-    let mut breaks = 0;
-    let mut seen_breaks = 0;
+    let mut scan = Scan {
+        lines: String::new(),
+        items: 0,
+        item_indent: None,
+        end: from,
+        breaks: 0,
+        seen_breaks: 0,
+        reached_limit: false,
+    };
     let mut at = from;
-    while at < text.len() {
+    loop {
+        if at >= limit {
+            scan.reached_limit = true;
+            break;
+        }
         // Almost every line of a big block is an item at the indent of the
         // first: that case is read in one pass over its bytes, which finds
         // the line's end and checks the value at once.
-        if let Some(want) = item_indent
+        if let Some(want) = scan.item_indent
             && let Some((value, next)) = item_at(bytes, at, want)?
         {
-            if items > 0 {
-                lines.push('\n');
-            }
-            lines.push_str(&text[value]);
-            items += 1;
-            seen_breaks += usize::from(bytes[next - 1] == b'\n');
-            (end, breaks, at) = (next, seen_breaks, next);
+            scan.push(&text[value], next, bytes[next - 1] == b'\n');
+            at = next;
             continue;
         }
         let (line, next) = line_at(text, at);
         at = next;
-        seen_breaks += usize::from(bytes[next - 1] == b'\n');
+        let broke = bytes[next - 1] == b'\n';
         let body = line.trim_start_matches(' ');
         let indent = line.len() - body.len();
         if body.bytes().any(|b| b == b'\t' || b == b'\r') {
             return None;
         }
         if body.is_empty() || body.starts_with('#') {
+            scan.seen_breaks += usize::from(broke);
             continue;
         }
         let is_item = body.starts_with("- ");
@@ -224,7 +322,7 @@ fn scan_block(text: &str, from: usize, key_indent: usize) -> Option<Block> {
         if indent < key_indent || (indent == key_indent && !is_item) {
             break;
         }
-        let want = *item_indent.get_or_insert(indent);
+        let want = *scan.item_indent.get_or_insert(indent);
         if indent != want || !is_item {
             // Deeper lines continue or nest an item; shallower ones between
             // the key and the items are not a sequence the parser would
@@ -235,19 +333,22 @@ fn scan_block(text: &str, from: usize, key_indent: usize) -> Option<Block> {
         if !plain_member(value) {
             return None;
         }
-        if items > 0 {
-            lines.push('\n');
-        }
-        lines.push_str(value);
-        items += 1;
-        (end, breaks) = (next, seen_breaks);
+        scan.push(value, next, broke);
     }
-    (items > 0).then_some(Block {
-        lines,
-        items,
-        end,
-        breaks,
-    })
+    Some(scan)
+}
+
+impl Scan {
+    /// One more item, whose line ends before byte `next`.
+    fn push(&mut self, value: &str, next: usize, broke: bool) {
+        if self.items > 0 {
+            self.lines.push('\n');
+        }
+        self.lines.push_str(value);
+        self.items += 1;
+        self.seen_breaks += usize::from(broke);
+        (self.end, self.breaks) = (next, self.seen_breaks);
+    }
 }
 
 /// The line at byte `at` read as an item at `indent` (`indent` spaces,
@@ -425,6 +526,75 @@ mod tests {
             lift("members:\n- a\n- b\n", 3, 10).is_none(),
             "shorter than min"
         );
+    }
+
+    fn line() -> impl proptest::strategy::Strategy<Value = &'static str> {
+        proptest::sample::select(vec![
+            "members:",
+            "  members:",
+            "- 10.0.0.1",
+            "- 10.0.0.2",
+            "  - a.b",
+            "  - c:d",
+            "    - x",
+            "",
+            "# c",
+            "  # c",
+            "x: 1",
+            "  y: 2",
+            "- \"q\"",
+            "-",
+            "- a ",
+            "  - 1.2.3.4,tcp:80",
+            "\t- a",
+            "- a\r",
+            "---",
+            "  - 10.0.0.0/8 nomatch",
+        ])
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1000))]
+        /// A block read in two halves is the block read on one thread,
+        /// wherever the second half starts.
+        #[test]
+        fn a_block_in_two_halves_is_the_block(
+            lines in proptest::collection::vec(line(), 0..24),
+        ) {
+            let text = format!("{}\n", lines.join("\n"));
+            let whole = scan_lines(&text, 0, text.len(), 0).and_then(Scan::into_block);
+            let starts = text.match_indices('\n').map(|(i, _)| i + 1).filter(|m| *m < text.len());
+            for mid in starts {
+                proptest::prop_assert_eq!(
+                    scan_halves(&text, 0, mid, 0),
+                    whole.as_ref().map(|b| Block { lines: b.lines.clone(), ..*b }),
+                    "{:?} split at {}", text, mid
+                );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+        /// Blocks read in two halves on two threads are lifted exactly as
+        /// read on one: every block of these texts is split (at its middle,
+        /// which falls anywhere in it).
+        #[test]
+        fn two_halves_lift_as_one_thread_does(
+            lines in proptest::collection::vec(line(), 0..30),
+            last_break in proptest::bool::ANY,
+        ) {
+            let mut text = lines.join("\n");
+            if last_break {
+                text.push('\n');
+            }
+            let as_parts = |l: Option<Lifted>| l.map(|l| (l.text, l.lists));
+            proptest::prop_assert_eq!(
+                as_parts(lift_with(&text, 1, usize::MAX, 1)),
+                as_parts(lift_with(&text, 1, usize::MAX, usize::MAX)),
+                "{:?}", text
+            );
+        }
     }
 
     #[test]
