@@ -13,9 +13,9 @@
 # The builder stages build the binary with the `dist` profile (release code,
 # no debug info, stripped; dependencies cached by cargo-chef). The runtime
 # stage is distroless: no shell, no package manager, only the binary, the
-# `ipset` tool with its two libraries, and the base's glibc, libgcc_s and CA
-# certificates. docs/image.md says why and what it costs; tests/dockerfile.rs
-# checks this file's shape.
+# `ipset` tool with its two libraries, the `nft` tool with its ten, and the
+# base's glibc, libgcc_s and CA certificates. docs/image.md says why and what
+# it costs; tests/dockerfile.rs checks this file's shape.
 
 # What the OCI labels say about the build. Declared before the first FROM so
 # that `--build-arg` reaches them; the runtime stage uses them after its last
@@ -75,16 +75,39 @@ RUN apt-get update \
     | tar -cf - --files-from=- | tar -xf - -C /out \
  && rm -rf /var/lib/apt/lists/*
 
+############################ nft ############################
+# The nft-cli backend (--backend nft-cli) runs the `nft` binary; the nft and
+# both backends speak nf_tables netlink and need none. Copied from Debian's
+# `nftables` as `ipset` is above, with exactly the shared libraries `nft`
+# links besides glibc (`ldd /usr/sbin/nft` on bookworm): libnftables and
+# libedit directly, and through them libmnl, libnftnl, libxtables, libjansson,
+# libgmp, libtinfo, libbsd and libmd. The grep names them, since libtinfo6
+# also ships libtic, which nothing here links; libtinfo6 installs into /lib,
+# the others into /usr/lib (distroless keeps both directories, and the loader
+# searches both). libmnl comes with ipset too: the same file, so that each
+# stage holds all its tool needs. /etc/nftables.conf and the systemd unit are
+# left out.
+FROM debian:bookworm-slim AS nft
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends nftables \
+ && mkdir /out \
+ && dpkg -L nftables libnftables1 libedit2 libmnl0 libnftnl11 libxtables12 libjansson4 libgmp10 libtinfo6 libbsd0 libmd0 \
+    | grep -E '^(/usr/sbin/nft|(/usr)?/lib/[^/]+/lib(nftables|edit|mnl|nftnl|xtables|jansson|gmp|tinfo|bsd|md)\.so\.[.0-9]+)$' \
+    | tar -cf - --files-from=- | tar -xf - -C /out \
+ && rm -rf /var/lib/apt/lists/*
+
 ############################ runtime ############################
 # Distroless cc: glibc, libgcc_s (Rust's unwinder needs it), CA certificates
 # (for an API server whose certificate chains to a public CA), /etc/protocols
 # and /etc/services (ipset resolves `tcp`/`udp` in hash:ip,port members
 # through them), /etc/passwd with root and nonroot (65532), /tmp. No shell:
 # nothing in this stage may RUN; `kubectl exec` gets no shell either, and the
-# agent's logs, /metrics and `ipset list` on the node are how it is looked at.
+# agent's logs, /metrics and `ipset list` or `nft list table` on the node are
+# how it is looked at.
 FROM gcr.io/distroless/cc-debian12
 
 COPY --from=ipset /out/ /
+COPY --from=nft /out/ /
 COPY --from=builder /out/ipsetmgr /usr/local/bin/ipsetmgr
 
 ARG VERSION

@@ -231,27 +231,51 @@ fn policy_yaml(name: &str, set_type: &str, members: &[&str]) -> String {
     )
 }
 
-/// The row of the result table for a set (cells split on whitespace).
-fn row<'a>(output: &'a str, set: &str) -> Option<Vec<&'a str>> {
-    output
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|cells| cells.get(1) == Some(&set))
+/// How `apply` and `sets` show the nft set `set` of the default table: as
+/// nft names it, after its table.
+fn nft(set: &str) -> String {
+    format!("inet ipsetmgr {set}")
 }
 
-/// The RESULT cell of a set's row: the rest of the line after the first
-/// five cells (POLICY SET TYPE MEMBERS PROBLEMS).
+/// The rows of the result table (POLICY SET TYPE MEMBERS PROBLEMS RESULT),
+/// each as its cells. Cells are cut where the header's words start, not on
+/// whitespace: an nft set's SET cell holds its table too. The table ends at
+/// the first line without the two-space gap before every column.
+fn rows(output: &str) -> Vec<Vec<&str>> {
+    let mut lines = output.lines().skip_while(|l| !l.starts_with("POLICY "));
+    let Some(header) = lines.next() else {
+        return Vec::new();
+    };
+    let b = header.as_bytes();
+    let starts: Vec<usize> = (0..b.len())
+        .filter(|&i| b[i] != b' ' && (i == 0 || b[i - 1] == b' '))
+        .collect();
+    let in_table = |l: &&str| {
+        starts[1..]
+            .iter()
+            .all(|&at| l.get(at - 2..at) == Some("  ") && l.get(at..=at).is_some_and(|c| c != " "))
+    };
+    lines
+        .take_while(in_table)
+        .map(|l| {
+            let ends = starts[1..].iter().copied().chain([l.len()]);
+            starts
+                .iter()
+                .zip(ends)
+                .map(|(&a, e)| l[a..e].trim_end())
+                .collect()
+        })
+        .collect()
+}
+
+/// The row of the result table whose SET cell is `set`.
+fn row<'a>(output: &'a str, set: &str) -> Option<Vec<&'a str>> {
+    rows(output).into_iter().find(|cells| cells[1] == set)
+}
+
+/// The RESULT cell of a set's row.
 fn result<'a>(output: &'a str, set: &str) -> &'a str {
-    let line = output
-        .lines()
-        .find(|l| l.split_whitespace().nth(1) == Some(set))
-        .unwrap_or_else(|| panic!("no row for {set} in:\n{output}"));
-    let mut rest = line.trim_start();
-    for _ in 0..5 {
-        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-        rest = rest[end..].trim_start();
-    }
-    rest.trim_end()
+    row(output, set).unwrap_or_else(|| panic!("no row for {set} in:\n{output}"))[5]
 }
 
 /// The samples nft cannot hold: (set, policy, what the reason says).
@@ -383,12 +407,12 @@ fn nft_samples_apply_exactly_and_idempotently() {
         let compiled = compile(&policies, &Naming::default(), None);
         assert!(compiled.errors.is_empty(), "{:?}", compiled.errors);
 
-        let failed: Vec<&str> = out
-            .lines()
-            .filter(|l| l.contains("FAILED"))
-            .filter_map(|l| l.split_whitespace().nth(1))
+        let failed: Vec<String> = rows(&out)
+            .into_iter()
+            .filter(|cells| cells[5].starts_with("FAILED"))
+            .map(|cells| cells[1].to_string())
             .collect();
-        let mut want_failed: Vec<&str> = UNREPRESENTABLE.iter().map(|u| u.0).collect();
+        let mut want_failed: Vec<String> = UNREPRESENTABLE.iter().map(|u| nft(u.0)).collect();
         want_failed.sort();
         let mut failed_sorted = failed.clone();
         failed_sorted.sort();
@@ -397,9 +421,9 @@ fn nft_samples_apply_exactly_and_idempotently() {
             "{backend}: exactly these fail\n{out}"
         );
         for (set, policy, why) in UNREPRESENTABLE {
-            let cells = row(&out, set).unwrap();
+            let cells = row(&out, &nft(set)).unwrap();
             assert_eq!(cells[0], policy, "{backend}: {out}");
-            let r = result(&out, set);
+            let r = result(&out, &nft(set));
             assert!(r.starts_with("FAILED: "), "{backend}: {r}");
             assert!(r.contains(why), "{backend} {set}: {why:?} not in {r}");
         }
@@ -417,7 +441,7 @@ fn nft_samples_apply_exactly_and_idempotently() {
             }
             want_names.push(s.name.clone());
             assert_eq!(
-                result(&out, &s.name),
+                result(&out, &nft(&s.name)),
                 "created",
                 "{backend}: {}\n{out}",
                 s.name
@@ -442,7 +466,11 @@ fn nft_samples_apply_exactly_and_idempotently() {
         let (code, again) = ns.ipsetmgr(backend, &["apply", "-f", dir]);
         assert_eq!(code, Some(1), "{backend}: {again}");
         for name in &want_names {
-            assert_eq!(result(&again, name), "unchanged", "{backend}: {again}");
+            assert_eq!(
+                result(&again, &nft(name)),
+                "unchanged",
+                "{backend}: {again}"
+            );
         }
         assert_eq!(
             stripped(&ns.owned()),
@@ -507,7 +535,7 @@ fn nft_rule_references_hold_the_set() {
         let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
         assert_eq!(code, Some(0), "{backend}: {out}");
         assert_eq!(
-            result(&out, "ipm4-blocklist"),
+            result(&out, &nft("ipm4-blocklist")),
             "updated",
             "{backend}: {out}"
         );
@@ -523,7 +551,7 @@ fn nft_rule_references_hold_the_set() {
         block(&["192.0.2.0/24"], "hash:net");
         let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
         assert_eq!(code, Some(1), "{backend}: {out}");
-        let r = result(&out, "ipm4-blocklist");
+        let r = result(&out, &nft("ipm4-blocklist"));
         assert!(
             r.starts_with("FAILED: ") && r.contains("referenced") && r.contains("not replaced"),
             "{backend}: {r}"
@@ -544,8 +572,10 @@ fn nft_rule_references_hold_the_set() {
         let (code, out) = ns.ipsetmgr(backend, &["apply", "--prune", "-f", path]);
         assert_ne!(code, Some(0), "{backend}: {out}");
         assert!(
-            out.lines()
-                .any(|l| l.contains("could not delete ipm4-blocklist") && l.contains("in use")),
+            out.lines().any(
+                |l| l.starts_with("could not delete inet ipsetmgr ipm4-blocklist: ")
+                    && l.contains("in use")
+            ),
             "{backend}: {out}"
         );
         let l = ns.owned();
@@ -556,7 +586,10 @@ fn nft_rule_references_hold_the_set() {
         ns.sh(&["nft", "flush", "chain", "inet", "ipsetmgr", "input"]);
         let (code, out) = ns.ipsetmgr(backend, &["apply", "--prune", "-f", path]);
         assert_eq!(code, Some(0), "{backend}: {out}");
-        assert!(out.contains("deleted ipm4-blocklist"), "{backend}: {out}");
+        assert!(
+            out.contains("deleted inet ipsetmgr ipm4-blocklist: "),
+            "{backend}: {out}"
+        );
         let l = ns.owned();
         assert!(set(&l, "ipm4-blocklist").is_none(), "{backend}: {l}");
         assert!(set(&l, "ipm4-keep").is_some(), "{backend}: {l}");
@@ -620,7 +653,11 @@ fn nft_foreign_objects_survive_prune() {
         std::fs::remove_file(d.path().join("b.yaml")).unwrap();
         let (code, out) = ns.ipsetmgr(backend, &["apply", "--prune", "-f", path]);
         assert_eq!(code, Some(0), "{backend}: {out}");
-        assert!(out.contains("deleted ipm4-b"), "{backend}: {out}");
+        // Named with its table: not the foreign table's ipm4-b.
+        assert!(
+            out.contains("deleted inet ipsetmgr ipm4-b: "),
+            "{backend}: {out}"
+        );
         let l = ns.owned();
         assert_eq!(set_names(&l), ["ipm4-a", "other"], "{backend}: {l}");
         assert_eq!(
@@ -654,18 +691,20 @@ fn nft_sets_lists_and_dry_run_changes_nothing() {
         let (code, out) = ns.ipsetmgr(backend, &["apply", "--dry-run", "-f", path]);
         assert_eq!(code, Some(0), "{backend}: {out}");
         assert!(
-            out.contains("ipm4-a"),
+            out.contains("create inet ipsetmgr ipm4-a with 2 elements"),
             "{backend}: the plan names it: {out}"
         );
         assert_eq!(ns.ruleset(), before, "{backend}: dry run created something");
 
+        // `apply` and `sets` name the set alike.
         let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
         assert_eq!(code, Some(0), "{backend}: {out}");
+        assert_eq!(result(&out, &nft("ipm4-a")), "created", "{backend}: {out}");
         let (code, out) = ns.ipsetmgr(backend, &["sets"]);
         assert_eq!(code, Some(0), "{backend}: {out}");
         let line = out
             .lines()
-            .find(|l| l.contains("ipm4-a"))
+            .find(|l| l.starts_with(&format!("{}  ", nft("ipm4-a"))))
             .unwrap_or_else(|| panic!("{backend}: sets lists ipm4-a: {out}"));
         assert!(line.contains("ipv4_addr"), "{backend}: {line}");
         assert_eq!(
@@ -718,7 +757,7 @@ fn both_backend_writes_ipset_and_nft_set() {
     let (code, out) = ns.ipsetmgr("both", &["apply", "-f", d.path().to_str().unwrap()]);
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(result(&out, "ipm4-blocklist"), "created", "{out}");
-    assert_eq!(result(&out, "nft:ipm4-blocklist"), "created", "{out}");
+    assert_eq!(result(&out, &nft("ipm4-blocklist")), "created", "{out}");
 
     let want = ["192.0.2.10", "192.0.2.11", "192.0.2.99"];
     let saved = ns.sh(&["ipset", "save", "ipm4-blocklist"]);
@@ -730,17 +769,31 @@ fn both_backend_writes_ipset_and_nft_set() {
     members.sort();
     assert_eq!(members, want, "{saved}");
     let l = ns.owned();
-    let nft: Vec<String> = elements(set(&l, "ipm4-blocklist").unwrap())
+    let held: Vec<String> = elements(set(&l, "ipm4-blocklist").unwrap())
         .into_iter()
         .map(|e| e.split(' ').next().unwrap().to_string())
         .collect();
-    assert_eq!(nft, want, "{l}");
+    assert_eq!(held, want, "{l}");
 
     // Again: both sides unchanged.
     let (code, out) = ns.ipsetmgr("both", &["apply", "-f", d.path().to_str().unwrap()]);
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(result(&out, "ipm4-blocklist"), "unchanged", "{out}");
-    assert_eq!(result(&out, "nft:ipm4-blocklist"), "unchanged", "{out}");
+    assert_eq!(result(&out, &nft("ipm4-blocklist")), "unchanged", "{out}");
+    // `sets` lists both, named as `apply` names them.
+    let (code, out) = ns.ipsetmgr("both", &["sets"]);
+    assert_eq!(code, Some(0), "{out}");
+    let mut names: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split("  ").next())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [nft("ipm4-blocklist").as_str(), "ipm4-blocklist"],
+        "{out}"
+    );
 }
 
 #[test]
@@ -773,12 +826,20 @@ fn nft_table_and_family_options_place_the_sets() {
         // The same options find them again: unchanged, and listed.
         let (code, out) = ns.ipsetmgr(backend, &apply);
         assert_eq!(code, Some(0), "{backend}: {out}");
-        assert_eq!(result(&out, "ipm4-a"), "unchanged", "{backend}: {out}");
+        // Both commands name the set with the table it is in.
+        assert_eq!(
+            result(&out, "ip filter ipm4-a"),
+            "unchanged",
+            "{backend}: {out}"
+        );
         let mut sets = args.to_vec();
         sets.push("sets");
         let (code, out) = ns.ipsetmgr(backend, &sets);
         assert_eq!(code, Some(0), "{backend}: {out}");
-        assert!(out.contains("ip filter ipm4-a"), "{backend}: {out}");
+        assert!(
+            out.lines().any(|l| l.starts_with("ip filter ipm4-a  ")),
+            "{backend}: {out}"
+        );
     }
 }
 
@@ -814,13 +875,14 @@ fn nft_and_nft_cli_read_each_other_and_repair_drift() {
     };
     let dir = samples();
     let dir = dir.to_str().unwrap();
-    // The table rows (a set name in the second cell) not "unchanged",
-    // leaving out the three samples nft cannot hold.
+    // The sets of the table's rows not "unchanged", leaving out the three
+    // samples nft cannot hold.
     let changed_sets = |out: &str| -> Vec<String> {
-        out.lines()
-            .filter_map(|l| l.split_whitespace().nth(1))
+        rows(out)
+            .into_iter()
+            .filter(|cells| cells[5] != "unchanged")
+            .map(|cells| cells[1].strip_prefix("inet ipsetmgr ").unwrap_or(cells[1]))
             .filter(|s| s.starts_with("ipm") && !UNREPRESENTABLE.iter().any(|u| u.0 == *s))
-            .filter(|s| result(out, s) != "unchanged")
             .map(str::to_string)
             .collect()
     };
@@ -891,10 +953,10 @@ fn nft_and_nft_cli_read_each_other_and_repair_drift() {
             "{backend}: {out}"
         );
         for set in &changed {
-            assert_eq!(result(&out, set), "updated", "{backend}: {out}");
+            assert_eq!(result(&out, &nft(set)), "updated", "{backend}: {out}");
         }
         assert_eq!(
-            row(&out, "ipmx-admin-ports").unwrap()[4],
+            row(&out, &nft("ipmx-admin-ports")).unwrap()[4],
             "2",
             "{backend}: {out}"
         );
@@ -939,7 +1001,7 @@ fn foreign_shape_is_recreated(backend: &str, tag: &str, decl: &str) {
     let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
     assert_eq!(code, Some(0), "{backend} {decl}: {out}");
     assert_eq!(
-        result(&out, "ipm4-blocklist"),
+        result(&out, &nft("ipm4-blocklist")),
         "recreated",
         "{backend} {decl}: {out}"
     );
@@ -967,7 +1029,7 @@ fn foreign_shape_is_recreated(backend: &str, tag: &str, decl: &str) {
     let (code, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
     assert_eq!(code, Some(0), "{backend} {decl}: {out}");
     assert_eq!(
-        result(&out, "ipm4-blocklist"),
+        result(&out, &nft("ipm4-blocklist")),
         "unchanged",
         "{backend} {decl}: {out}"
     );

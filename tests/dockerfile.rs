@@ -8,8 +8,9 @@
 //! Deployment runs `/usr/local/bin/ipsetmgr controller`; tests/manifests/
 //! checks that side), a stripped binary built with `--locked` and cached by
 //! cargo-chef under the same profile, a runtime stage without a shell that
-//! still has `ipset` for the cli backend, OCI labels from build arguments,
-//! the four ports, and uid 0 with the reason next to it.
+//! still has `ipset` for the cli backend and `nft` for the nft-cli backend,
+//! each with exactly the libraries it links, OCI labels from build
+//! arguments, the four ports, and uid 0 with the reason next to it.
 //!
 //! RUN lines are shell: they are split here into simple commands (on `&&`,
 //! `||`, `;`, `|`) and words, quotes removed. That is enough for the plain
@@ -30,6 +31,83 @@ const BUILT: &str = "/out/ipsetmgr";
 const PROFILE: &str = "dist";
 /// agent health, agent metrics, controller metrics, controller health.
 const PORTS: [u16; 4] = [9476, 9477, 9478, 9479];
+
+/// A tool a backend runs, copied into the runtime from a Debian stage of its
+/// own (the runtime has no package manager).
+struct Tool {
+    /// The stage's name.
+    stage: &'static str,
+    /// What apt installs.
+    package: &'static str,
+    /// The packages whose files `dpkg -L` lists: the tool's and its
+    /// libraries'.
+    packages: &'static [&'static str],
+    /// The tool's path.
+    path: &'static str,
+    /// The shared libraries it links besides glibc, as `ldd` names them on
+    /// bookworm (directly or through each other).
+    links: &'static [&'static str],
+}
+
+const TOOLS: [Tool; 2] = [
+    Tool {
+        stage: "ipset",
+        package: "ipset",
+        packages: &["ipset", "libipset13", "libmnl0"],
+        path: "/usr/sbin/ipset",
+        links: &["libipset.so.13", "libmnl.so.0"],
+    },
+    Tool {
+        stage: "nft",
+        package: "nftables",
+        packages: &[
+            "nftables",
+            "libnftables1",
+            "libedit2",
+            "libmnl0",
+            "libnftnl11",
+            "libxtables12",
+            "libjansson4",
+            "libgmp10",
+            "libtinfo6",
+            "libbsd0",
+            "libmd0",
+        ],
+        path: "/usr/sbin/nft",
+        links: &[
+            "libnftables.so.1",
+            "libedit.so.2",
+            "libmnl.so.0",
+            "libnftnl.so.11",
+            "libxtables.so.12",
+            "libjansson.so.4",
+            "libgmp.so.10",
+            "libtinfo.so.6",
+            "libbsd.so.0",
+            "libmd.so.0",
+        ],
+    },
+];
+
+/// `dpkg -L` of each package of [`TOOLS`] on Debian bookworm amd64, as
+/// `== PACKAGE` and then its lines (recorded with `for p in ...; do echo
+/// "== $p"; dpkg -L $p; done`).
+fn dpkg_listing() -> BTreeMap<String, Vec<String>> {
+    let text = read("tests/dockerfile/dpkg-L-bookworm-amd64.txt");
+    let mut listing = BTreeMap::new();
+    let mut current: Option<&mut Vec<String>> = None;
+    for line in text.lines() {
+        if let Some(package) = line.strip_prefix("== ") {
+            current = Some(listing.entry(package.to_string()).or_default());
+        } else {
+            current
+                .as_mut()
+                .expect("the listing starts with `== PACKAGE`")
+                .push(line.to_string());
+        }
+    }
+    listing
+}
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
@@ -342,7 +420,7 @@ fn the_builder_builds_the_stripped_profile_locked() {
 }
 
 #[test]
-fn the_runtime_has_no_shell_and_the_ipset_tool() {
+fn the_runtime_has_no_shell_and_the_ipset_and_nft_tools() {
     let text = read("Dockerfile");
     let d = parse(&text);
     let rt = runtime(&d);
@@ -360,8 +438,9 @@ fn the_runtime_has_no_shell_and_the_ipset_tool() {
         );
     }
 
-    // ipset and its libraries come from a Debian stage of the same release
-    // as the runtime's base (their glibc), which is also the builder's.
+    // ipset, nft and their libraries come from Debian stages of the same
+    // release as the runtime's base (their glibc), which is also the
+    // builder's.
     let release = base
         .rsplit_once("-debian")
         .map(|(_, n)| n)
@@ -371,31 +450,101 @@ fn the_runtime_has_no_shell_and_the_ipset_tool() {
         "13" => "trixie",
         other => panic!("unknown Debian release {other}"),
     };
-    let ipset = stage(&d, "ipset");
-    assert_eq!(ipset.from.image.value, format!("debian:{codename}-slim"));
     assert_eq!(
         stage(&d, "chef").from.image.value,
         format!("rust:1-{codename}"),
         "the binary links the glibc of the runtime's release"
     );
-    let (_, install) = command(&ipset, &["apt-get", "install"]);
-    assert!(has(&install, "ipset"), "{install:?}");
-    assert!(has(&install, "--no-install-recommends"), "{install:?}");
-    let (_, files) = command(&ipset, &["dpkg", "-L"]);
-    for package in ["ipset", "libipset13", "libmnl0"] {
-        assert!(
-            has(&files, package),
-            "the {package} files are copied: {files:?}"
-        );
+    for tool in &TOOLS {
+        let s = stage(&d, tool.stage);
+        assert_eq!(s.from.image.value, format!("debian:{codename}-slim"));
+        let (_, install) = command(&s, &["apt-get", "install"]);
+        assert!(has(&install, tool.package), "{install:?}");
+        assert!(has(&install, "--no-install-recommends"), "{install:?}");
+        let (_, files) = command(&s, &["dpkg", "-L"]);
+        for package in tool.packages {
+            assert!(
+                has(&files, package),
+                "the {package} files are copied: {files:?}"
+            );
+        }
+        let copied: Vec<_> = copies(&rt)
+            .filter(|(_, c)| flag(&c.options, "from") == Some(tool.stage))
+            .collect();
+        let [(_, copy)] = copied[..] else {
+            panic!("the runtime copies the {} stage's files once", tool.stage)
+        };
+        assert_eq!(copy_sources(copy), ["/out/"]);
+        assert_eq!(copy.dest.value, "/");
     }
-    let from_ipset: Vec<_> = copies(&rt)
-        .filter(|(_, c)| flag(&c.options, "from") == Some("ipset"))
-        .collect();
-    let [(_, copy)] = from_ipset[..] else {
-        panic!("the runtime copies the ipset stage's files once")
-    };
-    assert_eq!(copy_sources(copy), ["/out/"]);
-    assert_eq!(copy.dest.value, "/");
+}
+
+/// Each tool stage's `dpkg -L ... | grep -E PATTERN` keeps, of what dpkg
+/// lists on bookworm, exactly the tool and the libraries it links (each
+/// soname link and the file it points to): no man page, no config, and no
+/// library of those packages that the tool does not link (libtinfo6 ships
+/// libtic too). Run through grep itself, so the pattern means what it
+/// means in the build.
+#[test]
+fn the_tool_stages_keep_exactly_each_tool_and_its_libraries() {
+    let text = read("Dockerfile");
+    let d = parse(&text);
+    let listing = dpkg_listing();
+    for tool in &TOOLS {
+        let s = stage(&d, tool.stage);
+        let (_, files) = command(&s, &["dpkg", "-L"]);
+        let mut listed = Vec::new();
+        for package in &files[2..] {
+            let lines = listing
+                .get(package)
+                .unwrap_or_else(|| panic!("{}: no recorded listing of {package}", tool.stage));
+            listed.extend(lines.iter().map(String::as_str));
+        }
+        let (_, grep) = command(&s, &["grep", "-E"]);
+        let [_, _, pattern] = &grep[..] else {
+            panic!("{}: `grep -E PATTERN`, got {grep:?}", tool.stage)
+        };
+        let mut child = std::process::Command::new("grep")
+            .args(["-E", pattern])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run grep");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(listed.join("\n").as_bytes()).unwrap();
+            stdin.write_all(b"\n").unwrap();
+        }
+        let out = child.wait_with_output().expect("grep ran");
+        let mut kept: Vec<String> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        kept.sort();
+        let linked = |path: &str| {
+            let file = path.rsplit('/').next().unwrap_or(path);
+            tool.links
+                .iter()
+                .any(|l| file == *l || file.starts_with(&format!("{l}.")))
+        };
+        let mut want: Vec<String> = listed
+            .iter()
+            .filter(|p| **p == tool.path || linked(p))
+            .map(|p| p.to_string())
+            .collect();
+        want.sort();
+        assert_eq!(kept, want, "{}: pattern {pattern}", tool.stage);
+        assert!(kept.iter().any(|p| p == tool.path), "{}", tool.stage);
+        for l in tool.links {
+            assert!(
+                kept.iter().any(|p| p.ends_with(&format!("/{l}"))),
+                "{}: {l} is not copied",
+                tool.stage
+            );
+        }
+    }
 }
 
 #[test]

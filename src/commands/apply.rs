@@ -194,7 +194,7 @@ fn result_rows(
         all_synced &= r.synced;
         rows.push(vec![
             r.policy.clone(),
-            r.name.clone(),
+            mgr.shown_name(&r.name),
             type_of(&r.policy),
             r.members.to_string(),
             r.problems.to_string(),
@@ -248,20 +248,28 @@ fn print_side_effects(
             "skipped policy {name:?}: its nodeSelector does not select this host"
         )?;
     }
+    // Sets are named as `ipsetmgr sets` lists them (an nft set after its
+    // table), not as the reports tag them.
+    let shown = |name: &str| mgr.shown_name(name);
     for name in &outcome.temp_deleted {
-        writeln!(out, "removed leftover temp set {name}")?;
+        writeln!(out, "removed leftover temp set {}", shown(name))?;
     }
     for name in &outcome.deleted {
-        writeln!(out, "deleted {name}: no policy wants it")?;
+        writeln!(out, "deleted {}: no policy wants it", shown(name))?;
     }
     for name in mgr.unwanted() {
-        writeln!(out, "kept {name}: no policy wants it (--prune deletes it)")?;
+        writeln!(
+            out,
+            "kept {}: no policy wants it (--prune deletes it)",
+            shown(&name)
+        )?;
     }
     for d in undeleted {
         writeln!(
             out,
             "could not delete {}: {} (retried on the next run)",
-            d.name, d.error
+            shown(&d.name),
+            d.error
         )?;
     }
     Ok(())

@@ -320,7 +320,7 @@ impl Agent {
         self.logged = now;
     }
 
-    /// Per policy selecting this node: its generation, sets and error.
+    /// Per policy selecting this node: its generation, revision and error.
     fn snapshot_of(&self, compiled: &Compiled) -> Snapshot {
         let errors = compiled.errors_by_policy();
         let revisions = self.store.policy_store.revisions();
@@ -333,18 +333,11 @@ impl Agent {
                 let shown: Vec<String> = errs.iter().take(3).map(|e| e.to_string()).collect();
                 shown.join("; ")
             });
-            let sets = compiled
-                .sets
-                .iter()
-                .filter(|s| s.policy == *name)
-                .map(|s| s.name.clone())
-                .collect();
             policies.insert(
                 name.clone(),
                 PolicyFacts {
                     generation: entry.generation,
                     revision: revisions.get(name.as_str()).cloned().unwrap_or_default(),
-                    sets,
                     error,
                 },
             );

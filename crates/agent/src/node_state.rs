@@ -47,13 +47,13 @@ pub struct Snapshot {
     pub policies: BTreeMap<String, PolicyFacts>,
 }
 
+/// A policy as compiled. Its sets' names are not here: the backend names
+/// them, and the report says how (see [`status_of`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PolicyFacts {
     pub generation: i64,
     /// See `ipsetmgr_policy::revision::members_revision`.
     pub revision: String,
-    /// Its kernel sets (none when it failed to compile).
-    pub sets: Vec<String>,
     /// Why it was not compiled (its sets are held as they are).
     pub error: Option<String>,
 }
@@ -85,15 +85,14 @@ pub fn status_of(
             .map(|s| s.last_sync)
             .collect::<Option<Vec<_>>>()
             .and_then(|times| times.into_iter().min());
-        // With `--backend both` each set is also an nft set, reported as
-        // `nft:<set>`: listed beside the ipset's name, and its members not
-        // counted twice.
-        let mut set_names = facts.sets.clone();
-        set_names.extend(
-            sets.iter()
-                .filter(|s| s.name.starts_with(BOTH_SECOND_PREFIX))
-                .map(|s| s.name.clone()),
-        );
+        // The names the sets have in the kernel are the backend's: the
+        // compiled names are ipset names, shortened past ipset's 31 bytes,
+        // while an nft set carries the policy's name in full
+        // (docs/architecture.md, "Names and ownership"). So they come from
+        // the report: with `--backend nft` the nft sets' names, with `both`
+        // the ipsets' and then the nft sets' as `nft:<set>`, whose members
+        // are not counted twice.
+        let set_names = sets.iter().map(|s| s.name.clone()).collect();
         let members = sets
             .iter()
             .filter(|s| !s.name.starts_with(BOTH_SECOND_PREFIX))
@@ -400,7 +399,6 @@ mod tests {
                 PolicyFacts {
                     generation: 1,
                     revision: String::new(),
-                    sets: vec![format!("ipm4-{name}")],
                     error,
                 },
             );
@@ -432,7 +430,6 @@ mod tests {
                 PolicyFacts {
                     generation: 1,
                     revision: String::new(),
-                    sets: vec!["ipm4-a".into()],
                     error: None,
                 },
             )]),

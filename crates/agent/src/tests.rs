@@ -25,7 +25,9 @@ use ipsetmgr_cluster::tolerant::decode;
 use ipsetmgr_dataplane::model::ModelDataplane;
 use ipsetmgr_ipset::{Family, Naming, SetHeader, SetKind, SetType};
 use ipsetmgr_manager::driver::{Command, Report};
-use ipsetmgr_manager::{Manager, ManagerConfig};
+use ipsetmgr_manager::{BothBackends, Manager, ManagerConfig, SetsBackend};
+use ipsetmgr_nft::backend::{NftBackend, default_table};
+use ipsetmgr_nft::model::ModelNft;
 
 const NODE: &str = "node-a";
 const STATE_PATH: &str = "/apis/ipsetmgr.io/v1alpha1/ipsetnodestates";
@@ -95,10 +97,10 @@ fn mock_api(server: Arc<Mutex<Server>>) -> Client {
     })
 }
 
-/// The kernel side, inline: each desired state is applied at once on the
-/// model and reported, in the test's own task.
+/// The kernel side, inline: each desired state is applied at once by the
+/// backend (over a model) and reported, in the test's own task.
 struct InlineKernel {
-    manager: Mutex<Manager<ModelDataplane>>,
+    manager: Mutex<Box<dyn SetsBackend>>,
     reports: mpsc::UnboundedSender<Report>,
 }
 
@@ -140,30 +142,47 @@ struct Harness {
 
 const HEARTBEAT: Duration = Duration::from_secs(30);
 
+/// The backends' configuration: the default naming, as the agent's.
+fn config() -> ManagerConfig {
+    ManagerConfig {
+        naming: Naming::default(),
+        ..ManagerConfig::default()
+    }
+}
+
+/// `--backend nft` over the nf_tables model.
+fn nft_backend(nft: &ModelNft) -> NftBackend<ModelNft> {
+    NftBackend::new(nft.clone(), default_table(), config()).with_sleep(|_| {})
+}
+
 impl Harness {
     fn start() -> Harness {
         Harness::start_with(ModelDataplane::new())
     }
 
     fn start_with(model: ModelDataplane) -> Harness {
+        let manager = Manager::new(model.clone(), config()).with_sleep(|_| {});
+        Harness::start_backend(model, Box::new(manager), "ipset")
+    }
+
+    /// The agent over `backend`, whose reports describe sets of
+    /// `sets_kind` (as `--backend` sets it); `model` is the ipset model
+    /// the backend uses, if any.
+    fn start_backend(
+        model: ModelDataplane,
+        backend: Box<dyn SetsBackend>,
+        sets_kind: &'static str,
+    ) -> Harness {
         let server = Arc::new(Mutex::new(Server::default()));
         let client = mock_api(server.clone());
-        let naming = Naming::default();
-        let mut settings = Settings::new(naming.clone(), HEARTBEAT);
+        let mut settings = Settings::new(Naming::default(), HEARTBEAT);
         settings.debounce = Duration::from_millis(10);
         settings.deletion_grace = Duration::from_millis(300);
+        settings.sets_kind = sets_kind;
         let shared = Shared::new(Duration::from_secs(60));
         let (reports_tx, reports) = mpsc::unbounded_channel();
-        let manager = Manager::new(
-            model.clone(),
-            ManagerConfig {
-                naming,
-                ..ManagerConfig::default()
-            },
-        )
-        .with_sleep(|_| {});
         let kernel = InlineKernel {
-            manager: Mutex::new(manager),
+            manager: Mutex::new(backend),
             reports: reports_tx,
         };
         let (status_tx, status_rx) = watch::channel(None);
@@ -807,5 +826,101 @@ async fn a_rejection_is_logged_once_per_generation_with_its_fields() {
     ))));
     eventually("the new generation logged", || rejections().len() == 2).await;
     assert_eq!(rejections()[1]["fields"]["generation"], 2);
+    h.stop().await;
+}
+
+/// A policy whose ipset name would pass ipset's 31 bytes: the ipset name is
+/// shortened with a hash, the nft set carries the policy's name in full.
+const LONG: &str = "a-very-long-policy-name-for-the-edge-nodes";
+
+/// `--backend nft`: the node state names the nft set the kernel holds
+/// (`ipm4-<policy>` in full), not the shortened ipset name.
+#[tokio::test(start_paused = true)]
+async fn with_nft_the_node_state_names_the_nft_sets() {
+    let nft = ModelNft::new();
+    let h = Harness::start_backend(ModelDataplane::new(), Box::new(nft_backend(&nft)), "nft");
+    h.node_seen(&[]);
+    h.list(
+        vec![
+            policy(LONG, 1, hash_ip(&["10.0.0.1", "10.0.0.2"])),
+            policy("short", 1, hash_ip(&["10.0.0.3"])),
+        ],
+        vec![],
+    );
+    eventually("reported", || {
+        h.policy_state(LONG).is_some_and(|p| p["synced"] == true)
+    })
+    .await;
+    let full = format!("ipm4-{LONG}");
+    let held: Vec<String> = nft
+        .table(&default_table())
+        .expect("the table")
+        .sets
+        .into_keys()
+        .collect();
+    assert_eq!(held, [full.clone(), "ipm4-short".to_string()]);
+    let long = h.policy_state(LONG).unwrap();
+    assert_eq!(long["setNames"], json!([full]), "{long}");
+    assert_eq!(long["members"], 2);
+    let short = h.policy_state("short").unwrap();
+    assert_eq!(short["setNames"], json!(["ipm4-short"]), "{short}");
+    assert!(h.model.set_names().is_empty(), "no ipset was made");
+    h.stop().await;
+}
+
+/// `--backend both`: each backend's set under its own name (the shortened
+/// ipset, then the nft set in full as `nft:…`), the members counted once,
+/// and a set only one backend fails to hold makes the policy unsynced,
+/// naming that backend's set.
+#[tokio::test(start_paused = true)]
+async fn with_both_the_node_state_names_each_backends_sets() {
+    let (ipsets, nft) = (ModelDataplane::new(), ModelNft::new());
+    let both = BothBackends::new(
+        Manager::new(ipsets.clone(), config()).with_sleep(|_| {}),
+        nft_backend(&nft),
+    );
+    let h = Harness::start_backend(ipsets, Box::new(both), "ipset");
+    h.node_seen(&[]);
+    let short = Naming::default().main_set_name(LONG, Some(Family::V4));
+    assert!(short.len() <= 31 && short != format!("ipm4-{LONG}"));
+    // ICMP members: an ipset holds them, an nft set of ports cannot.
+    let icmp = json!({"type": "hash:ip,port", "members": ["10.0.0.1,icmp:echo-request"]});
+    h.list(
+        vec![
+            policy(LONG, 1, hash_ip(&["10.0.0.1", "10.0.0.2"])),
+            policy("pings", 1, icmp),
+        ],
+        vec![],
+    );
+    eventually("reported", || {
+        h.policy_state(LONG).is_some() && h.policy_state("pings").is_some()
+    })
+    .await;
+    let long = h.policy_state(LONG).unwrap();
+    assert_eq!(
+        long["setNames"],
+        json!([short, format!("nft:ipm4-{LONG}")]),
+        "{long}"
+    );
+    assert_eq!(long["synced"], true, "{long}");
+    assert_eq!(long["members"], 2, "not counted twice: {long}");
+    assert_eq!(h.model.members(&short).unwrap(), ["10.0.0.1", "10.0.0.2"]);
+    let nft_sets = nft.table(&default_table()).expect("the table").sets;
+    assert!(
+        nft_sets.contains_key(&format!("ipm4-{LONG}")),
+        "{nft_sets:?}"
+    );
+
+    let pings = h.policy_state("pings").unwrap();
+    assert_eq!(
+        pings["setNames"],
+        json!(["ipm4-pings", "nft:ipm4-pings"]),
+        "{pings}"
+    );
+    assert_eq!(pings["synced"], false, "{pings}");
+    let error = pings["error"].as_str().unwrap();
+    assert!(error.starts_with("nft:ipm4-pings: "), "{error}");
+    assert!(h.model.members("ipm4-pings").is_some(), "the ipset is held");
+    assert_eq!(h.stored_status()["syncedText"], "1/2");
     h.stop().await;
 }

@@ -72,6 +72,15 @@ pub trait SetsBackend: Send {
 
     /// Every owned set in the kernel (`ipsetmgr sets`), read only.
     fn list(&mut self) -> Result<Vec<ListedSet>, DataplaneError>;
+
+    /// How a command shows a user the set named `set` in this backend's
+    /// reports and outcomes: the name [`list`](SetsBackend::list) gives it,
+    /// so `apply` and `sets` name one set alike. An ipset is its name; an
+    /// nft set is named as nft names it, after its table (`inet ipsetmgr
+    /// ipm4-a`), which says where it is whatever table was configured.
+    fn shown_name(&self, set: &str) -> String {
+        set.to_string()
+    }
 }
 
 impl<B: SetsBackend + ?Sized> SetsBackend for Box<B> {
@@ -110,5 +119,8 @@ impl<B: SetsBackend + ?Sized> SetsBackend for Box<B> {
     }
     fn list(&mut self) -> Result<Vec<ListedSet>, DataplaneError> {
         (**self).list()
+    }
+    fn shown_name(&self, set: &str) -> String {
+        (**self).shown_name(set)
     }
 }

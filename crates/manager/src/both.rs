@@ -117,9 +117,11 @@ impl<A: SetsBackend, B: SetsBackend> SetsBackend for BothBackends<A, B> {
         d
     }
 
+    /// Both plans; the second's lines name each set as it shows it (an nft
+    /// set after its table), which tells them from the first's.
     fn plan(&mut self) -> Result<Vec<String>, DataplaneError> {
         let mut lines = self.first.plan()?;
-        lines.extend(self.second.plan()?.into_iter().map(|l| Self::tag(&l)));
+        lines.extend(self.second.plan()?);
         Ok(lines)
     }
 
@@ -128,6 +130,14 @@ impl<A: SetsBackend, B: SetsBackend> SetsBackend for BothBackends<A, B> {
         let mut l = self.first.list()?;
         l.extend(self.second.list()?);
         Ok(l)
+    }
+
+    /// A tagged name is the second's set, shown as the second shows it.
+    fn shown_name(&self, set: &str) -> String {
+        match set.strip_prefix(Self::SECOND_PREFIX) {
+            Some(name) => self.second.shown_name(name),
+            None => self.first.shown_name(set),
+        }
     }
 }
 

@@ -439,6 +439,9 @@ fn both_backends_hold_one_policy_as_an_ipset_and_an_nft_set() {
             assert_eq!(kernel_elements("ipm4-blocklist"), Some(expected(&d)));
             let listed: Vec<String> = both.list().unwrap().into_iter().map(|l| l.name).collect();
             assert_eq!(listed, ["ipm4-blocklist", "inet ipsetmgr ipm4-blocklist"]);
+            // `apply` shows the reports' sets as `sets` lists them.
+            let shown: Vec<String> = names.iter().map(|n| both.shown_name(n)).collect();
+            assert_eq!(shown, listed);
             both.set_desired(vec![], vec![]);
             let o = both.apply_updates();
             assert_eq!(o.deleted, ["ipm4-blocklist", "nft:ipm4-blocklist"]);

@@ -534,6 +534,8 @@ impl<D: NftDataplane> NftBackend<D> {
         todo
     }
 
+    /// A set as nft names it (`inet ipsetmgr ipm4-a`): how `sets`, `apply`
+    /// and the plan show it.
     fn listed_name(&self, set: &str) -> String {
         format!("{} {set}", self.table)
     }
@@ -849,5 +851,9 @@ impl<D: NftDataplane> SetsBackend for NftBackend<D> {
             });
         }
         Ok(listed)
+    }
+
+    fn shown_name(&self, set: &str) -> String {
+        self.listed_name(set)
     }
 }

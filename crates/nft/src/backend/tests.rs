@@ -445,8 +445,31 @@ fn nomatch_becomes_intervals() {
     let listed = b.list().unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].name, "inet ipsetmgr ipm4-n");
+    assert_eq!(b.shown_name("ipm4-n"), listed[0].name, "as apply shows it");
     assert_eq!(listed[0].role, "main");
     assert_eq!(listed[0].members, 2);
+}
+
+/// `sets`, `apply` and the plan name a set after the table it is in, so
+/// that a configured table is named too.
+#[test]
+fn sets_are_shown_after_their_table() {
+    let m = ModelNft::new();
+    let filter = crate::Table::new(TableFamily::Ip, "filter");
+    let mut b = NftBackend::new(m.clone(), filter.clone(), ManagerConfig::default());
+    b.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.1"])], vec![]);
+    assert_eq!(
+        b.plan().unwrap(),
+        ["create ip filter ipm4-a with 1 elements"]
+    );
+    apply(&mut b);
+    assert!(m.table(&filter).unwrap().sets.contains_key("ipm4-a"));
+    assert!(m.table(&default_table()).is_none());
+    let listed = b.list().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].name, "ip filter ipm4-a");
+    let reported: Vec<String> = b.report().iter().map(|r| b.shown_name(&r.name)).collect();
+    assert_eq!(reported, ["ip filter ipm4-a"]);
 }
 
 #[test]
