@@ -404,8 +404,14 @@ impl Agent {
             return;
         }
         let status = status_of(snapshot, &report, self.settings.heartbeat);
+        // Members counted once, as the node state counts them: with
+        // `--backend both` the nft set holds the ipset's members again.
         let mut kernel_members = std::collections::BTreeMap::new();
-        for s in report.sets.iter().filter(|s| s.synced) {
+        for s in report
+            .sets
+            .iter()
+            .filter(|s| s.synced && !s.name.starts_with(BOTH_SECOND_PREFIX))
+        {
             *kernel_members.entry(s.policy.as_str()).or_insert(0) += s.members as i64;
         }
         m.set_policies(&status, &kernel_members);

@@ -904,6 +904,9 @@ async fn with_both_the_node_state_names_each_backends_sets() {
     );
     assert_eq!(long["synced"], true, "{long}");
     assert_eq!(long["members"], 2, "not counted twice: {long}");
+    let (_, metrics) = get(&h.shared, "/metrics").await;
+    let line = format!("ipsetmgr_policy_kernel_members{{policy=\"{LONG}\"}} 2\n");
+    assert!(metrics.contains(&line), "counted once: {metrics}");
     assert_eq!(h.model.members(&short).unwrap(), ["10.0.0.1", "10.0.0.2"]);
     let nft_sets = nft.table(&default_table()).expect("the table").sets;
     assert!(
