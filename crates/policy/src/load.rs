@@ -577,7 +577,55 @@ pub(crate) fn read_bounded(f: &Path) -> Result<Vec<u8>, LoadError> {
             limit: MAX_FILE_BYTES,
         });
     }
+    if meta.len() >= PARALLEL_READ_MIN {
+        // A file that shrinks meanwhile is read again, the plain way.
+        if let Ok(bytes) = read_halves(&file, meta.len() as usize) {
+            return read_rest(&file, bytes, f);
+        }
+    }
     read_limited(file, f, meta.len())
+}
+
+/// Files of at least this many bytes are read in two halves at once.
+const PARALLEL_READ_MIN: u64 = 8 << 20;
+
+/// The first `len` bytes of `file`, the second half read on a thread of
+/// its own: the buffer's pages are then touched (each a page fault) and
+/// filled from the page cache on two cores. The zeroed buffer is only
+/// mapped, not written, until the reads write it.
+fn read_halves(file: &File, len: usize) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut bytes = vec![0u8; len];
+    let (first, second) = bytes.split_at_mut(len / 2);
+    std::thread::scope(|scope| {
+        let second = scope.spawn(|| file.read_exact_at(second, (len / 2) as u64));
+        let first = file.read_exact_at(first, 0);
+        let second = second
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        first.and(second)
+    })?;
+    Ok(bytes)
+}
+
+/// `bytes`, the start of `file`, with what follows it (a file that grew
+/// while it was read), at most [`MAX_FILE_BYTES`] in all.
+fn read_rest(mut file: &File, mut bytes: Vec<u8>, path: &Path) -> Result<Vec<u8>, LoadError> {
+    use std::io::{Seek, SeekFrom};
+    let io = |source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    file.seek(SeekFrom::Start(bytes.len() as u64)).map_err(io)?;
+    let room = (MAX_FILE_BYTES + 1).saturating_sub(bytes.len() as u64);
+    file.take(room).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(LoadError::TooLarge {
+            path: path.to_path_buf(),
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    Ok(bytes)
 }
 
 /// Read at most [`MAX_FILE_BYTES`] from `reader` (an opened file, or
@@ -805,6 +853,29 @@ mod tests {
             Path::new("l.yaml"),
         );
         assert!(ok.is_ok(), "{:?}", ok.err());
+    }
+
+    #[test]
+    fn big_files_read_in_halves_are_read_whole() {
+        let d = tmp();
+        let f = d.path().join("big.yaml");
+        // Odd length, every byte value, longer than PARALLEL_READ_MIN.
+        let body: Vec<u8> = (0..PARALLEL_READ_MIN as usize + 12_345)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        std::fs::write(&f, &body).unwrap();
+        assert!(read_bounded(&f).unwrap() == body, "read whole");
+        let small = d.path().join("small");
+        std::fs::write(&small, b"abcdefg").unwrap();
+        let file = File::open(&small).unwrap();
+        assert_eq!(read_halves(&file, 7).unwrap(), b"abcdefg");
+        assert!(
+            read_halves(&file, 8).is_err(),
+            "a file shorter than its size"
+        );
+        // A file that grew after its size was taken: the rest is read too.
+        let start = read_halves(&file, 3).unwrap();
+        assert_eq!(read_rest(&file, start, &small).unwrap(), b"abcdefg");
     }
 
     #[test]
