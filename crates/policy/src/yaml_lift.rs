@@ -24,8 +24,9 @@
 /// nothing measurable.
 pub(crate) const MIN_LIFTED: usize = 256;
 
-/// The markers' common prefix. A text that already contains it is never
-/// lifted, so a marker cannot be confused with anything the author wrote.
+/// The markers' common prefix. A text whose parts left to the parser
+/// already contain it is never lifted, so a marker cannot be confused with
+/// anything the author wrote.
 const MARKER_PREFIX: &str = "ipsetmgr-lifted-members-";
 
 /// A text with its member blocks lifted out.
@@ -92,17 +93,15 @@ fn marker_index(s: &str) -> Option<usize> {
 }
 
 /// Lift every member block of at least `min` items; `None` when there is
-/// none (or the text contains the marker prefix, or more than `max_items`
-/// members would be lifted: the parser's own budget then decides).
+/// none (or a part left to the parser contains the marker prefix, or more
+/// than `max_items` members would be lifted: the parser's own budget then
+/// decides).
 pub(crate) fn lift(text: &str, min: usize, max_items: usize) -> Option<Lifted> {
     lift_with(text, min, max_items, PARALLEL_LIFT_MIN)
 }
 
 /// [`lift`], reading blocks of at least `parallel_min` bytes on two threads.
 fn lift_with(text: &str, min: usize, max_items: usize, parallel_min: usize) -> Option<Lifted> {
-    if text.contains(MARKER_PREFIX) {
-        return None;
-    }
     let mut out = String::new();
     let mut lists: Vec<String> = Vec::new();
     let mut copied = 0;
@@ -125,7 +124,7 @@ fn lift_with(text: &str, min: usize, max_items: usize, parallel_min: usize) -> O
             if out.is_empty() {
                 out.reserve(text.len());
             }
-            out.push_str(&text[copied..at]);
+            push_unmarked(&mut out, &text[copied..at])?;
             out.push_str(&" ".repeat(key_indent));
             out.push_str("members: [");
             out.push_str(&marker(lists.len()));
@@ -140,8 +139,20 @@ fn lift_with(text: &str, min: usize, max_items: usize, parallel_min: usize) -> O
     if lists.is_empty() {
         return None;
     }
-    out.push_str(&text[copied..]);
+    push_unmarked(&mut out, &text[copied..])?;
     Some(Lifted { text: out, lists })
+}
+
+/// Push a part of the text the parser will read; `None` when it holds the
+/// markers' prefix, so that a marker the parser finds is always one put
+/// there. (The lifted blocks are not searched: the parser never sees them,
+/// and searching a million members for it took milliseconds.)
+fn push_unmarked(out: &mut String, part: &str) -> Option<()> {
+    if part.contains(MARKER_PREFIX) {
+        return None;
+    }
+    out.push_str(part);
+    Some(())
 }
 
 /// Push `n` line breaks, a chunk at a time (a million pushed one by one
@@ -595,6 +606,16 @@ mod tests {
                 "{:?}", text
             );
         }
+    }
+
+    #[test]
+    fn a_member_that_looks_like_a_marker_is_only_a_member() {
+        let text = format!("members:\n- {MARKER_PREFIX}0\n- b\n");
+        let l = lift(&text, 1, 10).expect("lifted");
+        assert_eq!(l.text.matches(MARKER_PREFIX).count(), 1, "{:?}", l.text);
+        let mut parsed = vec![marker(0)];
+        let taken = l.take_back([&mut parsed]);
+        assert_eq!(taken, Some(vec![Some(format!("{MARKER_PREFIX}0\nb"))]));
     }
 
     #[test]
