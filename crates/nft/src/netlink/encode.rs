@@ -345,6 +345,18 @@ impl PlainElement {
     }
 
     pub(super) fn put(&self, buf: &mut Vec<u8>, key: &[u8]) {
+        // A 4-byte key (an IPv4 address, the big sets) makes a 16-byte
+        // element: copied as one array, not by a memcpy call per element.
+        if let (Ok(t), Ok(k), 12) = (
+            <&[u8; 16]>::try_from(self.template.as_slice()),
+            <&[u8; 4]>::try_from(key),
+            self.key_at,
+        ) {
+            let mut e = *t;
+            e[12..].copy_from_slice(k);
+            buf.extend_from_slice(&e);
+            return;
+        }
         let at = buf.len() + self.key_at;
         buf.extend_from_slice(&self.template);
         buf[at..at + key.len()].copy_from_slice(key);
