@@ -195,18 +195,24 @@ fn header_fields_out_of_the_kernels_range_are_rejected() {
     assert!(compile(&[p], &Naming::default(), None).errors.is_empty());
 }
 
-#[test]
-fn big_policies_parse_on_several_threads_with_the_same_result() {
+/// More IPv4 members than one thread parses, with 15 bad ones (`bad-<i>`)
+/// spread over every chunk: the members, the bad ones' indices, and `n`.
+fn big_list_with_bad_members() -> (Vec<String>, Vec<usize>, usize) {
     let n = PARALLEL_PARSE_MIN + 50_000;
     let mut members: Vec<String> = (0..n as u32)
         .map(|i| std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string())
         .collect();
-    members.push("10.0.0.1".into()); // duplicate: silently merged
-    // 15 bad members spread over every chunk.
     let bad: Vec<usize> = (0..15).map(|k| k * n / 15 + 7).collect();
     for &i in &bad {
         members[i] = format!("bad-{i}");
     }
+    (members, bad, n)
+}
+
+#[test]
+fn big_policies_parse_on_several_threads_with_the_same_result() {
+    let (mut members, bad, _) = big_list_with_bad_members();
+    members.push("10.0.0.1".into()); // duplicate: silently merged
     let strs: Vec<&str> = members.iter().map(String::as_str).collect();
     let mut p = policy("big", SetType::HashIp, FamilySpec::IPv4, &strs);
     p.spec.max_elem = Some(1_000_000);
@@ -252,30 +258,25 @@ fn big_policies_parse_on_several_threads_with_the_same_result() {
 
 #[test]
 fn big_texts_of_lines_parse_on_several_threads_with_the_same_result() {
-    let n = PARALLEL_PARSE_MIN + 50_000;
-    let mut members: Vec<String> = (0..n as u32)
-        .map(|i| std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string())
-        .collect();
-    let bad: Vec<usize> = (0..15).map(|k| k * n / 15 + 7).collect();
-    for &i in &bad {
-        members[i] = format!("bad-{i}");
-    }
+    let (members, bad, n) = big_list_with_bad_members();
     let mut p = policy("big", SetType::HashIp, FamilySpec::IPv4, &[]);
     p.spec.max_elem = Some(1_000_000);
-    for (eol, last) in [("\n", ""), ("\r\n", "\r\n")] {
-        let text = members.join(eol) + last;
+    let compile_lines = |text: &str| {
         let inputs = [PolicyInput {
             held_by: Vec::new(),
-            members: Some(MemberList::Lines(&text)),
+            members: Some(MemberList::Lines(text)),
             policy: &p,
             slices: Vec::new(),
         }];
-        let c = compile_inputs(
+        compile_inputs(
             &inputs,
             &Naming::default(),
             None,
             &mut MemberCache::default(),
-        );
+        )
+    };
+    for (eol, last) in [("\n", ""), ("\r\n", "\r\n")] {
+        let c = compile_lines(&(members.join(eol) + last));
         assert_eq!(c.errors.len(), MAX_MEMBER_ERRORS + 1, "{eol:?}");
         for (e, i) in c.errors[..MAX_MEMBER_ERRORS].iter().zip(&bad) {
             assert_eq!(
@@ -292,18 +293,7 @@ fn big_texts_of_lines_parse_on_several_threads_with_the_same_result() {
         .cloned()
         .collect::<Vec<_>>()
         .join("\n");
-    let inputs = [PolicyInput {
-        held_by: Vec::new(),
-        members: Some(MemberList::Lines(&good)),
-        policy: &p,
-        slices: Vec::new(),
-    }];
-    let c = compile_inputs(
-        &inputs,
-        &Naming::default(),
-        None,
-        &mut MemberCache::default(),
-    );
+    let c = compile_lines(&good);
     assert!(c.errors.is_empty(), "{:?}", c.errors);
     assert_eq!(c.sets[0].members.len(), n - bad.len());
 }
