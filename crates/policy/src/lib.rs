@@ -13,6 +13,7 @@
 pub mod compile;
 pub mod duration;
 pub mod k8s_names;
+mod lines;
 pub mod load;
 pub mod member_list;
 pub mod revision;

@@ -21,6 +21,8 @@
 //! was put, so errors always come from the parser reading what was written.
 //! A differential test checks that both paths agree.
 
+use crate::lines::line_at;
+
 /// Blocks shorter than this are left to the parser: lifting them saves
 /// nothing measurable.
 pub(crate) const MIN_LIFTED: usize = 256;
@@ -153,18 +155,6 @@ fn push_unmarked(out: &mut String, part: &str) -> Option<()> {
     }
     out.push_str(part);
     Some(())
-}
-
-/// The line starting at byte `at`, without its line break, and the offset
-/// of the next line.
-fn line_at(text: &str, at: usize) -> (&str, usize) {
-    let rest = &text[at..];
-    // A byte loop: lines are short, and `str::find` sets up a searcher for
-    // each of a million of them.
-    match rest.bytes().position(|b| b == b'\n') {
-        Some(i) => (&rest[..i], at + i + 1),
-        None => (rest, text.len()),
-    }
 }
 
 /// The indentation of a line that is exactly `members:` (spaces before,

@@ -68,7 +68,7 @@ impl<'a> MemberList<'a> {
     pub(crate) fn for_each(self, f: impl FnMut(&'a str)) {
         match self {
             MemberList::Strings(v) => v.iter().map(String::as_str).for_each(f),
-            MemberList::Lines(text) => each_line(text, f),
+            MemberList::Lines(text) => crate::lines::each_line(text, f),
         }
     }
 
@@ -127,26 +127,6 @@ impl<'a> MemberList<'a> {
                     text = rest;
                 }
                 parts
-            }
-        }
-    }
-}
-
-/// `text.lines()`, one line after another: the same lines (a line break is
-/// `\n` or `\r\n`, a last one is optional), found by a byte loop rather
-/// than a searcher set up for each of a million short lines.
-fn each_line<'a>(text: &'a str, mut f: impl FnMut(&'a str)) {
-    let mut rest = text;
-    while !rest.is_empty() {
-        match rest.bytes().position(|b| b == b'\n') {
-            Some(i) => {
-                let line = &rest[..i];
-                f(line.strip_suffix('\r').unwrap_or(line));
-                rest = &rest[i + 1..];
-            }
-            None => {
-                f(rest);
-                return;
             }
         }
     }
