@@ -610,31 +610,30 @@ fn read_halves(file: &File, len: usize) -> std::io::Result<Vec<u8>> {
 
 /// `bytes`, the start of `file`, with what follows it (a file that grew
 /// while it was read), at most [`MAX_FILE_BYTES`] in all.
-fn read_rest(mut file: &File, mut bytes: Vec<u8>, path: &Path) -> Result<Vec<u8>, LoadError> {
+fn read_rest(mut file: &File, bytes: Vec<u8>, path: &Path) -> Result<Vec<u8>, LoadError> {
     use std::io::{Seek, SeekFrom};
-    let io = |source| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    file.seek(SeekFrom::Start(bytes.len() as u64)).map_err(io)?;
-    let room = (MAX_FILE_BYTES + 1).saturating_sub(bytes.len() as u64);
-    file.take(room).read_to_end(&mut bytes).map_err(io)?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(LoadError::TooLarge {
+    file.seek(SeekFrom::Start(bytes.len() as u64))
+        .map_err(|source| LoadError::Io {
             path: path.to_path_buf(),
-            limit: MAX_FILE_BYTES,
-        });
-    }
-    Ok(bytes)
+            source,
+        })?;
+    read_on(file, path, bytes)
 }
 
 /// Read at most [`MAX_FILE_BYTES`] from `reader` (an opened file, or
 /// standard input, which has no size to check first); `path` names it in
 /// errors and `size_hint` sizes the buffer.
 pub fn read_limited(reader: impl Read, path: &Path, size_hint: u64) -> Result<Vec<u8>, LoadError> {
-    let mut bytes = Vec::with_capacity(size_hint.min(MAX_FILE_BYTES) as usize + 1);
+    let bytes = Vec::with_capacity(size_hint.min(MAX_FILE_BYTES) as usize + 1);
+    read_on(reader, path, bytes)
+}
+
+/// `bytes` with the rest of `reader` after them, at most
+/// [`MAX_FILE_BYTES`] in all.
+fn read_on(reader: impl Read, path: &Path, mut bytes: Vec<u8>) -> Result<Vec<u8>, LoadError> {
+    let room = (MAX_FILE_BYTES + 1).saturating_sub(bytes.len() as u64);
     reader
-        .take(MAX_FILE_BYTES + 1)
+        .take(room)
         .read_to_end(&mut bytes)
         .map_err(|source| LoadError::Io {
             path: path.to_path_buf(),
