@@ -16,7 +16,6 @@ use ipsetmgr_ipset::{
 use ipsetmgr_manager::{DesiredSet, ManagerConfig, Plan, SetError, SetsBackend};
 use ipsetmgr_nft::backend::{NftBackend, default_table};
 use ipsetmgr_nft::cli::CliNft;
-use ipsetmgr_nft::netlink::NetlinkNft;
 use ipsetmgr_nft::{NftDataplane, SetShape};
 
 type Backend = NftBackend<Box<dyn NftDataplane>>;
@@ -31,7 +30,7 @@ macro_rules! backend_tests {
                     $crate::conformance::run(
                         concat!("netlink::", stringify!($name)),
                         $crate::conformance::Mode::Kernel,
-                        || Box::new(ipsetmgr_nft::netlink::NetlinkNft::new().expect("a NETLINK_NETFILTER socket")),
+                        $crate::conformance::netlink,
                         $crate::$name,
                     );
                 }
@@ -44,7 +43,7 @@ macro_rules! backend_tests {
                     $crate::conformance::run(
                         concat!("cli::", stringify!($name)),
                         $crate::conformance::Mode::Kernel,
-                        || Box::new(ipsetmgr_nft::cli::CliNft::new()),
+                        $crate::conformance::nft_cli,
                         $crate::$name,
                     );
                 }
@@ -62,8 +61,8 @@ backend_tests!(
 /// A backend of the same kind as the runner's (opened inside the netns).
 fn backend_like(dp: &dyn NftDataplane) -> Backend {
     let inner: Box<dyn NftDataplane> = match dp.name() {
-        "netlink" => Box::new(NetlinkNft::new().expect("a NETLINK_NETFILTER socket")),
-        "cli" => Box::new(CliNft::new()),
+        "netlink" => conformance::netlink(),
+        "cli" => conformance::nft_cli(),
         other => panic!("no kernel backend {other}"),
     };
     let b = NftBackend::new(inner, default_table(), ManagerConfig::default()).with_sleep(|_| {});
@@ -415,7 +414,7 @@ fn both_backends_hold_one_policy_as_an_ipset_and_an_nft_set() {
     conformance::run(
         "both_backends_hold_one_policy_as_an_ipset_and_an_nft_set",
         conformance::Mode::Kernel,
-        || Box::new(NetlinkNft::new().expect("a NETLINK_NETFILTER socket")),
+        conformance::netlink,
         |dp, _env| {
             use ipsetmgr_manager::{BothBackends, Manager};
             let ipset = Manager::new(

@@ -5,6 +5,4 @@
 #[macro_use]
 mod conformance;
 
-use ipsetmgr_nft::cli::CliNft;
-
-conformance_tests!(kernel: || Box::new(CliNft::new()));
+conformance_tests!(kernel: conformance::nft_cli);

@@ -5,9 +5,7 @@
 #[macro_use]
 mod conformance;
 
-use ipsetmgr_nft::netlink::NetlinkNft;
-
-conformance_tests!(kernel: || Box::new(NetlinkNft::new().expect("a NETLINK_NETFILTER socket")));
+conformance_tests!(kernel: conformance::netlink);
 
 use ipsetmgr_nft::cli::CliNft;
 use ipsetmgr_nft::{NftDataplane, NftOp, Table, TableFamily};
@@ -20,7 +18,7 @@ fn netlink_reads_what_nft_wrote() {
     conformance::run(
         "netlink_reads_what_nft_wrote",
         conformance::Mode::Kernel,
-        || Box::new(NetlinkNft::new().expect("a NETLINK_NETFILTER socket")),
+        conformance::netlink,
         |dp, _env| {
             let script = r#"
                 add table inet T
@@ -68,7 +66,7 @@ fn hidden_shapes_read_alike_through_netlink_and_nft() {
     conformance::run(
         "hidden_shapes_read_alike_through_netlink_and_nft",
         conformance::Mode::Kernel,
-        || Box::new(NetlinkNft::new().expect("a NETLINK_NETFILTER socket")),
+        conformance::netlink,
         |dp, _env| {
             nft_script(
                 r#"

@@ -74,6 +74,16 @@ pub enum Mode {
 
 pub type Factory = fn() -> Box<dyn NftDataplane>;
 
+/// The native netlink backend, opened where it is called (a [`Factory`]).
+pub fn netlink() -> Box<dyn NftDataplane> {
+    Box::new(ipsetmgr_nft::netlink::NetlinkNft::new().expect("a NETLINK_NETFILTER socket"))
+}
+
+/// The `nft` backend (a [`Factory`]).
+pub fn nft_cli() -> Box<dyn NftDataplane> {
+    Box::new(CliNft::new())
+}
+
 /// What a body needs besides the backend: the way to set the kernel up as
 /// someone else would (rules, foreign objects) and the oracle.
 pub struct Env {
