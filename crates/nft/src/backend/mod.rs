@@ -533,12 +533,6 @@ impl<D: NftDataplane> NftBackend<D> {
         }
         todo
     }
-
-    /// A set as nft names it (`inet ipsetmgr ipm4-a`): how `sets`, `apply`
-    /// and the plan show it.
-    fn listed_name(&self, set: &str) -> String {
-        format!("{} {set}", self.table)
-    }
 }
 
 /// Take the kernel's word for one set; the differences to what was
@@ -796,7 +790,7 @@ impl<D: NftDataplane> SetsBackend for NftBackend<D> {
         self.resync_if_needed().map_err(|e| to_dataplane(&e))?;
         let mut lines = Vec::new();
         for (name, s) in &self.sets {
-            let at = self.listed_name(name);
+            let at = self.shown_name(name);
             match s.write() {
                 Ok(None) => {}
                 Ok(Some(Write::Create)) => lines.push(format!(
@@ -816,7 +810,7 @@ impl<D: NftDataplane> SetsBackend for NftBackend<D> {
             }
         }
         for name in &self.pending_deletions {
-            let at = self.listed_name(name);
+            let at = self.shown_name(name);
             if self.config.prune {
                 lines.push(format!("delete {at} (no policy wants it)"));
             } else {
@@ -839,7 +833,7 @@ impl<D: NftDataplane> SetsBackend for NftBackend<D> {
                 continue;
             };
             listed.push(ListedSet {
-                name: self.listed_name(&name),
+                name: self.shown_name(&name),
                 kind: match (&k.spec, k.unmanaged.is_empty()) {
                     (Some(spec), true) => spec.to_string(),
                     _ => "(unmanaged type)".into(),
@@ -853,7 +847,9 @@ impl<D: NftDataplane> SetsBackend for NftBackend<D> {
         Ok(listed)
     }
 
+    /// A set as nft names it (`inet ipsetmgr ipm4-a`): how `sets`, `apply`
+    /// and the plan show it.
     fn shown_name(&self, set: &str) -> String {
-        self.listed_name(set)
+        format!("{} {set}", self.table)
     }
 }
