@@ -28,6 +28,10 @@ pub struct ModelSet {
     pub handle: u64,
     /// Rules that reference the set (the test hook's, not the project's).
     pub references: u32,
+    /// A size set on the existing set in the open transaction: like the
+    /// kernel, it holds from the commit on, so the transaction's own
+    /// inserts still count against `spec.size`.
+    pub size_at_commit: Option<Option<u32>>,
 }
 
 /// A table as the model holds it.
@@ -236,7 +240,7 @@ fn apply_op(
             }
             match table.sets.get_mut(*name) {
                 Some(s) if s.spec.key == spec.key && s.spec.interval == spec.interval => {
-                    s.spec.size = spec.size;
+                    s.size_at_commit = Some(spec.size);
                     Ok(())
                 }
                 Some(_) => Err((None, NftError::SetExists(name.to_string()))),
@@ -249,6 +253,7 @@ fn apply_op(
                             elements: BTreeMap::new(),
                             handle: *next_handle,
                             references: 0,
+                            size_at_commit: None,
                         },
                     );
                     Ok(())
@@ -345,6 +350,11 @@ impl NftDataplane for ModelNft {
                     error,
                 }
             })?;
+        }
+        for set in work.values_mut().flat_map(|t| t.sets.values_mut()) {
+            if let Some(size) = set.size_at_commit.take() {
+                set.spec.size = size;
+            }
         }
         s.tables = work;
         s.next_handle = handle;

@@ -46,6 +46,7 @@ macro_rules! conformance_tests {
             overlap_and_size_are_refused,
             missing_table_and_sets,
             create_set_again,
+            a_new_size_counts_from_the_commit,
             hash_mac_works,
             other_table_families,
             large_round_trip_100k,
@@ -1227,6 +1228,81 @@ pub fn create_set_again(dp: &mut dyn NftDataplane, env: &Env) {
 }
 
 /// nft has ether_addr sets even where the kernel's ipset lacks hash:mac.
+/// A set's new size takes effect when its transaction commits: elements
+/// added in the same transaction still count against the old one (the
+/// kernel checks each insert against the live set), so a set that must
+/// grow is resized in a transaction of its own first.
+pub fn a_new_size_counts_from_the_commit(dp: &mut dyn NftDataplane, env: &Env) {
+    let sized = |n| {
+        SetShape::new(
+            SetType::HashIp,
+            Some(Family::V4),
+            &HeaderOptions::default(),
+            n,
+        )
+        .unwrap()
+    };
+    let (small, big) = (sized(2), sized(5));
+    let two = elements(&small, &["10.0.0.1", "10.0.0.2"]);
+    let three = elements(&small, &["10.0.0.3", "10.0.0.4", "10.0.0.5"]);
+    ok(
+        dp,
+        &[
+            NftOp::EnsureTable,
+            NftOp::CreateSet {
+                name: "ipm4-g",
+                spec: &small.spec,
+            },
+            NftOp::AddElements {
+                set: "ipm4-g",
+                elements: &two,
+            },
+        ],
+        &owned,
+    );
+    let err = fails(
+        dp,
+        &[
+            NftOp::CreateSet {
+                name: "ipm4-g",
+                spec: &big.spec,
+            },
+            NftOp::AddElements {
+                set: "ipm4-g",
+                elements: &three,
+            },
+        ],
+    );
+    assert_eq!(err.op_index, Some(1), "{err:?}");
+    assert_eq!(err.error, NftError::SetFull("ipm4-g".into()));
+    // Nothing of the failed transaction stays, its resize included.
+    let k = read(dp, "ipm4-g");
+    assert_eq!(k.spec.and_then(|s| s.size), Some(2));
+    assert_eq!(k.elements.as_ref(), Some(&two));
+    // Resized first, on its own: the same elements then fit.
+    ok(
+        dp,
+        &[NftOp::CreateSet {
+            name: "ipm4-g",
+            spec: &big.spec,
+        }],
+        &owned,
+    );
+    ok(
+        dp,
+        &[NftOp::AddElements {
+            set: "ipm4-g",
+            elements: &three,
+        }],
+        &owned,
+    );
+    let all = elements(
+        &big,
+        &["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"],
+    );
+    assert_holds(dp, env, "ipm4-g", &big, &all);
+}
+
 pub fn hash_mac_works(dp: &mut dyn NftDataplane, env: &Env) {
     let s = shape(SetType::HashMac, None, false);
     let e = elements(
