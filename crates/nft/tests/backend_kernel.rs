@@ -56,6 +56,7 @@ backend_tests!(
     every_type_holds_exactly_the_declared_elements,
     a_rule_keeps_its_set_across_update_and_replacement,
     out_of_band_changes_are_repaired_and_counted,
+    a_growing_set_takes_its_new_members,
 );
 
 /// A backend of the same kind as the runner's (opened inside the netns).
@@ -446,4 +447,103 @@ fn both_backends_hold_one_policy_as_an_ipset_and_an_nft_set() {
             assert_eq!(o.deleted, ["ipm4-blocklist", "nft:ipm4-blocklist"]);
         },
     );
+}
+
+/// `size` of an owned set, as `nft` lists it.
+fn kernel_size(set: &str) -> Option<u32> {
+    nft(&["list", "set", "inet", "ipsetmgr", set])
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("size ")?.parse().ok())
+}
+
+/// `n` distinct IPv4 addresses.
+fn addresses(n: u32) -> Vec<String> {
+    (0..n)
+        .map(|i| std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string())
+        .collect()
+}
+
+fn growing(n: u32, max_elem: u32) -> DesiredSet {
+    let items = addresses(n);
+    let items: Vec<&str> = items.iter().map(String::as_str).collect();
+    let mut d = desired("grow", SetType::HashIp, Family::V4, &items);
+    d.header.max_elem = max_elem;
+    d
+}
+
+/// A blocklist that grows with its limit raised each time is recreated in
+/// one transaction (the kernel sizes a hash once, at creation); a set
+/// shrunk by hand is grown back; one a rule references is grown in place,
+/// its new size committed before its new members (the kernel applies a
+/// size at commit).
+pub fn a_growing_set_takes_its_new_members(dp: &mut dyn NftDataplane, _env: &conformance::Env) {
+    let mut b = backend_like(dp);
+    for (n, max_elem) in [(5, 5), (20, 2048), (200_000, 262_144)] {
+        let d = growing(n, max_elem);
+        b.set_desired(vec![d.clone()], vec![]);
+        let o = apply(&mut b);
+        if n > 5 {
+            // Recreated, so the kernel sizes its hash for the new limit.
+            assert_eq!(o.written, vec![("ipm4-grow".into(), Plan::Recreate)]);
+        }
+        let r = b.report();
+        assert!(r.iter().all(|r| r.synced), "{n} members: {r:?}");
+        assert_eq!(kernel_size("ipm4-grow"), Some(max_elem), "{n} members");
+        let held = kernel_elements("ipm4-grow").expect("the set");
+        assert_eq!(held.len(), n as usize);
+        if n <= 20 {
+            assert_eq!(held, expected(&d));
+        }
+    }
+    // Shrunk by hand below what it holds, then one more member: the
+    // resync sees the size and grows it back before the insert.
+    let d = growing(20, 64);
+    b.set_desired(vec![d], vec![]);
+    apply(&mut b);
+    nft(&[
+        "add",
+        "set",
+        "inet",
+        "ipsetmgr",
+        "ipm4-grow",
+        "{ type ipv4_addr; size 3; }",
+    ]);
+    assert_eq!(kernel_size("ipm4-grow"), Some(3));
+    let d = growing(21, 64);
+    b.set_desired(vec![d.clone()], vec![]);
+    b.queue_resync();
+    apply(&mut b);
+    assert_eq!(kernel_size("ipm4-grow"), Some(64));
+    assert_eq!(kernel_elements("ipm4-grow"), Some(expected(&d)));
+    assert!(b.report().iter().all(|r| r.synced && r.error.is_none()));
+    // Referenced by a rule, it cannot be recreated: grown in place (its
+    // new size committed before the new members), the rule kept.
+    nft(&[
+        "add",
+        "chain",
+        "inet",
+        "ipsetmgr",
+        "c",
+        "{ type filter hook input priority 0; }",
+    ]);
+    nft(&[
+        "add",
+        "rule",
+        "inet",
+        "ipsetmgr",
+        "c",
+        "ip",
+        "saddr",
+        "@ipm4-grow",
+        "drop",
+    ]);
+    b.queue_resync();
+    apply(&mut b);
+    let d = growing(100, 128);
+    b.set_desired(vec![d.clone()], vec![]);
+    let o = apply(&mut b);
+    assert_eq!(o.written, vec![("ipm4-grow".into(), Plan::Delta)]);
+    assert_eq!(kernel_size("ipm4-grow"), Some(128));
+    assert_eq!(kernel_elements("ipm4-grow"), Some(expected(&d)));
+    assert!(rule_text().contains("@ipm4-grow"));
 }

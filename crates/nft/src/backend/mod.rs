@@ -86,10 +86,40 @@ enum Write {
     Delta {
         del: Elements,
         add: Elements,
-        resize: bool,
+        resize: Resize,
         flush: bool,
     },
     Recreate,
+}
+
+/// How a kept set's `size` changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resize {
+    Keep,
+    /// Sent in a transaction of its own before the elements: the kernel
+    /// applies a new size at commit, so elements added in the same
+    /// transaction would still count against the old one (a set at its
+    /// old limit could never take them). A bigger limit changes no match,
+    /// so committing it first is safe. Only for a set that cannot be
+    /// recreated (a rule references it) or an interval set (whose tree
+    /// has no buckets sized at creation).
+    Grow,
+    /// Sent with the elements: deleted ones make room under the old
+    /// limit, and the smaller one holds from the commit on.
+    Shrink,
+}
+
+impl Resize {
+    fn between(kernel: Option<u32>, wanted: Option<u32>) -> Resize {
+        match (kernel, wanted) {
+            (k, w) if k == w => Resize::Keep,
+            // `None` is unbounded.
+            (Some(_), None) => Resize::Grow,
+            (None, Some(_)) => Resize::Shrink,
+            (Some(k), Some(w)) if w > k => Resize::Grow,
+            _ => Resize::Shrink,
+        }
+    }
 }
 
 impl NftSet {
@@ -101,18 +131,29 @@ impl NftSet {
             Kernel::Present {
                 spec: Some(spec),
                 elements: Some(have),
-                ..
+                references,
             } if spec.key == c.shape.spec.key && spec.interval == c.shape.spec.interval => {
+                let resize = Resize::between(spec.size, c.shape.spec.size);
+                if resize == Resize::Grow && !spec.interval && *references == 0 {
+                    // The kernel sizes a hash set's buckets once, from the
+                    // size it is created with, and never rehashes: grown in
+                    // place from 5 to 262,144, its 200,000 inserts took 176 s
+                    // of kernel time (and every lookup walks those chains).
+                    // Created anew in one transaction, it is sized for the
+                    // new limit.
+                    return Ok(Some(Write::Recreate));
+                }
                 let (del, add) = c.elements.diff(have);
-                let resize = spec.size != c.shape.spec.size;
                 let flush = !del.is_empty() && del.len() == have.len();
                 Ok(
-                    (resize || !del.is_empty() || !add.is_empty()).then_some(Write::Delta {
-                        del,
-                        add,
-                        resize,
-                        flush,
-                    }),
+                    (resize != Resize::Keep || !del.is_empty() || !add.is_empty()).then_some(
+                        Write::Delta {
+                            del,
+                            add,
+                            resize,
+                            flush,
+                        },
+                    ),
                 )
             }
             Kernel::Present { references: 0, .. } => Ok(Some(Write::Recreate)),
@@ -340,12 +381,14 @@ impl<D: NftDataplane> NftBackend<D> {
         writes
     }
 
-    /// One transaction of every due write. `Ok` names the sets written.
+    /// One transaction of every due write (after one that grows the sets
+    /// that must: see [`Resize::Grow`]). `Ok` names the sets written.
     fn try_updates(&mut self) -> Result<Vec<(String, Plan)>, Box<TxFailure>> {
         let writes = self.due_writes();
         if writes.is_empty() {
             return Ok(Vec::new());
         }
+        self.grow_first(&writes)?;
         let mut ops: Vec<NftOp<'_>> = vec![NftOp::EnsureTable];
         let mut spans: Vec<(std::ops::Range<usize>, &str)> = Vec::new();
         for (name, w) in &writes {
@@ -370,7 +413,7 @@ impl<D: NftDataplane> NftBackend<D> {
                     resize,
                     flush,
                 } => {
-                    if *resize {
+                    if *resize == Resize::Shrink {
                         // `add set` on an existing set of the same key and
                         // flags only takes the new size.
                         ops.push(create);
@@ -429,6 +472,59 @@ impl<D: NftDataplane> NftBackend<D> {
                 Err(Box::new(TxFailure { error: e, set }))
             }
         }
+    }
+
+    /// Commit the new size of every set in `writes` that must grow, in one
+    /// transaction of its own, and believe it.
+    fn grow_first(&mut self, writes: &[(String, Write)]) -> Result<(), Box<TxFailure>> {
+        let grows: Vec<(&str, NftSetSpec)> = writes
+            .iter()
+            .filter(|(_, w)| {
+                matches!(
+                    w,
+                    Write::Delta {
+                        resize: Resize::Grow,
+                        ..
+                    }
+                )
+            })
+            .filter_map(|(name, _)| {
+                let c = self.sets[name].desired.as_ref().ok()?;
+                Some((name.as_str(), c.shape.spec))
+            })
+            .collect();
+        if grows.is_empty() {
+            return Ok(());
+        }
+        let ops: Vec<NftOp<'_>> = grows
+            .iter()
+            .map(|(name, spec)| NftOp::CreateSet { name, spec })
+            .collect();
+        let naming = &self.config.naming;
+        if let Err(e) = self
+            .dp
+            .apply(&self.table, &ops, &|n| names::owns(naming, n))
+        {
+            let set = e
+                .op_index
+                .and_then(|i| grows.get(i))
+                .map(|(n, _)| n.to_string());
+            return Err(Box::new(TxFailure { error: e, set }));
+        }
+        drop(ops);
+        let grown: Vec<(String, Option<u32>)> = grows
+            .iter()
+            .map(|(n, spec)| (n.to_string(), spec.size))
+            .collect();
+        for (name, size) in grown {
+            if let Some(Kernel::Present {
+                spec: Some(spec), ..
+            }) = self.sets.get_mut(&name).map(|s| &mut s.kernel)
+            {
+                spec.size = size;
+            }
+        }
+        Ok(())
     }
 
     /// The transaction holding `name` succeeded: the kernel holds it.

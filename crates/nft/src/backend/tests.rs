@@ -638,3 +638,49 @@ fn a_prefix_nft_cannot_name_is_a_per_set_error() {
     let why = b.report()[0].error.clone().unwrap().to_string();
     assert!(why.contains("not a set name nf_tables takes"), "{why}");
 }
+
+#[test]
+fn a_set_at_its_limit_grows_and_shrinks_with_its_members() {
+    let (mut b, m) = backend();
+    let sized = |items: &[&str], max_elem| {
+        let mut d = desired("grow", SetType::HashIp, items);
+        d.header.max_elem = max_elem;
+        d
+    };
+    let five = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"];
+    b.set_desired(vec![sized(&five, 5)], vec![]);
+    apply(&mut b);
+    let eight = [&five[..], &["10.0.0.6", "10.0.0.7", "10.0.0.8"]].concat();
+    b.set_desired(vec![sized(&eight, 16)], vec![]);
+    let o = apply(&mut b);
+    assert_eq!(o.written, vec![("ipm4-grow".to_string(), Plan::Recreate)]);
+    assert!(report_of(&b, "ipm4-grow").synced);
+    assert_eq!(
+        shown(&m, "ipm4-grow"),
+        Some(expected(SetType::HashIp, Some(Family::V4), &eight))
+    );
+    // Down again, below what it held: the deletions make room first.
+    b.set_desired(vec![sized(&five[..2], 2)], vec![]);
+    apply(&mut b);
+    assert!(report_of(&b, "ipm4-grow").synced);
+    assert_eq!(
+        shown(&m, "ipm4-grow"),
+        Some(expected(SetType::HashIp, Some(Family::V4), &five[..2]))
+    );
+    let mut dp = m.clone();
+    let k = crate::NftDataplane::read_set(&mut dp, &default_table(), "ipm4-grow")
+        .unwrap()
+        .unwrap();
+    assert_eq!(k.spec.and_then(|s| s.size), Some(2));
+    // Referenced by a rule: grown in place, its size committed first.
+    assert!(m.add_rule_referencing(&default_table(), "ipm4-grow"));
+    b.queue_resync();
+    b.set_desired(vec![sized(&eight, 16)], vec![]);
+    let o = apply(&mut b);
+    assert_eq!(o.written, vec![("ipm4-grow".to_string(), Plan::Delta)]);
+    assert!(report_of(&b, "ipm4-grow").synced);
+    assert_eq!(
+        shown(&m, "ipm4-grow"),
+        Some(expected(SetType::HashIp, Some(Family::V4), &eight))
+    );
+}
