@@ -5,30 +5,13 @@
 //! exit 2. No kernel and no root are needed.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 
 use ipsetmgr_api::{IPSetMemberSlice, POLICY_LABEL};
 
-fn ipsetmgr(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ipsetmgr"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ipsetmgr");
-    let mut input = child.stdin.take().unwrap();
-    // A command refused at once may exit before reading: ignore EPIPE.
-    let _ = input.write_all(stdin.unwrap_or("").as_bytes());
-    drop(input);
-    child.wait_with_output().unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+#[path = "common/cli.rs"]
+mod cli;
+use cli::{ipsetmgr, text};
 
 /// 20,000 addresses as a FireHOL-style netset, comments and all.
 fn netset(dir: &Path) -> (std::path::PathBuf, BTreeSet<String>) {
