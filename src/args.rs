@@ -236,8 +236,9 @@ pub struct SliceFlags {
     /// Members of another family are errors.
     #[arg(long, value_name = "FAMILY", requires = "set_type", value_parser = parse_family)]
     pub family: Option<FamilySpec>,
-    /// Write the slices to this file (complete or not at all) instead
-    /// of standard output.
+    /// Write the slices to this file (a regular or new file: complete or
+    /// not at all, its mode and owner kept) instead of standard output. A
+    /// device, FIFO or socket is written as it is; a symlink is followed.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// A YAML stream of the slices, or one JSON `v1` `List`.

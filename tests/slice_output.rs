@@ -51,7 +51,9 @@ fn members(yaml: &str) -> Vec<String> {
 }
 
 fn want() -> Vec<String> {
-    ["10.0.0.1", "10.0.0.2", "10.0.0.3"].map(String::from).to_vec()
+    ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+        .map(String::from)
+        .to_vec()
 }
 
 /// Names in `dir` other than `keep`: a temporary file left behind.
@@ -125,7 +127,13 @@ fn a_character_device_stays_a_character_device_with_its_mode() {
         after.len()
     );
     assert_eq!(
-        (after.rdev(), after.mode(), after.uid(), after.gid(), after.ino()),
+        (
+            after.rdev(),
+            after.mode(),
+            after.uid(),
+            after.gid(),
+            after.ino()
+        ),
         (
             before.rdev(),
             before.mode(),
@@ -230,7 +238,15 @@ fn a_directory_is_refused_and_left_alone() {
     let dir = d.path().join("out");
     std::fs::create_dir(&dir).unwrap();
     let o = ipsetmgr(
-        &["slice", "--policy", "b", "-f", &list, "-o", dir.to_str().unwrap()],
+        &[
+            "slice",
+            "--policy",
+            "b",
+            "-f",
+            &list,
+            "-o",
+            dir.to_str().unwrap(),
+        ],
         None,
     );
     assert_ne!(o.status.code(), Some(0));

@@ -6,7 +6,6 @@
 //! cut by a hash of each member, so a small change to the list changes few
 //! of them. It reads a file and writes objects; it touches no kernel.
 
-use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -98,7 +97,7 @@ pub(crate) fn slice(
     Ok(true)
 }
 
-/// The slices to standard output or, all or nothing, to `--output`.
+/// The slices to standard output or to `--output` (`output.rs` says how).
 fn write_output(
     args: &SliceArgs,
     slices: &[IPSetMemberSlice],
@@ -109,7 +108,12 @@ fn write_output(
         OutputFormat::Json => write_json(slices, w),
     };
     match args.output.as_deref() {
-        Some(path) if path != Path::new(STDIN) => write_atomically(path, print),
+        Some(path) if path != Path::new(STDIN) => {
+            output::write_output(path, print).map_err(|source| SliceError::Write {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
         _ => {
             let mut w = BufWriter::new(out);
             print(&mut w)
@@ -151,46 +155,6 @@ fn write_json(slices: &[IPSetMemberSlice], mut w: &mut dyn Write) -> io::Result<
     };
     serde_json::to_writer_pretty(&mut w, &list)?;
     w.write_all(b"\n")
-}
-
-/// Write `path` through a temporary file in its directory, renamed into
-/// place once complete: a failed run never leaves half a list of slices
-/// for a later `kubectl apply`.
-fn write_atomically(
-    path: &Path,
-    print: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-) -> Result<(), SliceError> {
-    let failed = |source| SliceError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let name = path.file_name().ok_or_else(|| {
-        failed(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a file name",
-        ))
-    })?;
-    let temp = path.with_file_name(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let written = (|| {
-        let file: File = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)?;
-        let mut w = BufWriter::new(file);
-        print(&mut w)?;
-        w.into_inner()
-            .map_err(io::IntoInnerError::into_error)?
-            .sync_all()?;
-        fs::rename(&temp, path)
-    })();
-    if written.is_err() {
-        let _ = fs::remove_file(&temp);
-    }
-    written.map_err(failed)
 }
 
 /// What was made, and how to remove slices of an older count.
@@ -236,5 +200,6 @@ fn summary(
     )
 }
 
+mod output;
 #[cfg(test)]
 mod tests;
