@@ -16,6 +16,7 @@ mod member_set;
 mod names;
 mod num;
 mod range;
+pub mod text;
 mod types;
 
 pub use addr_mask::{AddrMask, MaskError};

@@ -17,6 +17,7 @@ use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
+use ipsetmgr_ipset::text::{MAX_QUOTED_MEMBER, bounded};
 use ipsetmgr_ipset::{
     AddrMask, Comment, Family, HeaderOptions, IfaceName, IpPortIp, IpPortNet, Member, MemberSet,
     NetIface, Proto, SetHeader, SetKind, SetType,
@@ -608,9 +609,12 @@ impl SetShape {
     }
 }
 
+/// The error for `m`, quoting it cut to [`MAX_QUOTED_MEMBER`] bytes (a
+/// comment can make a member 300 bytes long, and the error goes into the
+/// table and the node state).
 fn err(m: &Member, reason: Unrepresentable) -> UnrepresentableMember {
     UnrepresentableMember {
-        member: m.to_string(),
+        member: bounded(&m.to_string(), MAX_QUOTED_MEMBER).into_owned(),
         reason,
     }
 }

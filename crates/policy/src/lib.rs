@@ -20,7 +20,8 @@ pub mod revision;
 pub mod selector;
 pub mod slicing;
 pub mod sources;
-pub mod text;
+/// Message helpers, kept in the set crate so every layer shares them.
+pub use ipsetmgr_ipset::text;
 pub mod yaml_lift;
 
 pub use compile::{Compiled, DesiredSet, PolicyError, PolicyErrorKind, compile};

@@ -23,8 +23,8 @@ use super::load::{LoadError, bounded, read_bounded, read_limited, strip_bom, yam
 pub const STDIN: &str = "-";
 /// How standard input is named in messages.
 const STDIN_NAME: &str = "(stdin)";
-/// Input quoted in messages is cut to this many bytes.
-const MAX_QUOTED: usize = 100;
+// Input quoted in messages is cut to this many bytes.
+use ipsetmgr_ipset::text::MAX_QUOTED_MEMBER as MAX_QUOTED;
 
 /// The syntax of a member list.
 /// (`--format` of `ipsetmgr slice` parses it in `src/args.rs`.)

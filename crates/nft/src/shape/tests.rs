@@ -429,3 +429,25 @@ proptest! {
         prop_assert_eq!(s.elements_of_set(&grown).unwrap(), general);
     }
 }
+
+#[test]
+fn a_refused_member_is_quoted_cut_to_the_documented_bound() {
+    let options = HeaderOptions {
+        comment: true,
+        ..HeaderOptions::default()
+    };
+    let s = SetShape::new(SetType::HashIpPort, Some(Family::V4), &options, 1024).unwrap();
+    // nft holds element comments of up to 128 bytes; ipset up to 255.
+    let long = format!("10.0.0.1,tcp:80 comment:{}", "x".repeat(200));
+    let e = s
+        .elements(members(SetType::HashIpPort, &[&long]))
+        .unwrap_err();
+    assert_eq!(e.reason, Unrepresentable::CommentTooLong);
+    assert!(e.member.len() <= MAX_QUOTED_MEMBER, "{}", e.member);
+    assert!(
+        e.member.starts_with("10.0.0.1,tcp:80 comment \"xxx"),
+        "{}",
+        e.member
+    );
+    assert!(e.member.ends_with("bytes cut)"), "{}", e.member);
+}

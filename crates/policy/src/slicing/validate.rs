@@ -14,10 +14,10 @@ use ipsetmgr_ipset::{Family, Member, SetType};
 
 /// At most this many bad members are listed; the rest are counted.
 const MAX_LISTED_ERRORS: usize = 10;
-/// Members quoted in messages are cut to this many bytes.
-const MAX_QUOTED: usize = 100;
+// Input quoted in messages is cut to this many bytes.
 /// The CRD's `maxLength` of one member.
 use ipsetmgr_api::policy::MAX_MEMBER_LEN;
+use ipsetmgr_ipset::text::MAX_QUOTED_MEMBER as MAX_QUOTED;
 
 /// How members are checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

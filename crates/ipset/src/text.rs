@@ -1,6 +1,11 @@
 //! Text helpers for messages: a leaf module (it imports nothing of this
-//! crate), used by the compiler's and loaders' errors and by the binary's
-//! logging.
+//! crate), used by every layer's errors (the policy compiler's and loaders',
+//! the nft backend's) and by the binary's logging.
+
+/// The most bytes of one member an error quotes (docs/member-sources.md):
+/// a member can carry a comment of up to 255 bytes, and a long list of
+/// errors quoting each whole would crowd out the reasons.
+pub const MAX_QUOTED_MEMBER: usize = 100;
 
 /// A message of at most `max` bytes, the note of the cut included (cut on
 /// a character boundary), for errors that may quote input and for fields
