@@ -228,6 +228,7 @@ pub(crate) fn to_dataplane(e: &NftError) -> DataplaneError {
         other @ (NftError::TableMissing(_)
         | NftError::NotOwned(_)
         | NftError::ElementType { .. }
+        | NftError::TableOwned { .. }
         | NftError::Other(_)) => DataplaneError::Other(other.to_string()),
     }
 }
