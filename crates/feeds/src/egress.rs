@@ -8,7 +8,9 @@
 //! [`GuardedResolver`], so DNS cannot route around it, and a name that
 //! resolves to a refused address never gets a connection) and on IP
 //! literals before the request. An IPv4 address inside IPv6 (mapped, or the
-//! NAT64 prefix) is judged as the IPv4 address.
+//! NAT64 prefix) is judged as the IPv4 address. The unspecified address
+//! (0.0.0.0, `::`) is where Linux connects to loopback: it is opened only by
+//! a CIDR naming exactly it, and then judged as the loopback it reaches.
 //!
 //! Refused by default in a cluster: unspecified, loopback, link-local,
 //! multicast, broadcast and reserved, private (RFC 1918, CGNAT 100.64/10,
@@ -216,6 +218,9 @@ impl EgressGuard {
         if let Some(d) = self.deny.iter().find(|d| d.contains(ip)) {
             return refuse(format!("in the denied range {d}"), " (--feed-deny-cidr)");
         }
+        if ip.is_unspecified() {
+            return self.check_unspecified(ip);
+        }
         if self.api_server.contains(&ip) {
             if self.allow.iter().any(|a| a.is_host(ip)) {
                 return Ok(());
@@ -238,6 +243,32 @@ impl EgressGuard {
             ),
             None => Ok(()),
         }
+    }
+}
+
+impl EgressGuard {
+    /// Linux connects the unspecified address (0.0.0.0, `::`) to loopback,
+    /// whatever route a range would suggest: a broad allow (`0.0.0.0/0`)
+    /// must not open this host. Only a CIDR naming exactly that address
+    /// does, and then the loopback address it reaches is judged (so the API
+    /// server on loopback stays closed unless its own address is allowed).
+    fn check_unspecified(&self, ip: IpAddr) -> Result<(), Refused> {
+        if !self.allow.iter().any(|a| a.is_host(ip)) {
+            return Err(Refused {
+                ip,
+                what: "an unspecified address (it connects to this host's loopback)".into(),
+                how: "; only --feed-allow-cidr with exactly this address allows it",
+            });
+        }
+        let reached = match ip {
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        };
+        self.check(reached).map_err(|r| Refused {
+            ip,
+            what: format!("an unspecified address, which connects to {}: {}", r.ip, r.what),
+            how: r.how,
+        })
     }
 }
 
@@ -397,6 +428,61 @@ mod tests {
         let g =
             EgressGuard::new(Setting::Cluster, &cidrs(&["10.96.0.1/32"]), &[]).with_api_server(api);
         assert_eq!(g.check(ip("10.96.0.1")), Ok(()));
+    }
+
+    /// Linux connects 0.0.0.0 (and `::`) to loopback: a broad allow range
+    /// holding it must not open this host, nor the API server on loopback
+    /// (single-node and host-network clusters).
+    #[test]
+    fn the_unspecified_address_is_opened_only_by_its_exact_address() {
+        let unspecified = [
+            "0.0.0.0",
+            "::",
+            "::ffff:0.0.0.0",
+            "64:ff9b::0.0.0.0",
+        ];
+        let broad = cidrs(&["0.0.0.0/0", "::/0"]);
+        let g = EgressGuard::new(Setting::Cluster, &broad, &[]);
+        for addr in unspecified {
+            let e = g.check(ip(addr)).expect_err(addr);
+            assert!(e.to_string().contains("unspecified"), "{addr}: {e}");
+            assert!(e.to_string().contains("exactly this address"), "{addr}: {e}");
+        }
+        assert_eq!(g.check(ip("1.1.1.1")), Ok(()));
+        // In file mode too: a broad range is no exact allow.
+        let g = EgressGuard::new(Setting::Files, &broad, &[]);
+        for addr in unspecified {
+            assert!(g.check(ip(addr)).is_err(), "{addr}");
+        }
+        // Exactly allowed: then judged as the loopback address it reaches.
+        let exact = cidrs(&["0.0.0.0/32", "::/128"]);
+        let g = EgressGuard::new(Setting::Cluster, &exact, &[]);
+        let e = g.check(ip("0.0.0.0")).unwrap_err();
+        assert!(e.to_string().contains("loopback"), "{e}");
+        let g = EgressGuard::new(
+            Setting::Cluster,
+            &cidrs(&["0.0.0.0/32", "::/128", "127.0.0.0/8", "::1"]),
+            &[],
+        );
+        assert_eq!(g.check(ip("0.0.0.0")), Ok(()));
+        assert_eq!(g.check(ip("::")), Ok(()));
+        // The API server on loopback stays closed through 0.0.0.0 unless its
+        // own address is allowed exactly (ranges holding it do not).
+        let g = EgressGuard::new(
+            Setting::Cluster,
+            &cidrs(&["0.0.0.0/32", "::/128", "127.0.0.0/8", "::/0"]),
+            &[],
+        )
+        .with_api_server([ip("127.0.0.1"), ip("::1")]);
+        for addr in unspecified {
+            let e = g.check(ip(addr)).expect_err(addr);
+            assert!(e.to_string().contains("the API server"), "{addr}: {e}");
+        }
+        let g = EgressGuard::new(Setting::Cluster, &cidrs(&["0.0.0.0/32", "127.0.0.1/32"]), &[])
+            .with_api_server([ip("127.0.0.1")]);
+        assert_eq!(g.check(ip("0.0.0.0")), Ok(()));
+        let g = EgressGuard::new(Setting::Files, &exact, &[]);
+        assert_eq!(g.check(ip("0.0.0.0")), Ok(()));
     }
 
     #[test]
