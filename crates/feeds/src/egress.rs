@@ -349,9 +349,9 @@ impl tower::Service<hyper_util::client::legacy::connect::dns::Name> for GuardedR
                 .collect();
             match (allowed.is_empty(), first_refusal) {
                 (false, _) => Ok(allowed.into_iter()),
-                (true, Some(r)) => Err(std::io::Error::new(
+                (true, Some(refused)) => Err(std::io::Error::new(
                     std::io::ErrorKind::PermissionDenied,
-                    format!("{host} resolves to {}; {r}", r.ip),
+                    crate::request_error::NameRefused { host, refused },
                 )),
                 (true, None) => Err(std::io::Error::new(
                     std::io::ErrorKind::NotFound,

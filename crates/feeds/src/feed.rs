@@ -30,6 +30,7 @@ use hyper_util::rt::TokioExecutor;
 use std::sync::Arc;
 
 use super::egress::{EgressGuard, GuardedResolver, Refused, literal_ip};
+use super::request_error::{Classified, NameRefused, RequestFailure, classify};
 use ipsetmgr_api::FamilySpec;
 use ipsetmgr_ipset::SetType;
 use ipsetmgr_policy::sources::content::parse_content;
@@ -65,8 +66,12 @@ pub enum Fetched {
 pub enum FetchError {
     #[error("no answer within {0:?}")]
     Timeout(Duration),
+    /// A fixed reason (`request_error.rs`): never hyper's or rustls's
+    /// words, which quote the peer.
     #[error("request failed: {0}")]
-    Request(String),
+    Request(RequestFailure),
+    #[error("the system's CA roots cannot be loaded: {0}")]
+    Roots(String),
     #[error("HTTP {0} (redirects are not followed)")]
     Redirect(u16),
     #[error("HTTP {0}")]
@@ -74,15 +79,32 @@ pub enum FetchError {
     #[error("the body is larger than {limit} bytes; refused")]
     TooLarge { limit: usize },
     #[error("reading the body failed: {0}")]
-    Body(String),
+    Body(RequestFailure),
     #[error("the body is not UTF-8 (byte {0})")]
     NotUtf8(usize),
     #[error(transparent)]
     Refused(#[from] Refused),
-    #[error("the body's Content-Encoding {0:?} is not supported (only gzip or none)")]
-    Encoding(String),
-    #[error("the gzip body does not decode: {0}")]
-    Gzip(String),
+    #[error(transparent)]
+    NameRefused(NameRefused),
+    /// Named only when it is one of [`KNOWN_ENCODINGS`]: the header is the
+    /// server's text.
+    #[error("the body's Content-Encoding {} is not supported (only gzip or none)", .0.map_or("(another)".to_string(), |e| format!("{e:?}")))]
+    Encoding(Option<&'static str>),
+    #[error("the gzip body does not decode")]
+    Gzip,
+}
+
+/// The encodings a refusal names (RFC 9110's registry, as servers send
+/// them); any other is "(another)".
+const KNOWN_ENCODINGS: &[&str] = &["br", "compress", "deflate", "zstd", "x-compress", "dcb", "dcz"];
+
+/// A failed request or body read as [`FetchError`].
+fn request_failed(e: &(dyn std::error::Error + 'static), body: bool) -> FetchError {
+    match classify(e) {
+        Classified::Refused(r) => FetchError::NameRefused(r),
+        Classified::Failure(f) if body => FetchError::Body(f),
+        Classified::Failure(f) => FetchError::Request(f),
+    }
 }
 
 type Connector = hyper_rustls::HttpsConnector<HttpConnector<GuardedResolver>>;
@@ -104,23 +126,51 @@ impl Fetcher {
         max_bytes: usize,
         guard: EgressGuard,
     ) -> Result<Fetcher, FetchError> {
+        let tls = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_native_roots()
+            .map_err(|e| FetchError::Roots(e.to_string()))?;
+        Ok(Fetcher::with_tls(timeout, max_bytes, guard, tls))
+    }
+
+    /// A client trusting only `roots` (tests' own CAs).
+    #[cfg(test)]
+    pub(crate) fn trusting(
+        timeout: Duration,
+        max_bytes: usize,
+        guard: EgressGuard,
+        roots: rustls::RootCertStore,
+    ) -> Fetcher {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("ring's protocol versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tls = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config);
+        Fetcher::with_tls(timeout, max_bytes, guard, tls)
+    }
+
+    fn with_tls(
+        timeout: Duration,
+        max_bytes: usize,
+        guard: EgressGuard,
+        tls: hyper_rustls::HttpsConnectorBuilder<hyper_rustls::builderstates::WantsSchemes>,
+    ) -> Fetcher {
         let guard = Arc::new(guard);
         let mut http = HttpConnector::new_with_resolver(GuardedResolver::new(guard.clone()));
         // https URLs pass through to the TLS layer around it.
         http.enforce_http(false);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
-            .map_err(|e| FetchError::Request(format!("loading the system's CA roots: {e}")))?
+        let https = tls
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new()).build(https);
-        Ok(Fetcher {
+        Fetcher {
             client,
             guard,
             timeout,
             max_bytes,
-        })
+        }
     }
 
     /// GET `url` with `headers` (from a Secret, already typed) and the
@@ -149,7 +199,7 @@ impl Fetcher {
         }
         let mut req = Request::get(url.uri().clone())
             .body(Empty::<Bytes>::new())
-            .map_err(|e| FetchError::Request(e.to_string()))?;
+            .map_err(|_| FetchError::Request(RequestFailure::Other))?;
         let h = req.headers_mut();
         h.extend(headers.clone());
         h.insert(
@@ -167,7 +217,12 @@ impl Fetcher {
             .client
             .request(req)
             .await
-            .map_err(|e| FetchError::Request(error_chain(&e)))?;
+            .map_err(|e| {
+                // The whole chain for the one debugging it; it may quote the
+                // peer, so never beyond debug and never in a status.
+                tracing::debug!(url = %url, error = %error_chain(&e), "url source request failed");
+                request_failed(&e, false)
+            })?;
         let status = resp.status();
         if status == StatusCode::NOT_MODIFIED {
             return Ok(Fetched::NotModified);
@@ -196,9 +251,11 @@ impl Fetcher {
             None | Some(b"identity") => false,
             Some(b"gzip" | b"x-gzip") => true,
             Some(other) => {
-                return Err(FetchError::Encoding(
-                    String::from_utf8_lossy(other).chars().take(40).collect(),
-                ));
+                let known = KNOWN_ENCODINGS
+                    .iter()
+                    .find(|k| k.as_bytes().eq_ignore_ascii_case(other))
+                    .copied();
+                return Err(FetchError::Encoding(known));
             }
         };
         let body = Limited::new(resp.into_body(), self.max_bytes)
@@ -212,7 +269,7 @@ impl Fetcher {
                         limit: self.max_bytes,
                     }
                 } else {
-                    FetchError::Body(e.to_string())
+                    request_failed(&*e, true)
                 }
             })?
             .to_bytes();
@@ -235,7 +292,7 @@ fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, FetchError> {
     flate2::read::MultiGzDecoder::new(body)
         .take(limit as u64 + 1)
         .read_to_end(&mut out)
-        .map_err(|e| FetchError::Gzip(e.to_string()))?;
+        .map_err(|_| FetchError::Gzip)?;
     if out.len() > limit {
         return Err(FetchError::TooLarge { limit });
     }
@@ -512,6 +569,128 @@ mod tests {
             feed.state.good.as_deref().map(Vec::as_slice),
             Some(&["10.0.0.0/8".to_string()][..])
         );
+    }
+
+    /// `http://0.0.0.0:port/` reaches a server on 127.0.0.1 (Linux connects
+    /// the unspecified address to loopback): a broad allow range holding
+    /// 0.0.0.0 must not let it through.
+    #[tokio::test]
+    async fn the_unspecified_address_does_not_reach_loopback() {
+        let served = serve("identity", b"10.0.0.0/8\n".to_vec()).await;
+        let port = served.uri().port_u16().unwrap();
+        let allow = crate::egress::Cidr::parse("0.0.0.0/0").unwrap();
+        let fetcher = Fetcher::new(
+            Duration::from_secs(5),
+            1000,
+            EgressGuard::new(Setting::Cluster, &allow, &[]),
+        )
+        .unwrap();
+        let url = FeedUrl::parse(&format!("http://0.0.0.0:{port}/l")).unwrap();
+        let r = fetcher
+            .fetch(&url, &HeaderMap::new(), &Validators::default())
+            .await;
+        match r {
+            Err(FetchError::Refused(e)) => {
+                assert!(e.to_string().contains("0.0.0.0 is an unspecified"), "{e}")
+            }
+            other => panic!("0.0.0.0 with allow 0.0.0.0/0: {other:?}"),
+        }
+    }
+
+    /// A unique name in the test server's certificate: it must not reach
+    /// any error a status may show (docs/member-sources.md, "Egress").
+    const NEEDLE: &str = "adv3needle-san.internal";
+
+    /// A TLS server on 127.0.0.1 whose self-signed certificate names only
+    /// NEEDLE; the certificate, to trust it.
+    async fn tls_server() -> (u16, rustls::pki_types::CertificateDer<'static>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![NEEDLE.to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let der = cert.der().clone();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![der.clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let Ok((conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let _ = acceptor.accept(conn).await;
+                });
+            }
+        });
+        (port, der)
+    }
+
+    /// The public failure (what a status shows) of one refresh of `url`.
+    async fn public_failure(fetcher: &Fetcher, url: &str) -> String {
+        let spec = UrlSpec {
+            url: FeedUrl::parse(url).unwrap(),
+            interval: Duration::from_secs(3600),
+            format: ipsetmgr_api::member_source::FeedFormat::Text,
+            max_members: 10,
+            headers_secret: None,
+        };
+        let r = UrlFeed::default()
+            .refresh(
+                &spec,
+                SetType::HashNet,
+                FamilySpec::IPv4,
+                fetcher,
+                &HeaderMap::new(),
+            )
+            .await;
+        r.outcome.expect_err(url).public
+    }
+
+    /// Fetch errors are fixed reasons chosen by the error's kind: nothing
+    /// the peer sent (here its certificate's names) reaches them.
+    #[tokio::test]
+    async fn fetch_errors_name_reasons_not_what_the_peer_sent() {
+        let (port, cert) = tls_server().await;
+        let url = format!("https://127.0.0.1:{port}/l");
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert).unwrap();
+        let guard = || EgressGuard::new(Setting::Files, &[], &[]);
+        let trusting = Fetcher::trusting(Duration::from_secs(5), 1000, guard(), roots);
+        let e = public_failure(&trusting, &url).await;
+        assert!(!e.contains(NEEDLE) && !e.contains("adv3needle"), "{e}");
+        assert!(
+            e.contains("TLS handshake failed: the server's certificate does not match the host"),
+            "{e}"
+        );
+        let empty = Fetcher::trusting(
+            Duration::from_secs(5),
+            1000,
+            guard(),
+            rustls::RootCertStore::empty(),
+        );
+        let e = public_failure(&empty, &url).await;
+        assert!(
+            e.contains("TLS handshake failed: the server's certificate is not signed by a trusted authority"),
+            "{e}"
+        );
+        // Nothing listens here any more.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let e = public_failure(&empty, &format!("http://127.0.0.1:{port}/l")).await;
+        assert!(e.ends_with(": connection refused"), "{e}");
     }
 
     #[tokio::test]

@@ -9,7 +9,9 @@
 //!
 //! - [`egress`]: where url sources may connect;
 //! - [`feed`]: fetching a url source over HTTP(S), and running it
-//!   ([`feed::UrlFeed`]: its state and backoff, for both users).
+//!   ([`feed::UrlFeed`]: its state and backoff, for both users);
+//! - [`request_error`]: why a request failed, as fixed reasons (nothing
+//!   the peer sent reaches a status).
 //!
 //! The pure parts (parsed specs, cluster members, content checks) are in
 //! `ipsetmgr_policy::sources`.
@@ -21,3 +23,4 @@
 
 pub mod egress;
 pub mod feed;
+pub mod request_error;
