@@ -79,11 +79,11 @@ where
         Ok(ev) => wrap(ev),
         Err(e) if is_kind_not_found(&e) => Input::KindNotFound {
             crd: crd.clone(),
-            error: format!("{what} watch: {e}"),
+            error: format!("{what} watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
         },
         Err(e) => Input::WatchError {
             resource,
-            error: format!("{what} watch: {e}"),
+            error: format!("{what} watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
         },
     })
 }
@@ -105,7 +105,10 @@ pub fn watch_inputs(
         Ok(ev) => Input::Policy(ev),
         Err(tolerant::SpecWatchError::Watch(e)) if is_kind_not_found(&e) => Input::KindNotFound {
             crd: crd.clone(),
-            error: format!("IPSetPolicy watch: {e}"),
+            error: format!(
+                "IPSetPolicy watch: {}",
+                ipsetmgr_cluster::api_error::describe_watch(&e)
+            ),
         },
         Err(e) => Input::WatchError {
             resource: resource::POLICIES,
@@ -132,7 +135,7 @@ pub fn watch_inputs(
         Ok(ev) => Input::Node(ev),
         Err(e) => Input::WatchError {
             resource: resource::NODES,
-            error: format!("node watch: {e}"),
+            error: format!("node watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
         },
     });
     let mut streams = vec![policies.boxed(), slices.boxed(), nodes.boxed()];
@@ -153,7 +156,7 @@ pub fn watch_inputs(
             Ok(ev) => Input::Crd(name.clone(), ev),
             Err(e) => Input::WatchError {
                 resource: resource::CRDS,
-                error: format!("CRD {name} watch: {e}"),
+                error: format!("CRD {name} watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
             },
         });
         streams.push(s.boxed());

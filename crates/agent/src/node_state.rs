@@ -235,7 +235,7 @@ async fn ensure_exists(
     match api.get_opt(node).await {
         Ok(Some(_)) => return Ok(()),
         Ok(None) => {}
-        Err(e) => return Err(WriteError::Other(e.to_string())),
+        Err(e) => return Err(WriteError::Other(ipsetmgr_cluster::api_error::describe(&e))),
     }
     // Never for a Node that is gone: the controller (or the garbage
     // collector) would delete it again, and the two would fight.
@@ -249,7 +249,7 @@ async fn ensure_exists(
         Ok(_) => Ok(()),
         // Someone (an earlier run of this agent) was quicker: fine.
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(WriteError::Other(e.to_string())),
+        Err(e) => Err(WriteError::Other(ipsetmgr_cluster::api_error::describe(&e))),
     }
 }
 
@@ -273,7 +273,7 @@ async fn write(
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Err(WriteError::Gone),
-        Err(e) => Err(WriteError::Other(e.to_string())),
+        Err(e) => Err(WriteError::Other(ipsetmgr_cluster::api_error::describe(&e))),
     }
 }
 

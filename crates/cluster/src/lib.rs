@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api_error;
 pub mod client;
 pub mod kind_guard;
 pub mod listing;

@@ -6,7 +6,9 @@
 //! older, looser schema let in was enough to write 48 MB of log in two
 //! minutes). Those events are turned off unless `RUST_LOG` names the
 //! client's target explicitly; the typed error still reaches our own logs,
-//! bounded.
+//! bounded. The same for kube's watcher, whose WARN on a failed list or
+//! watch is the Rust debug dump of the API's Status: our own line says it
+//! as a sentence (`api_error.rs`).
 
 use tracing_subscriber::EnvFilter;
 
@@ -18,25 +20,27 @@ pub enum LogFormat {
     Json,
 }
 
-/// The target of kube's request code, whose WARN events carry bodies.
-const KUBE_CLIENT_TARGET: &str = "kube_client::client";
+/// kube's targets whose WARN events carry bodies (the client) or debug
+/// dumps (the watcher), and the crate name that, in `RUST_LOG`, asks for
+/// them anyway.
+const QUIETED: &[(&str, &str)] = &[
+    ("kube_client::client", "kube_client"),
+    ("kube_runtime::watcher", "kube_runtime"),
+];
 
 /// The filter for `RUST_LOG` (`env`) or the default level.
 pub fn filter(env: Option<&str>, default_level: &str) -> EnvFilter {
     let spec = env
         .filter(|s| !s.trim().is_empty())
         .unwrap_or(default_level);
-    let base = EnvFilter::try_new(spec).unwrap_or_else(|_| EnvFilter::new(default_level));
-    if spec.contains("kube_client") {
-        // Asked for explicitly: the user wants to see it.
-        base
-    } else {
-        base.add_directive(
-            format!("{KUBE_CLIENT_TARGET}=error")
-                .parse()
-                .expect("a valid directive"),
-        )
+    let mut base = EnvFilter::try_new(spec).unwrap_or_else(|_| EnvFilter::new(default_level));
+    for (target, asked_by) in QUIETED {
+        // Named explicitly: the user wants to see it.
+        if !spec.contains(asked_by) {
+            base = base.add_directive(format!("{target}=error").parse().expect("a valid directive"));
+        }
     }
+    base
 }
 
 /// Install the global subscriber.
@@ -147,6 +151,7 @@ mod tests {
         ] {
             let text = logged(env, || {
                 tracing::warn!(target: "kube_client::client", "{body}, invalid value");
+                tracing::warn!(target: "kube_runtime::watcher", "Api(Status {{ {body} }})");
                 tracing::warn!(target: "ipsetmgr::agent", "policy watch failed");
             });
             assert!(!text.contains("xxxx"), "{env:?}: body logged");

@@ -90,11 +90,12 @@ impl<K> Tolerant<K> {
     }
 }
 
-/// Why [`watch_by_generation`] yields no object now.
+/// Why [`watch_by_generation`] yields no object now; its Display is a
+/// sentence (`api_error.rs`), never kube's debug dump.
 #[derive(Debug, thiserror::Error)]
 pub enum SpecWatchError {
     /// The watch itself (the kind guard reads a 404 of it).
-    #[error(transparent)]
+    #[error("{}", super::api_error::describe_watch(.0))]
     Watch(watcher::Error),
     /// Reading one object whole; retried.
     #[error("{0}")]
@@ -192,6 +193,7 @@ where
                         Event::Apply(meta)
                     };
                     st.retry = Some((again, (wait * 2).min(std::time::Duration::from_secs(30))));
+                    let e = super::api_error::describe(&e);
                     return Some((Err(SpecWatchError::Get(format!("reading {name}: {e}"))), st));
                 }
             }

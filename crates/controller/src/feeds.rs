@@ -66,7 +66,13 @@ impl HeaderSource {
         let s = api
             .get_opt(secret)
             .await
-            .map_err(|e| format!("reading Secret {}/{secret}: {e}", self.namespace))?
+            .map_err(|e| {
+                format!(
+                    "reading Secret {}/{secret}: {}",
+                    self.namespace,
+                    ipsetmgr_cluster::api_error::describe(&e)
+                )
+            })?
             .ok_or_else(|| format!("Secret {}/{secret} not found", self.namespace))?;
         let mut out = HeaderMap::new();
         for (k, v) in s.data.unwrap_or_default() {

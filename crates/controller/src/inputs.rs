@@ -107,7 +107,7 @@ where
             Ok(ev) => f(ev),
             Err(e) => Input::WatchError {
                 resource,
-                error: format!("{resource} watch: {e}"),
+                error: format!("{resource} watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
             },
         })
         .boxed()
@@ -133,7 +133,7 @@ pub fn watch_inputs(
             Ok(ev) => f(ev),
             Err(e) => Input::WatchError {
                 resource,
-                error: format!("{resource} watch: {e}"),
+                error: format!("{resource} watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
             },
         })
         .boxed()
@@ -160,7 +160,7 @@ pub fn watch_inputs(
             Ok(ev) => Input::Node(ev),
             Err(e) => Input::WatchError {
                 resource: "nodes",
-                error: format!("nodes watch: {e}"),
+                error: format!("nodes watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
             },
         })
         .boxed();
@@ -217,7 +217,7 @@ pub fn watch_inputs(
                     Ok(ev) => Input::Namespace(ev),
                     Err(e) => Input::WatchError {
                         resource: "namespaces",
-                        error: format!("namespaces watch: {e}"),
+                        error: format!("namespaces watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
                     },
                 })
                 .boxed()

@@ -152,7 +152,7 @@ impl SliceWriter {
                     .insert(name.clone(), (op.clone(), seen, Instant::now()));
             } else {
                 let error = match result {
-                    Ok(Err(e)) => e.to_string(),
+                    Ok(Err(e)) => ipsetmgr_cluster::api_error::describe(&e),
                     _ => "timed out".to_string(),
                 };
                 tracing::warn!(slice = %name, error = %ipsetmgr_policy::text::bounded(&error, 1024), "member slice write failed; retried with the next plan");

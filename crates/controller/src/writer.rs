@@ -121,7 +121,7 @@ impl Writer {
     async fn timed<T>(&self, f: impl Future<Output = Result<T, kube::Error>>) -> Result<T, String> {
         match tokio::time::timeout(self.settings.request_timeout, f).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Err(e)) => Err(ipsetmgr_cluster::api_error::describe(&e)),
             Err(_) => Err("timed out".into()),
         }
     }
