@@ -14,8 +14,11 @@
 //! Needs the envtest binaries (and root for the guard's network
 //! namespace); skips with a message without them, fails under `CI=true`.
 
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ipsetmgr_api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
@@ -232,4 +235,141 @@ async fn a_forbidden_source_says_so_in_a_sentence() {
         "the controller's log has a debug dump:\n{log_text}"
     );
     plane.stop();
+}
+
+/// A decoy feed server on `addr` that counts its requests and answers with
+/// a body that is no member list.
+fn decoy(addr: &str) -> (u16, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind(addr).unwrap_or_else(|e| panic!("{addr}: {e}"));
+    let port = listener.local_addr().unwrap().port();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            counter.fetch_add(1, Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let body = "not-a-member\n";
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, hits)
+}
+
+fn sh(args: &[&str]) {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An EndpointSlice of Service `default/kubernetes` (beside the one the API
+/// server keeps itself, which it would rewrite) holding `address`.
+async fn api_endpoint(client: &Client, address: &str) {
+    apply_one(
+        client,
+        &json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes-test", "namespace": "default",
+                "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address]}],
+            "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+        }),
+    )
+    .await;
+}
+
+/// Two url sources, to the two decoys; `round` makes a new URL, so that the
+/// controller fetches at once instead of after its backoff.
+async fn point_policies(client: &Client, ports: (u16, u16), round: u32) {
+    for (name, addr, port) in [
+        ("endpoint-one", "10.244.0.1", ports.0),
+        ("endpoint-two", "10.244.0.2", ports.1),
+    ] {
+        let url = format!("http://{addr}:{port}/list?round={round}");
+        apply_policy(
+            client,
+            name,
+            json!({"type": "hash:net", "membersFrom": [{"url": {"url": url}}]}),
+        )
+        .await;
+    }
+}
+
+const API_SERVER: &str = "an address of the API server";
+
+#[test]
+fn the_guard_follows_the_api_servers_endpoints() {
+    const TEST: &str = "the_guard_follows_the_api_servers_endpoints";
+    if !nix::unistd::geteuid().is_root() {
+        ipsetmgr_envtest::cannot_run(TEST, &"needs root (a fresh network namespace)");
+        return;
+    }
+    if let Err(missing) = ipsetmgr_envtest::Binaries::find(ipsetmgr_envtest::Server::Newest) {
+        ipsetmgr_envtest::cannot_run(TEST, &missing);
+        return;
+    }
+    // This thread's own namespace: the decoys, the API server and the
+    // controller are all in it.
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET)");
+    sh(&["ip", "link", "set", "lo", "up"]);
+    sh(&["ip", "addr", "add", "10.244.0.1/32", "dev", "lo"]);
+    sh(&["ip", "addr", "add", "10.244.0.2/32", "dev", "lo"]);
+    let (one, one_hits) = decoy("10.244.0.1:0");
+    let (two, two_hits) = decoy("10.244.0.2:0");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let plane = ipsetmgr_envtest::ControlPlane::start(ipsetmgr_envtest::Server::Newest)
+            .await
+            .expect("the API server");
+        let client = plane.client().await.unwrap();
+        install_crds(&client).await;
+        let kubeconfig = controller_account(&client, &plane).await;
+        api_endpoint(&client, "10.244.0.1").await;
+        point_policies(&client, (one, two), 1).await;
+        let log = plane.dir().join("controller.log");
+        // The range holds both decoys, and the API server's endpoint.
+        let _c = controller(&kubeconfig, &log, &["--feed-allow-cidr", "10.244.0.0/16"]);
+
+        // The endpoint is refused; the other address of the range fetched.
+        let e = source_error(&client, "endpoint-one", "refusal", |e| e.contains(API_SERVER), &log)
+            .await;
+        assert!(e.contains("10.244.0.1"), "{e}");
+        source_error(&client, "endpoint-two", "fetch", |e| e.contains("line 1: "), &log).await;
+        assert_eq!(one_hits.load(Ordering::SeqCst), 0, "the endpoint was reached");
+        assert!(two_hits.load(Ordering::SeqCst) > 0, "the other decoy was not fetched");
+
+        // The API server moves: the guard follows.
+        api_endpoint(&client, "10.244.0.2").await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let before = two_hits.load(Ordering::SeqCst);
+        point_policies(&client, (one, two), 2).await;
+        let e = source_error(&client, "endpoint-two", "refusal", |e| e.contains(API_SERVER), &log)
+            .await;
+        assert!(e.contains("10.244.0.2"), "{e}");
+        source_error(&client, "endpoint-one", "fetch", |e| e.contains("line 1: "), &log).await;
+        assert!(one_hits.load(Ordering::SeqCst) > 0, "the old endpoint was not fetched");
+        assert_eq!(
+            two_hits.load(Ordering::SeqCst),
+            before,
+            "the new endpoint was reached"
+        );
+        let log_text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            !log_text.contains("cannot read the API server's EndpointSlices"),
+            "config/rbac does not let the controller read them:\n{log_text}"
+        );
+        plane.stop();
+    });
 }

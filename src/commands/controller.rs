@@ -87,6 +87,11 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
         .egress
         .guard(ipsetmgr_feeds::egress::Setting::Cluster)
         .with_api_server(api_server_addresses(&api_url).await);
+    // Its endpoints too, as they change (docs/member-sources.md, "Egress").
+    let endpoints = tokio::spawn(ipsetmgr_controller::api_endpoints::follow(
+        client.clone(),
+        guard.api_server(),
+    ));
     let fetcher = ipsetmgr_feeds::feed::Fetcher::new(
         ipsetmgr_feeds::feed::FETCH_TIMEOUT,
         ipsetmgr_feeds::feed::MAX_FEED_BYTES,
@@ -120,10 +125,10 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
     // stopped rather than drained (draining the first statuses of a few
     // hundred policies took 11 s). With them and the loop gone nothing holds
     // a leadership receiver, and the lease task releases the Lease.
-    for task in [&feeds, &slice_writer, &writer] {
+    for task in [&feeds, &endpoints, &slice_writer, &writer] {
         task.abort();
     }
-    let _ = tokio::join!(feeds, slice_writer, writer);
+    let _ = tokio::join!(feeds, endpoints, slice_writer, writer);
     release_lease(lease_task).await;
     let _ = stop_tx.send(true);
     let _ = server.await;
@@ -161,7 +166,8 @@ async fn release_lease(
 }
 
 /// The addresses of the API server (its URL's host, resolved, and the
-/// in-cluster service address), which url sources must never reach.
+/// in-cluster service address), which url sources must never reach; its
+/// endpoints are followed beside them (`api_endpoints`).
 async fn api_server_addresses(url: &http::Uri) -> Vec<std::net::IpAddr> {
     let mut out = Vec::new();
     let port = url.port_u16().unwrap_or(443);

@@ -163,6 +163,16 @@ pub(crate) fn controller_events_grants() -> BTreeSet<Grant> {
     expect(&[("events.k8s.io", "events", &["create"])])
 }
 
+/// In `default` too: the API server's EndpointSlices (Service
+/// `default/kubernetes`), which the url egress guard follows.
+pub(crate) fn controller_endpoints_grants() -> BTreeSet<Grant> {
+    expect(&[(
+        "discovery.k8s.io",
+        "endpointslices",
+        &["get", "list", "watch"],
+    )])
+}
+
 /// Where a grant holds.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Scope {
@@ -185,10 +195,9 @@ pub(crate) fn expected_access(names: &Names, controller: bool, sources: Sources)
             (c.clone(), Scope::Namespace(NAMESPACE.into())),
             controller_lease_grants(),
         );
-        want.insert(
-            (c, Scope::Namespace(EVENTS_NAMESPACE.into())),
-            controller_events_grants(),
-        );
+        let mut in_default = controller_events_grants();
+        in_default.extend(controller_endpoints_grants());
+        want.insert((c, Scope::Namespace(EVENTS_NAMESPACE.into())), in_default);
     }
     want
 }
@@ -214,6 +223,8 @@ pub(crate) fn expected_rbac_objects(
             format!("RoleBinding {NAMESPACE}/{c}"),
             format!("Role {EVENTS_NAMESPACE}/{c}-events"),
             format!("RoleBinding {EVENTS_NAMESPACE}/{c}-events"),
+            format!("Role {EVENTS_NAMESPACE}/{c}-endpoints"),
+            format!("RoleBinding {EVENTS_NAMESPACE}/{c}-endpoints"),
         ]);
         if sources.pods || sources.services {
             ids.extend([
@@ -469,9 +480,10 @@ pub(crate) fn rbac_has_one_source_and_the_chart_renders_it() {
             format!("ClusterRole /{c}"),
             format!("Role {NAMESPACE}/{c}"),
             format!("Role {EVENTS_NAMESPACE}/{c}-events"),
+            format!("Role {EVENTS_NAMESPACE}/{c}-endpoints"),
         ]),
         "{what} holds the agent's ClusterRole and the controller's ClusterRole, \
-         Lease Role in {NAMESPACE} and events Role in {EVENTS_NAMESPACE}"
+         Lease Role in {NAMESPACE}, and events and endpoints Roles in {EVENTS_NAMESPACE}"
     );
     let source = by_identity(&source);
 

@@ -11,7 +11,9 @@
 //! - [`writer`]: the writes, in a task of their own, by the leader only;
 //! - [`sources`], [`materialise`], [`slice_writer`], [`feeds`]: the
 //!   policies' `membersFrom`, computed and written as member slices;
-//! - [`metrics`]: metrics and health.
+//! - [`metrics`]: metrics and health;
+//! - [`api_endpoints`]: the API server's endpoint addresses, followed for
+//!   the url egress guard.
 //!
 //! The command that wires these together is `src/commands/controller.rs`;
 //! its flags are in `src/args.rs`. This crate must never depend on the
@@ -20,6 +22,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api_endpoints;
 pub mod evaluate;
 pub mod event_loop;
 pub mod feeds;

@@ -14,7 +14,8 @@
 //!
 //! Refused by default in a cluster: unspecified, loopback, link-local,
 //! multicast, broadcast and reserved, private (RFC 1918, CGNAT 100.64/10,
-//! ULA fc00::/7), and the API server's own addresses. `--feed-allow-cidr`
+//! ULA fc00::/7), and the API server's own addresses (its client's, and its
+//! endpoints, followed as they change). `--feed-allow-cidr`
 //! opens ranges (the API server's addresses only by a CIDR that names that
 //! one address), `--feed-deny-cidr` closes more, before any allow. File mode
 //! (`apply`, `run`) allows loopback and private ranges by default: the
@@ -22,7 +23,7 @@
 //! host, and no API object ever shows what a fetch returned.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::task::{Context, Poll};
 
 use ipsetmgr_ipset::{Member, SetType};
@@ -181,8 +182,56 @@ pub struct EgressGuard {
     setting: Setting,
     allow: Vec<Cidr>,
     deny: Vec<Cidr>,
-    /// The API server's addresses (the controller's own client's).
-    api_server: Vec<IpAddr>,
+    /// The API server's addresses (the controller's own client's, and its
+    /// endpoints as they change).
+    api_server: ApiServerAddresses,
+}
+
+/// The API server's addresses, shared between the guard and whoever
+/// follows them (the controller watches the EndpointSlices of
+/// `default/kubernetes`): the fixed ones (the client's URL host,
+/// `KUBERNETES_SERVICE_HOST`) and the endpoints, replaced as they change.
+/// A read lock per check: a check is a few comparisons, and the writer
+/// changes it only when the API server moves.
+#[derive(Clone, Debug, Default)]
+pub struct ApiServerAddresses(Arc<RwLock<Known>>);
+
+#[derive(Debug, Default)]
+struct Known {
+    fixed: Vec<IpAddr>,
+    endpoints: Vec<IpAddr>,
+}
+
+impl ApiServerAddresses {
+    /// Replace the endpoint addresses; whether they changed.
+    pub fn set_endpoints(&self, addrs: impl IntoIterator<Item = IpAddr>) -> bool {
+        let mut new: Vec<IpAddr> = addrs.into_iter().map(unmap).collect();
+        new.sort();
+        new.dedup();
+        let mut known = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        let changed = known.endpoints != new;
+        known.endpoints = new;
+        changed
+    }
+
+    /// Every address, fixed and endpoints, sorted.
+    pub fn all(&self) -> Vec<IpAddr> {
+        let known = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        let mut all: Vec<IpAddr> = known.fixed.iter().chain(&known.endpoints).copied().collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
+    fn add_fixed(&self, addrs: impl IntoIterator<Item = IpAddr>) {
+        let mut known = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        known.fixed.extend(addrs.into_iter().map(unmap));
+    }
+
+    fn contains(&self, ip: IpAddr) -> bool {
+        let known = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        known.fixed.contains(&ip) || known.endpoints.contains(&ip)
+    }
 }
 
 /// Why an address is refused: what it is, and how to allow it.
@@ -200,15 +249,21 @@ impl EgressGuard {
             setting,
             allow: allow.to_vec(),
             deny: deny.to_vec(),
-            api_server: Vec::new(),
+            api_server: ApiServerAddresses::default(),
         }
     }
 
     /// Refuse these addresses too (the API server's), unless an allowed
     /// CIDR names one of them exactly.
-    pub fn with_api_server(mut self, addrs: impl IntoIterator<Item = IpAddr>) -> Self {
-        self.api_server.extend(addrs.into_iter().map(unmap));
+    pub fn with_api_server(self, addrs: impl IntoIterator<Item = IpAddr>) -> Self {
+        self.api_server.add_fixed(addrs);
         self
+    }
+
+    /// The API server's addresses this guard refuses, to follow its
+    /// endpoints (shared: a change is seen by every clone of the guard).
+    pub fn api_server(&self) -> ApiServerAddresses {
+        self.api_server.clone()
     }
 
     /// Whether a connection to `ip` is allowed.
@@ -221,7 +276,7 @@ impl EgressGuard {
         if ip.is_unspecified() {
             return self.check_unspecified(ip);
         }
-        if self.api_server.contains(&ip) {
+        if self.api_server.contains(ip) {
             if self.allow.iter().any(|a| a.is_host(ip)) {
                 return Ok(());
             }
@@ -483,6 +538,26 @@ mod tests {
         assert_eq!(g.check(ip("0.0.0.0")), Ok(()));
         let g = EgressGuard::new(Setting::Files, &exact, &[]);
         assert_eq!(g.check(ip("0.0.0.0")), Ok(()));
+    }
+
+    /// The endpoints move: the guard (and every clone of it, such as the
+    /// fetcher's) follows, keeping the fixed addresses.
+    #[test]
+    fn the_api_servers_endpoints_are_followed() {
+        let g = EgressGuard::new(Setting::Cluster, &cidrs(&["10.0.0.0/8"]), &[])
+            .with_api_server([ip("10.96.0.1")]);
+        let fetcher_copy = g.clone();
+        let addresses = g.api_server();
+        assert_eq!(g.check(ip("10.244.0.1")), Ok(()));
+        assert!(addresses.set_endpoints([ip("10.244.0.1"), ip("::ffff:10.244.0.1")]));
+        assert!(!addresses.set_endpoints([ip("10.244.0.1")]));
+        let e = fetcher_copy.check(ip("10.244.0.1")).unwrap_err();
+        assert!(e.to_string().contains("the API server"), "{e}");
+        assert!(addresses.set_endpoints([ip("10.244.0.2")]));
+        assert_eq!(fetcher_copy.check(ip("10.244.0.1")), Ok(()));
+        assert!(fetcher_copy.check(ip("10.244.0.2")).is_err());
+        assert!(fetcher_copy.check(ip("10.96.0.1")).is_err());
+        assert_eq!(addresses.all(), [ip("10.96.0.1"), ip("10.244.0.2")]);
     }
 
     #[test]
