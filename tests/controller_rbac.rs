@@ -58,7 +58,12 @@ fn controller(kubeconfig: &Path, log: &Path, extra: &[&str]) -> Controller {
         .args(["controller", "--kubeconfig"])
         .arg(kubeconfig)
         .args(["--listen", &listen, "--health-listen", &listen])
-        .args(["--namespace", NAMESPACE, "--identity", "controller-rbac-test"])
+        .args([
+            "--namespace",
+            NAMESPACE,
+            "--identity",
+            "controller-rbac-test",
+        ])
         .args(extra)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
@@ -85,9 +90,13 @@ async fn apply_one(client: &Client, doc: &Value) {
         }
         _ => Api::all_with(client.clone(), &resource),
     };
-    api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(doc))
-        .await
-        .unwrap_or_else(|e| panic!("the server refused {kind} {name}: {e}"));
+    api.patch(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(doc),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the server refused {kind} {name}: {e}"));
 }
 
 async fn install_crds(client: &Client) {
@@ -98,9 +107,13 @@ async fn install_crds(client: &Client) {
         IPSetNodeState::crd(),
     ] {
         let name = crd.name_any();
-        api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))
-            .await
-            .unwrap();
+        api.patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap();
         tokio::time::timeout(
             Duration::from_secs(30),
             await_condition(api.clone(), &name, conditions::is_crd_established()),
@@ -126,8 +139,8 @@ async fn controller_account(client: &Client, plane: &ipsetmgr_envtest::ControlPl
     )
     .await;
     for file in ["config/rbac/role.yaml", "config/rbac/role_binding.yaml"] {
-        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
-            .unwrap();
+        let text =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
         let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
         for d in docs.iter().filter(|d| !d.is_null()) {
             apply_one(client, d).await;
@@ -224,7 +237,10 @@ async fn a_forbidden_source_says_so_in_a_sentence() {
     )
     .await;
     for debug in ["Status {", "Some(", "ListMeta", "None"] {
-        assert!(!e.contains(debug), "a debug dump ({debug:?}) in the status: {e}");
+        assert!(
+            !e.contains(debug),
+            "a debug dump ({debug:?}) in the status: {e}"
+        );
     }
     assert!(e.contains("403"), "{e}");
     assert!(e.contains("Forbidden"), "{e}");
@@ -343,23 +359,59 @@ fn the_guard_follows_the_api_servers_endpoints() {
         let _c = controller(&kubeconfig, &log, &["--feed-allow-cidr", "10.244.0.0/16"]);
 
         // The endpoint is refused; the other address of the range fetched.
-        let e = source_error(&client, "endpoint-one", "refusal", |e| e.contains(API_SERVER), &log)
-            .await;
+        let e = source_error(
+            &client,
+            "endpoint-one",
+            "refusal",
+            |e| e.contains(API_SERVER),
+            &log,
+        )
+        .await;
         assert!(e.contains("10.244.0.1"), "{e}");
-        source_error(&client, "endpoint-two", "fetch", |e| e.contains("line 1: "), &log).await;
-        assert_eq!(one_hits.load(Ordering::SeqCst), 0, "the endpoint was reached");
-        assert!(two_hits.load(Ordering::SeqCst) > 0, "the other decoy was not fetched");
+        source_error(
+            &client,
+            "endpoint-two",
+            "fetch",
+            |e| e.contains("line 1: "),
+            &log,
+        )
+        .await;
+        assert_eq!(
+            one_hits.load(Ordering::SeqCst),
+            0,
+            "the endpoint was reached"
+        );
+        assert!(
+            two_hits.load(Ordering::SeqCst) > 0,
+            "the other decoy was not fetched"
+        );
 
         // The API server moves: the guard follows.
         api_endpoint(&client, "10.244.0.2").await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         let before = two_hits.load(Ordering::SeqCst);
         point_policies(&client, (one, two), 2).await;
-        let e = source_error(&client, "endpoint-two", "refusal", |e| e.contains(API_SERVER), &log)
-            .await;
+        let e = source_error(
+            &client,
+            "endpoint-two",
+            "refusal",
+            |e| e.contains(API_SERVER),
+            &log,
+        )
+        .await;
         assert!(e.contains("10.244.0.2"), "{e}");
-        source_error(&client, "endpoint-one", "fetch", |e| e.contains("line 1: "), &log).await;
-        assert!(one_hits.load(Ordering::SeqCst) > 0, "the old endpoint was not fetched");
+        source_error(
+            &client,
+            "endpoint-one",
+            "fetch",
+            |e| e.contains("line 1: "),
+            &log,
+        )
+        .await;
+        assert!(
+            one_hits.load(Ordering::SeqCst) > 0,
+            "the old endpoint was not fetched"
+        );
         assert_eq!(
             two_hits.load(Ordering::SeqCst),
             before,

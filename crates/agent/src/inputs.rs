@@ -79,11 +79,17 @@ where
         Ok(ev) => wrap(ev),
         Err(e) if is_kind_not_found(&e) => Input::KindNotFound {
             crd: crd.clone(),
-            error: format!("{what} watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
+            error: format!(
+                "{what} watch: {}",
+                ipsetmgr_cluster::api_error::describe_watch(&e)
+            ),
         },
         Err(e) => Input::WatchError {
             resource,
-            error: format!("{what} watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
+            error: format!(
+                "{what} watch: {}",
+                ipsetmgr_cluster::api_error::describe_watch(&e)
+            ),
         },
     })
 }
@@ -135,7 +141,10 @@ pub fn watch_inputs(
         Ok(ev) => Input::Node(ev),
         Err(e) => Input::WatchError {
             resource: resource::NODES,
-            error: format!("node watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
+            error: format!(
+                "node watch: {}",
+                ipsetmgr_cluster::api_error::describe_watch(&e)
+            ),
         },
     });
     let mut streams = vec![policies.boxed(), slices.boxed(), nodes.boxed()];
@@ -156,7 +165,10 @@ pub fn watch_inputs(
             Ok(ev) => Input::Crd(name.clone(), ev),
             Err(e) => Input::WatchError {
                 resource: resource::CRDS,
-                error: format!("CRD {name} watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
+                error: format!(
+                    "CRD {name} watch: {}",
+                    ipsetmgr_cluster::api_error::describe_watch(&e)
+                ),
             },
         });
         streams.push(s.boxed());

@@ -70,7 +70,10 @@ mod tests {
     #[test]
     fn a_watch_error_says_which_step_failed() {
         let d = describe_watch(&watcher::Error::InitialListFailed(forbidden()));
-        assert!(d.starts_with("the initial list failed: Forbidden (HTTP 403): pods"), "{d}");
+        assert!(
+            d.starts_with("the initial list failed: Forbidden (HTTP 403): pods"),
+            "{d}"
+        );
         for debug in ["Status {", "Some(", "ListMeta"] {
             assert!(!d.contains(debug), "{d}");
         }

@@ -37,7 +37,11 @@ pub fn filter(env: Option<&str>, default_level: &str) -> EnvFilter {
     for (target, asked_by) in QUIETED {
         // Named explicitly: the user wants to see it.
         if !spec.contains(asked_by) {
-            base = base.add_directive(format!("{target}=error").parse().expect("a valid directive"));
+            base = base.add_directive(
+                format!("{target}=error")
+                    .parse()
+                    .expect("a valid directive"),
+            );
         }
     }
     base

@@ -16,8 +16,8 @@ use std::net::IpAddr;
 use futures::StreamExt;
 use ipsetmgr_feeds::egress::ApiServerAddresses;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, ResourceExt};
 
 /// Where the API server's Service is, and the label of its slices.
@@ -136,7 +136,10 @@ mod tests {
     fn slices_are_followed_through_changes_deletions_and_relists() {
         let mut s = Slices::default();
         assert_eq!(s.on_event(Event::Init), None);
-        assert_eq!(s.on_event(Event::InitApply(slice("a", &["10.0.0.1"]))), None);
+        assert_eq!(
+            s.on_event(Event::InitApply(slice("a", &["10.0.0.1"]))),
+            None
+        );
         assert_eq!(s.on_event(Event::InitDone), ips(&["10.0.0.1"]));
         assert_eq!(
             s.on_event(Event::Apply(slice("b", &["10.0.0.2", "fd00::1"]))),
@@ -146,7 +149,10 @@ mod tests {
             s.on_event(Event::Apply(slice("a", &["10.0.0.3"]))),
             ips(&["10.0.0.3", "10.0.0.2", "fd00::1"])
         );
-        assert_eq!(s.on_event(Event::Delete(slice("b", &[]))), ips(&["10.0.0.3"]));
+        assert_eq!(
+            s.on_event(Event::Delete(slice("b", &[]))),
+            ips(&["10.0.0.3"])
+        );
         // A relist without "a": it is gone once the relist is done.
         s.on_event(Event::Init);
         s.on_event(Event::InitApply(slice("c", &["10.0.0.4", "not-an-ip"])));

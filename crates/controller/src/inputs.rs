@@ -107,7 +107,10 @@ where
             Ok(ev) => f(ev),
             Err(e) => Input::WatchError {
                 resource,
-                error: format!("{resource} watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
+                error: format!(
+                    "{resource} watch: {}",
+                    ipsetmgr_cluster::api_error::describe_watch(&e)
+                ),
             },
         })
         .boxed()
@@ -133,7 +136,10 @@ pub fn watch_inputs(
             Ok(ev) => f(ev),
             Err(e) => Input::WatchError {
                 resource,
-                error: format!("{resource} watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
+                error: format!(
+                    "{resource} watch: {}",
+                    ipsetmgr_cluster::api_error::describe_watch(&e)
+                ),
             },
         })
         .boxed()
@@ -160,7 +166,10 @@ pub fn watch_inputs(
             Ok(ev) => Input::Node(ev),
             Err(e) => Input::WatchError {
                 resource: "nodes",
-                error: format!("nodes watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
+                error: format!(
+                    "nodes watch: {}",
+                    ipsetmgr_cluster::api_error::describe_watch(&e)
+                ),
             },
         })
         .boxed();
@@ -217,7 +226,10 @@ pub fn watch_inputs(
                     Ok(ev) => Input::Namespace(ev),
                     Err(e) => Input::WatchError {
                         resource: "namespaces",
-                        error: format!("namespaces watch: {}", ipsetmgr_cluster::api_error::describe_watch(&e)),
+                        error: format!(
+                            "namespaces watch: {}",
+                            ipsetmgr_cluster::api_error::describe_watch(&e)
+                        ),
                     },
                 })
                 .boxed()

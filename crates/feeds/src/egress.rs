@@ -217,7 +217,12 @@ impl ApiServerAddresses {
     /// Every address, fixed and endpoints, sorted.
     pub fn all(&self) -> Vec<IpAddr> {
         let known = self.0.read().unwrap_or_else(PoisonError::into_inner);
-        let mut all: Vec<IpAddr> = known.fixed.iter().chain(&known.endpoints).copied().collect();
+        let mut all: Vec<IpAddr> = known
+            .fixed
+            .iter()
+            .chain(&known.endpoints)
+            .copied()
+            .collect();
         all.sort();
         all.dedup();
         all
@@ -321,7 +326,10 @@ impl EgressGuard {
         };
         self.check(reached).map_err(|r| Refused {
             ip,
-            what: format!("an unspecified address, which connects to {}: {}", r.ip, r.what),
+            what: format!(
+                "an unspecified address, which connects to {}: {}",
+                r.ip, r.what
+            ),
             how: r.how,
         })
     }
@@ -490,18 +498,16 @@ mod tests {
     /// (single-node and host-network clusters).
     #[test]
     fn the_unspecified_address_is_opened_only_by_its_exact_address() {
-        let unspecified = [
-            "0.0.0.0",
-            "::",
-            "::ffff:0.0.0.0",
-            "64:ff9b::0.0.0.0",
-        ];
+        let unspecified = ["0.0.0.0", "::", "::ffff:0.0.0.0", "64:ff9b::0.0.0.0"];
         let broad = cidrs(&["0.0.0.0/0", "::/0"]);
         let g = EgressGuard::new(Setting::Cluster, &broad, &[]);
         for addr in unspecified {
             let e = g.check(ip(addr)).expect_err(addr);
             assert!(e.to_string().contains("unspecified"), "{addr}: {e}");
-            assert!(e.to_string().contains("exactly this address"), "{addr}: {e}");
+            assert!(
+                e.to_string().contains("exactly this address"),
+                "{addr}: {e}"
+            );
         }
         assert_eq!(g.check(ip("1.1.1.1")), Ok(()));
         // In file mode too: a broad range is no exact allow.
@@ -533,8 +539,12 @@ mod tests {
             let e = g.check(ip(addr)).expect_err(addr);
             assert!(e.to_string().contains("the API server"), "{addr}: {e}");
         }
-        let g = EgressGuard::new(Setting::Cluster, &cidrs(&["0.0.0.0/32", "127.0.0.1/32"]), &[])
-            .with_api_server([ip("127.0.0.1")]);
+        let g = EgressGuard::new(
+            Setting::Cluster,
+            &cidrs(&["0.0.0.0/32", "127.0.0.1/32"]),
+            &[],
+        )
+        .with_api_server([ip("127.0.0.1")]);
         assert_eq!(g.check(ip("0.0.0.0")), Ok(()));
         let g = EgressGuard::new(Setting::Files, &exact, &[]);
         assert_eq!(g.check(ip("0.0.0.0")), Ok(()));

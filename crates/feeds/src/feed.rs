@@ -96,7 +96,15 @@ pub enum FetchError {
 
 /// The encodings a refusal names (RFC 9110's registry, as servers send
 /// them); any other is "(another)".
-const KNOWN_ENCODINGS: &[&str] = &["br", "compress", "deflate", "zstd", "x-compress", "dcb", "dcz"];
+const KNOWN_ENCODINGS: &[&str] = &[
+    "br",
+    "compress",
+    "deflate",
+    "zstd",
+    "x-compress",
+    "dcb",
+    "dcz",
+];
 
 /// A failed request or body read as [`FetchError`].
 fn request_failed(e: &(dyn std::error::Error + 'static), body: bool) -> FetchError {
@@ -160,10 +168,7 @@ impl Fetcher {
         let mut http = HttpConnector::new_with_resolver(GuardedResolver::new(guard.clone()));
         // https URLs pass through to the TLS layer around it.
         http.enforce_http(false);
-        let https = tls
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
+        let https = tls.https_or_http().enable_http1().wrap_connector(http);
         let client = Client::builder(TokioExecutor::new()).build(https);
         Fetcher {
             client,
@@ -213,16 +218,12 @@ impl Fetcher {
         if let Some(lm) = &validators.last_modified {
             h.insert(IF_MODIFIED_SINCE, lm.clone());
         }
-        let resp = self
-            .client
-            .request(req)
-            .await
-            .map_err(|e| {
-                // The whole chain for the one debugging it; it may quote the
-                // peer, so never beyond debug and never in a status.
-                tracing::debug!(url = %url, error = %error_chain(&e), "url source request failed");
-                request_failed(&e, false)
-            })?;
+        let resp = self.client.request(req).await.map_err(|e| {
+            // The whole chain for the one debugging it; it may quote the
+            // peer, so never beyond debug and never in a status.
+            tracing::debug!(url = %url, error = %error_chain(&e), "url source request failed");
+            request_failed(&e, false)
+        })?;
         let status = resp.status();
         if status == StatusCode::NOT_MODIFIED {
             return Ok(Fetched::NotModified);

@@ -135,9 +135,10 @@ fn tls(e: &rustls::Error) -> RequestFailure {
                 RequestFailure::CertificateName
             }
             C::UnknownIssuer | C::BadSignature => RequestFailure::CertificateIssuer,
-            C::Expired | C::ExpiredContext { .. } | C::NotValidYet | C::NotValidYetContext { .. } => {
-                RequestFailure::CertificateTime
-            }
+            C::Expired
+            | C::ExpiredContext { .. }
+            | C::NotValidYet
+            | C::NotValidYetContext { .. } => RequestFailure::CertificateTime,
             _ => RequestFailure::Certificate,
         },
         rustls::Error::AlertReceived(_) => RequestFailure::Alert,
@@ -160,12 +161,11 @@ mod tests {
     #[test]
     fn a_certificate_for_another_name_is_told_without_its_names() {
         let needle = "needle.example";
-        let cert = rustls::Error::InvalidCertificate(
-            rustls::CertificateError::NotValidForNameContext {
+        let cert =
+            rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForNameContext {
                 expected: rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap(),
                 presented: vec![format!("DnsName({needle:?})")],
-            },
-        );
+            });
         // As tokio-rustls hands it to hyper.
         let io = io::Error::new(io::ErrorKind::InvalidData, cert);
         assert!(io.to_string().contains(needle), "{io}");
