@@ -248,6 +248,16 @@ pub struct Refused {
     how: &'static str,
 }
 
+/// A host name whose every address the guard refused: the resolver's
+/// error, so that the refusal (the guard's words and the URL's host, no
+/// byte from the network) is found again behind hyper's (`request_error.rs`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{host} resolves to {}; {refused}", refused.ip)]
+pub struct NameRefused {
+    pub host: String,
+    pub refused: Refused,
+}
+
 impl EgressGuard {
     pub fn new(setting: Setting, allow: &[Cidr], deny: &[Cidr]) -> EgressGuard {
         EgressGuard {
@@ -414,7 +424,7 @@ impl tower::Service<hyper_util::client::legacy::connect::dns::Name> for GuardedR
                 (false, _) => Ok(allowed.into_iter()),
                 (true, Some(refused)) => Err(std::io::Error::new(
                     std::io::ErrorKind::PermissionDenied,
-                    crate::request_error::NameRefused { host, refused },
+                    NameRefused { host, refused },
                 )),
                 (true, None) => Err(std::io::Error::new(
                     std::io::ErrorKind::NotFound,

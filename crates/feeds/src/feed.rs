@@ -29,8 +29,8 @@ use hyper_util::rt::TokioExecutor;
 
 use std::sync::Arc;
 
-use super::egress::{EgressGuard, GuardedResolver, Refused, literal_ip};
-use super::request_error::{Classified, NameRefused, RequestFailure, classify};
+use super::egress::{EgressGuard, GuardedResolver, NameRefused, Refused, literal_ip};
+use super::request_error::{Classified, RequestFailure, classify};
 use ipsetmgr_api::FamilySpec;
 use ipsetmgr_ipset::SetType;
 use ipsetmgr_policy::sources::content::parse_content;

@@ -8,7 +8,7 @@
 use std::error::Error as StdError;
 use std::io;
 
-use super::egress::Refused;
+use super::egress::NameRefused;
 
 /// What went wrong, as far as the status says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -43,16 +43,6 @@ pub enum RequestFailure {
     Connect,
     #[error("the request failed")]
     Other,
-}
-
-/// A host name whose every address the guard refused: the resolver's
-/// error, so that the refusal (the guard's words and the URL's host, no
-/// byte from the network) is found again behind hyper's.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{host} resolves to {}; {refused}", refused.ip)]
-pub struct NameRefused {
-    pub host: String,
-    pub refused: Refused,
 }
 
 /// Why a request failed: a refusal of the guard, or a fixed reason.
