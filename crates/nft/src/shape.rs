@@ -400,6 +400,9 @@ impl SetShape {
                 },
             ));
         }
+        if self.kind.set_type == SetType::HashNetIface && group_ids.len() > 1 {
+            add_other_interfaces_networks(&mut rules, group_ids.len() as u32);
+        }
         // Groups in the order of their bytes, so the output is canonical.
         let mut order: Vec<u32> = (0..group_ids.len() as u32).collect();
         let group_bytes = |g: u32| &exacts[g as usize * exact_len..(g as usize + 1) * exact_len];
@@ -607,6 +610,55 @@ impl SetShape {
         }
         Some(())
     }
+}
+
+/// hash:net,iface: make each interface's group see the other interfaces'
+/// networks, as the kernel's ipset does.
+///
+/// For this type the kernel tries the prefix lengths most specific first,
+/// and the first length at which SOME member holds the address (on any
+/// interface, nomatch or not) ends the search: the address matches exactly
+/// when that network is a member for the packet's interface too, without
+/// nomatch. So with `10.0.0.0/8,eth0` and `10.2.0.0/16,vlan0`, 10.2.0.1 on
+/// eth0 is out. (hash:net,port and the others go on to shorter prefixes per
+/// port: for them each group stands alone.) Resolving each group alone with
+/// [`interval::ranges`] is that rule once every network of another group
+/// that this group does not have itself (same start and prefix) is a
+/// nomatch rule of this group: the most specific network then decides, and
+/// if it is another interface's, the address is out for this one.
+///
+/// The cost is one rule per (group, network of the others): groups x
+/// distinct networks, before the ranges are computed.
+fn add_other_interfaces_networks(rules: &mut Vec<(u32, Raw<u32>)>, groups: u32) {
+    // Every network with each group that has it (and its end, which the
+    // start and prefix decide), sorted and distinct.
+    let mut nets: Vec<(u128, u8, u32, u128)> = rules
+        .iter()
+        .map(|(g, r)| (r.start, r.prefix, *g, r.end))
+        .collect();
+    nets.sort_unstable();
+    nets.dedup();
+    let mut added = Vec::new();
+    for same in nets.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+        let (start, prefix, _, end) = same[0];
+        let mut has = same.iter().map(|n| n.2).peekable();
+        for g in 0..groups {
+            if has.next_if_eq(&g).is_some() {
+                continue;
+            }
+            added.push((
+                g,
+                Raw {
+                    start,
+                    end,
+                    prefix,
+                    nomatch: true,
+                    comment: 0,
+                },
+            ));
+        }
+    }
+    rules.extend(added);
 }
 
 /// The error for `m`, quoting it cut to [`MAX_QUOTED_MEMBER`] bytes (a

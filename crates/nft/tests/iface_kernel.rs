@@ -19,7 +19,7 @@
 //!    [`SetShape::elements`] from the same members, as the backend does;
 //! 3. for every probe address (each network's first and last address, the
 //!    address below and above each, and random addresses) with each of the
-//!    interface names `eth0`, `vlan0` and `lo` (300 to 600 probes), the
+//!    interface names `eth0`, `vlan0` and `lo` (about 250 probes), the
 //!    kernel answers both: `ipset test s ADDR,IFACE` and
 //!    `nft get element inet T S { ADDR . "IFACE" }` must succeed or fail
 //!    together.
