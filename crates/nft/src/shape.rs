@@ -43,6 +43,17 @@ pub struct SetShape {
     pub netmask: Option<u8>,
 }
 
+/// Whether hash:net,iface's networks of one interface decide for the
+/// others ([`add_other_interfaces_networks`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Interfaces {
+    /// Members of one set: they do, as in the kernel.
+    Together,
+    /// Matching ranges of several listed sets: each set's were resolved
+    /// alone.
+    Apart,
+}
+
 /// An ipset set that nft cannot express exactly.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ShapeError {
@@ -176,6 +187,31 @@ impl SetShape {
         I: IntoIterator,
         I::Item: Borrow<Member>,
     {
+        self.elements_with(members, Interfaces::Together)
+    }
+
+    /// The elements holding what any of `members` matches, where each
+    /// member is a plain network some listed set of a list:set already
+    /// matches whole (its matching ranges): hash:net,iface's rule across
+    /// interfaces held within each listed set, and the kernel tests the
+    /// listed sets one by one, so it must not reach across them here.
+    pub(crate) fn union_elements<I>(&self, members: I) -> Result<Elements, UnrepresentableMember>
+    where
+        I: IntoIterator,
+        I::Item: Borrow<Member>,
+    {
+        self.elements_with(members, Interfaces::Apart)
+    }
+
+    fn elements_with<I>(
+        &self,
+        members: I,
+        interfaces: Interfaces,
+    ) -> Result<Elements, UnrepresentableMember>
+    where
+        I: IntoIterator,
+        I::Item: Borrow<Member>,
+    {
         let mut members = members.into_iter();
         let mut out =
             Elements::with_capacity(self.spec.key, self.spec.interval, members.size_hint().0);
@@ -198,7 +234,7 @@ impl SetShape {
                 })?;
                 out.canonicalize();
             }
-            Some(net_at) => self.interval_elements(members, net_at, &mut out)?,
+            Some(net_at) => self.interval_elements(members, net_at, interfaces, &mut out)?,
         }
         Ok(out)
     }
@@ -347,6 +383,7 @@ impl SetShape {
         &self,
         members: I,
         net_field: usize,
+        interfaces: Interfaces,
         out: &mut Elements,
     ) -> Result<(), UnrepresentableMember>
     where
@@ -400,7 +437,8 @@ impl SetShape {
                 },
             ));
         }
-        if self.kind.set_type == SetType::HashNetIface && group_ids.len() > 1 {
+        let iface = self.kind.set_type == SetType::HashNetIface;
+        if iface && interfaces == Interfaces::Together && group_ids.len() > 1 {
             add_other_interfaces_networks(&mut rules, group_ids.len() as u32);
         }
         // Groups in the order of their bytes, so the output is canonical.

@@ -173,10 +173,13 @@ fn flatten(
         },
     };
     let shape = SetShape::from_header(&header).map_err(|e| unsupported(kind, e))?;
-    let nomatch = parts
-        .iter()
-        .any(|p| p.members.iter().any(|m| is_nomatch(&m)));
-    let members: Vec<Member> = if nomatch {
+    // A nomatch entry, or hash:net,iface's rule (the most specific network
+    // decides whatever its interface), holds within one listed set only.
+    let each_alone = kind.set_type == SetType::HashNetIface
+        || parts
+            .iter()
+            .any(|p| p.members.iter().any(|m| is_nomatch(&m)));
+    let elements = if each_alone {
         // Per listed set: its matching ranges, as plain networks.
         let mut all = Vec::new();
         for p in &parts {
@@ -185,14 +188,12 @@ fn flatten(
                 .map_err(|e| bad_member(nft_name, e))?;
             all.extend(shape.members(&own).map_err(|e| bad_member(nft_name, e))?);
         }
-        all
+        shape.union_elements(all.iter())
     } else {
         let sets: Vec<&MemberSet> = parts.iter().map(|p| &*p.members).collect();
-        MemberSet::union(kind, &sets).0.iter().collect()
-    };
-    let elements = shape
-        .elements(members.iter())
-        .map_err(|e| bad_member(nft_name, e))?;
+        shape.elements(MemberSet::union(kind, &sets).0.iter())
+    }
+    .map_err(|e| bad_member(nft_name, e))?;
     Ok(Compiled { shape, elements })
 }
 
