@@ -125,7 +125,10 @@ fn layout(set_type: SetType, family: Family) -> Option<(Vec<FieldType>, Option<u
 impl SetShape {
     /// The nft set for an ipset-shaped description. `size` is `max_elem`
     /// (for an interval set: ranges, which are never more than the members
-    /// that make them, since a nomatch entry splits at most one range).
+    /// that make them, since a nomatch entry splits at most one range;
+    /// except hash:net,iface's, where each interface also loses the
+    /// networks only other interfaces have: the backend raises the size to
+    /// the ranges then).
     pub fn new(
         set_type: SetType,
         family: Option<Family>,

@@ -72,13 +72,28 @@ pub(crate) fn compile(
         ))));
     }
     if d.header.kind.set_type == SetType::ListSet {
-        return flatten(nft_name, d, by_ipset_name);
+        return flatten(nft_name, d, by_ipset_name).map(room_for_ranges);
     }
     let shape = SetShape::from_header(&d.header).map_err(|e| unsupported(d.header.kind, e))?;
     let elements = shape
         .elements_of_set(&d.members)
         .map_err(|e| bad_member(nft_name, e))?;
-    Ok(Compiled { shape, elements })
+    Ok(room_for_ranges(Compiled { shape, elements }))
+}
+
+/// An interval set's size is its ranges when they are more than its
+/// `maxElem`: a policy whose members fit `maxElem` must fit its nft set
+/// too, and hash:net,iface's ranges can outnumber its members (each
+/// interface loses the networks only other interfaces have, which can cut
+/// one of its ranges in two; docs/nftables.md). For the other types a
+/// nomatch entry splits at most one range, so their ranges are never more
+/// than their members.
+fn room_for_ranges(mut c: Compiled) -> Compiled {
+    let ranges = u32::try_from(c.elements.len()).unwrap_or(u32::MAX);
+    if c.shape.spec.interval && c.shape.spec.size.is_some_and(|size| size < ranges) {
+        c.shape.spec.size = Some(ranges);
+    }
+    c
 }
 
 /// The compile of `new` from `old`, the compile of `old_members`, when
