@@ -644,6 +644,72 @@ async fn chart_installs_on_the_oldest_server() {
     .await;
 }
 
+/// The node-state admission policy's objects in a render.
+fn admission_objects(docs: &[Value]) -> usize {
+    docs.iter()
+        .filter(|d| {
+            matches!(
+                d["kind"].as_str(),
+                Some("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding")
+            )
+        })
+        .count()
+}
+
+/// An offline render (`helm template`, as GitOps tools make it) applied to
+/// a 1.25 cluster (issue 30, item 9): with the chart's defaults and no
+/// flags, and with `--kube-version` of the target, it holds no admission
+/// policy and the server takes all of it; for 1.34 with the kind in
+/// `--api-versions` (docs/install.md, "Rendering offline") it has the
+/// policy and its binding.
+#[tokio::test]
+async fn an_offline_render_applies_to_the_oldest_server() {
+    let test = "an_offline_render_applies_to_the_oldest_server";
+    if support::helm::available(test).is_none() {
+        return;
+    }
+    let Some(plane) = ipsetmgr_envtest::shared(test, Server::Oldest).await else {
+        return;
+    };
+    let admin = plane.client().await.unwrap();
+    let offline = |release: &str, ns: &str, kube_version: Option<&str>, api_versions: &[&str]| {
+        support::helm::template(&support::helm::Render {
+            release,
+            namespace: ns,
+            api_versions,
+            kube_version,
+            overrides: &[],
+            include_crds: true,
+        })
+        .unwrap_or_else(|e| panic!("helm template: {e}"))
+        .docs
+    };
+    const VAP: &[&str] = &["admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"];
+
+    // `helm template` with nothing but the release: Helm's own defaults.
+    let (release, ns) = ("offline", "offline-system");
+    let docs = offline(release, ns, None, &[]);
+    namespace(&admin, ns).await;
+    apply_all(&admin, &docs, "helm template, no flags, on 1.25").await;
+    assert_eq!(admission_objects(&docs), 0, "no flags: no admission policy");
+
+    // The target's version given.
+    let kube_version = plane.version().split('+').next().unwrap().to_string();
+    let (release, ns) = ("offline-kv", "offline-kv-system");
+    let docs = offline(release, ns, Some(&kube_version), VAP);
+    namespace(&admin, ns).await;
+    apply_all(&admin, &docs, "helm template --kube-version 1.25, on 1.25").await;
+    assert_eq!(admission_objects(&docs), 0, "1.25: no admission policy");
+
+    // For a 1.34 cluster that serves the kind: the policy and its binding.
+    let docs = offline(release, ns, Some("v1.34.0"), VAP);
+    assert_eq!(
+        admission_objects(&docs),
+        2,
+        "1.34: the policy and its binding"
+    );
+}
+
 fn kustomize(dir: &str) -> Option<Vec<Value>> {
     let out = std::process::Command::new("bash")
         .arg(concat!(

@@ -1573,8 +1573,8 @@ fn a_url_that_never_answers_delays_nothing_and_sigterm_is_prompt() {
 }
 
 /// A list:set over a policy that is held (its url never delivered) is made
-/// with the members that exist, and says which one it left out (it was
-/// created empty, and failed on the missing member).
+/// with the members that exist, and says which one is held (it was created
+/// empty, and failed on the missing member).
 #[test]
 fn a_list_set_leaves_out_a_held_member_and_lists_the_rest() {
     let Some(ns) = Netns::new("list-held") else {
@@ -1605,7 +1605,7 @@ fn a_list_set_leaves_out_a_held_member_and_lists_the_rest() {
         let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", dir.path().to_str().unwrap()]);
         assert!(!ok, "the feed's policy failed: {backend}: {out}");
         assert!(
-            out.contains("list:set member \"feed\" is left out: policy \"feed\" is held"),
+            out.contains("list:set member \"feed\": policy \"feed\" is held"),
             "{backend}: {out}"
         );
         let (_, members) = ns
@@ -1613,5 +1613,73 @@ fn a_list_set_leaves_out_a_held_member_and_lists_the_rest() {
             .unwrap_or_else(|| panic!("{backend}: {out}"));
         assert_eq!(members, ["ipm4-local"], "{backend}: {out}");
         assert!(ns.saved("ipm4-feed").is_none(), "{backend}");
+    }
+}
+
+/// A list:set over a url-fed policy keeps listing it when the url fails
+/// later: the feed's set keeps its last good members, and the list still
+/// holds it (a failure to load never changes the kernel). It was rewritten
+/// to list only the local set.
+#[test]
+fn a_list_set_keeps_listing_a_held_member_whose_set_exists() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let failing = Arc::new(AtomicBool::new(false));
+    let flag = failing.clone();
+    let app = axum::Router::new().route(
+        "/l.netset",
+        axum::routing::get(move || {
+            let failing = flag.load(Ordering::SeqCst);
+            async move {
+                if failing {
+                    (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "").into_response()
+                } else {
+                    "192.0.2.0/24\n".into_response()
+                }
+            }
+        }),
+    );
+    use axum::response::IntoResponse;
+    let url = format!("http://{}/l.netset", loopback::serve(app));
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("list-keep-{backend}")) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_policy(
+            dir.path(),
+            "feed.yaml",
+            &sourced_policy("feed", "hash:net", &format!("url: {{url: \"{url}\"}}")),
+        );
+        write_policy(
+            dir.path(),
+            "local.yaml",
+            &policy_yaml("local", "hash:net", &["10.0.0.0/8"]),
+        );
+        write_policy(
+            dir.path(),
+            "all.yaml",
+            &policy_yaml("all", "list:set", &["feed", "local"]),
+        );
+        let apply = || ns.ipsetmgr(backend, &["apply", "-f", dir.path().to_str().unwrap()]);
+        failing.store(false, Ordering::SeqCst);
+        let (ok, out) = apply();
+        assert!(ok, "{backend}: {out}");
+        let listed = |out: &str| {
+            ns.saved("ipm4-all")
+                .unwrap_or_else(|| panic!("{backend}: {out}"))
+                .1
+        };
+        assert_eq!(listed(&out), ["ipm4-feed", "ipm4-local"], "{backend}");
+        failing.store(true, Ordering::SeqCst);
+        let (ok, out) = apply();
+        assert!(!ok, "the feed's policy failed: {backend}: {out}");
+        assert_eq!(
+            listed(&out),
+            ["ipm4-feed", "ipm4-local"],
+            "{backend}: a failure to load changed the list: {out}"
+        );
+        let (_, feed) = ns.saved("ipm4-feed").expect("the feed's set stays");
+        assert_eq!(feed, ["192.0.2.0/24"], "{backend}");
     }
 }

@@ -93,6 +93,9 @@ pub(crate) fn check_node_state_policy(docs: &[Value], names: &Names, what: &str)
     );
 }
 
+/// What a cluster serving the admission policy lists (`--api-versions`).
+const VAP_KIND: &str = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy";
+
 #[test]
 pub(crate) fn node_state_admission_policy_is_optional_and_holds_agents_to_their_node() {
     needs_helm!("node_state_admission_policy_is_optional_and_holds_agents_to_their_node");
@@ -102,12 +105,15 @@ pub(crate) fn node_state_admission_policy_is_optional_and_holds_agents_to_their_
         values["nodeStateAdmissionPolicy"]["enabled"], "auto",
         "on by default where the cluster is 1.30 or newer"
     );
-    // auto follows the cluster's version; true and false say it outright.
-    let vaps = |kube: &str, enabled: Value| {
+    // auto asks for the kind to be served and the version to be 1.30 or
+    // newer; an offline render lists no kinds unless told (--api-versions),
+    // so it leaves the policy out by default. true and false say it
+    // outright.
+    let vaps = |kube: &str, served: bool, enabled: Value| {
         let r = support::helm::template(&support::helm::Render {
             release: RELEASE,
             namespace: NAMESPACE,
-            api_versions: &[],
+            api_versions: if served { &[VAP_KIND] } else { &[] },
             kube_version: Some(kube),
             overrides: &[("nodeStateAdmissionPolicy.enabled", enabled)],
             include_crds: false,
@@ -118,18 +124,20 @@ pub(crate) fn node_state_admission_policy_is_optional_and_holds_agents_to_their_
             .filter(|d| kind_of(d) == "ValidatingAdmissionPolicy")
             .count()
     };
-    for (kube, enabled, want) in [
-        ("v1.30.0", json!("auto"), 1),
-        ("v1.34.9", json!("auto"), 1),
-        ("v1.29.9", json!("auto"), 0),
-        ("v1.25.2", json!("auto"), 0),
-        ("v1.25.2", json!(true), 1),
-        ("v1.34.9", json!(false), 0),
+    for (kube, served, enabled, want) in [
+        ("v1.30.0", true, json!("auto"), 1),
+        ("v1.34.9", true, json!("auto"), 1),
+        ("v1.34.9", false, json!("auto"), 0),
+        ("v1.29.9", true, json!("auto"), 0),
+        ("v1.25.2", true, json!("auto"), 0),
+        ("v1.25.2", false, json!("auto"), 0),
+        ("v1.25.2", false, json!(true), 1),
+        ("v1.34.9", true, json!(false), 0),
     ] {
         assert_eq!(
-            vaps(kube, enabled.clone()),
+            vaps(kube, served, enabled.clone()),
             want,
-            "{kube} enabled={enabled}"
+            "{kube} kind listed={served} enabled={enabled}"
         );
     }
     let r = render_chart(&[("nodeStateAdmissionPolicy.enabled", json!(true))]);

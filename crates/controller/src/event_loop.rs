@@ -19,8 +19,8 @@ use tokio::time::{Instant, sleep_until};
 use super::evaluate::{NodeView, Validity, status_for};
 use super::feeds::{FeedJobs, FeedResults};
 use super::inputs::{Input, Needs};
-use super::materialise::SlicePlan;
 use super::metrics::ControllerShared;
+use super::slice_writer::{SliceEvents, SliceJobs};
 use super::sources::{Memory, Outcome, evaluate_sources, sources_message};
 use super::store::Store;
 use super::writer::{Job, Plan};
@@ -50,7 +50,7 @@ pub struct Settings {
 /// Where the materialised sources go: the slice writer's plans, the
 /// kinds to watch, the url sources to fetch.
 pub struct SourceChannels {
-    pub slices: watch::Sender<Arc<SlicePlan>>,
+    pub slices: watch::Sender<Arc<SliceJobs>>,
     pub needs: watch::Sender<Needs>,
     pub feeds: watch::Sender<Arc<FeedJobs>>,
 }
@@ -87,6 +87,8 @@ pub struct Controller {
     sources: Outcome,
     /// Whether anything the sources read changed since they were evaluated.
     sources_dirty: bool,
+    /// The watch events of slices seen, for the slice writer.
+    slice_events: SliceEvents,
 }
 
 fn far_future() -> Instant {
@@ -122,6 +124,7 @@ impl Controller {
             memory: Memory::new(),
             sources: Outcome::default(),
             sources_dirty: true,
+            slice_events: SliceEvents::default(),
         }
     }
 
@@ -200,6 +203,7 @@ impl Controller {
             }
             Input::Slice(ev) => {
                 self.shared.watches.delivered("ipsetmemberslices");
+                self.slice_events.on(&ev);
                 self.store.policy_store.on_slice(ev)
             }
             Input::NodeState(ev) => {
@@ -274,11 +278,15 @@ impl Controller {
         // The plan (every slice's body) and the feed jobs go to the writers;
         // only the statuses and refusals are kept here.
         let plan = std::mem::take(&mut out.plan);
+        let slices = self.store.policy_store.slices.items();
+        self.slice_events
+            .retain(|n| slices.contains_key(n) || plan.contains_key(n));
+        let jobs = SliceJobs::new(plan, &self.slice_events);
         self.channels.slices.send_if_modified(|current| {
-            if **current == plan {
+            if **current == jobs {
                 return false;
             }
-            *current = Arc::new(plan);
+            *current = Arc::new(jobs);
             true
         });
         self.channels.needs.send_if_modified(|n| {

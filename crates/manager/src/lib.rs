@@ -18,6 +18,7 @@ mod resync;
 mod state;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use backend::{ListedSet, SetsBackend};
@@ -237,6 +238,7 @@ impl<D: Dataplane> Manager<D> {
                 delay *= 2;
                 continue;
             }
+            self.leave_out_missing_held();
             outcome.temp_deleted.extend(self.delete_temp_sets());
             match self.try_updates() {
                 Ok(written) => {
@@ -265,6 +267,30 @@ impl<D: Dataplane> Manager<D> {
         outcome.deleted = self.apply_deletions();
         outcome.duration = started.elapsed();
         outcome
+    }
+
+    /// A list:set member naming a held set (its policy failed) stays
+    /// listed while that set exists in the kernel: a failure to load never
+    /// changes the kernel. While the set does not exist (its policy never
+    /// applied) it is left out, since a list:set cannot list a missing set;
+    /// it is listed once its policy applies. Known only after a resync, so
+    /// decided here and not by the compiler.
+    fn leave_out_missing_held(&mut self) {
+        let (held, existing) = (&self.held, &self.existing);
+        let missing = |m: &Member| {
+            matches!(m.without_comment(), Member::Set(n)
+                if held.contains(&**n) && !existing.contains(&**n))
+        };
+        for s in self.sets.values_mut() {
+            if s.header.kind.set_type != SetType::ListSet || !s.members.iter().any(|m| missing(&m))
+            {
+                continue;
+            }
+            let kept: Vec<Member> = s.members.iter().filter(|m| !missing(m)).collect();
+            let kept = Arc::new(MemberSet::from_members(s.header.kind, kept));
+            let (policy, header) = (s.policy.clone(), s.header.clone());
+            s.update(policy, header, kept);
+        }
     }
 
     fn resync_if_needed(&mut self) -> Result<(), DataplaneError> {

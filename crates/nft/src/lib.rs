@@ -227,6 +227,17 @@ pub enum NftError {
     /// An answer this crate does not understand.
     #[error("unexpected reply from nf_tables: {0}")]
     Protocol(String),
+    /// The table carries nf_tables' `owner` flag for another process (the
+    /// kernel then refuses every change by anyone else with EPERM, even to
+    /// root).
+    #[error(
+        "table {table} is owned by another process ({owner}nf_tables flag `owner`): the kernel lets only that process change it; give ipsetmgr a table of its own (--nft-table)"
+    )]
+    TableOwned {
+        table: String,
+        /// `netlink port N, `, when the kernel says which.
+        owner: String,
+    },
     #[error("{0}")]
     Other(String),
 }

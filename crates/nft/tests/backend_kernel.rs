@@ -57,6 +57,7 @@ backend_tests!(
     a_rule_keeps_its_set_across_update_and_replacement,
     out_of_band_changes_are_repaired_and_counted,
     a_growing_set_takes_its_new_members,
+    a_table_another_process_owns_is_named_as_such,
     an_iface_set_holds_more_ranges_than_members,
 );
 
@@ -584,4 +585,54 @@ pub fn a_growing_set_takes_its_new_members(dp: &mut dyn NftDataplane, _env: &con
     assert_eq!(kernel_size("ipm4-grow"), Some(128));
     assert_eq!(kernel_elements("ipm4-grow"), Some(expected(&d)));
     assert!(rule_text().contains("@ipm4-grow"));
+}
+
+/// Another process makes the table first, with nf_tables' `owner` flag
+/// (an `nft -i` session kept open: the table lives as long as its socket).
+/// The kernel then refuses every change by anyone else with EPERM; the
+/// backend must say the table is owned, not that a capability is missing
+/// (netlink) or that nft printed something unreadable (cli).
+pub fn a_table_another_process_owns_is_named_as_such(
+    dp: &mut dyn NftDataplane,
+    _env: &conformance::Env,
+) {
+    use std::io::Write;
+    let mut owner = Command::new("nft")
+        .arg("-i")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run nft -i");
+    let mut stdin = owner.stdin.take().expect("piped");
+    writeln!(stdin, "add table inet ipsetmgr {{ flags owner; }}").unwrap();
+    stdin.flush().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !nft(&["list", "tables"]).contains("inet ipsetmgr") {
+        assert!(std::time::Instant::now() < deadline, "nft -i made no table");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut b = backend_like(dp);
+    b.set_desired(
+        vec![desired("a", SetType::HashIp, Family::V4, &["10.0.0.1"])],
+        vec![],
+    );
+    let o = b.apply_updates();
+    let why = o
+        .error
+        .map(|e| e.to_string())
+        .or_else(|| {
+            b.report()
+                .into_iter()
+                .find_map(|r| r.error.map(|e| e.to_string()))
+        })
+        .expect("an error");
+    assert!(
+        why.contains("table inet ipsetmgr is owned by another process"),
+        "{} backend: {why}",
+        b.name()
+    );
+    assert!(!why.contains("CAP_NET_ADMIN"), "{why}");
+    drop(stdin);
+    let _ = owner.wait();
 }

@@ -2,7 +2,7 @@
 //! flattened, and nft errors in the manager's vocabulary so that every
 //! caller renders them as it renders the ipset side's.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use ipsetmgr_dataplane::DataplaneError;
 use ipsetmgr_ipset::{HeaderOptions, Member, MemberSet, SetHeader, SetKind, SetType};
@@ -24,6 +24,12 @@ pub(crate) enum FlattenError {
         "list:set {list} lists {member}, which is no desired set here (its policy failed or is missing)"
     )]
     Unknown { list: String, member: String },
+    /// nft holds a list:set as a copy of what it lists, and a held set's
+    /// members are known only to the kernel: the list stays as it is.
+    #[error(
+        "list:set {list} lists {member}, whose policy is held (it failed): the nft set is kept as the kernel holds it until that policy applies"
+    )]
+    Held { list: String, member: String },
     #[error(
         "list:set {list} lists sets of different element types ({first} and {other}): one nft set holds one type; use one lookup per listed set instead"
     )]
@@ -63,6 +69,7 @@ pub(crate) fn compile(
     nft_name: &str,
     d: &DesiredSet,
     by_ipset_name: &HashMap<&str, &DesiredSet>,
+    held: &BTreeSet<String>,
 ) -> Result<Compiled, SetError> {
     if !crate::is_valid_name(nft_name) {
         // A prefix that starts with a digit, say: refused before it costs a
@@ -72,7 +79,7 @@ pub(crate) fn compile(
         ))));
     }
     if d.header.kind.set_type == SetType::ListSet {
-        return flatten(nft_name, d, by_ipset_name).map(room_for_ranges);
+        return flatten(nft_name, d, by_ipset_name, held).map(room_for_ranges);
     }
     let shape = SetShape::from_header(&d.header).map_err(|e| unsupported(d.header.kind, e))?;
     let elements = shape
@@ -139,6 +146,7 @@ fn flatten(
     nft_name: &str,
     d: &DesiredSet,
     by_ipset_name: &HashMap<&str, &DesiredSet>,
+    held: &BTreeSet<String>,
 ) -> Result<Compiled, SetError> {
     let mut parts: Vec<&DesiredSet> = Vec::new();
     for m in d.members.iter() {
@@ -148,9 +156,13 @@ fn flatten(
         let listed = by_ipset_name
             .get(&**name)
             .filter(|l| l.header.kind.set_type != SetType::ListSet)
-            .ok_or_else(|| FlattenError::Unknown {
-                list: d.name.clone(),
-                member: name.to_string(),
+            .ok_or_else(|| {
+                let (list, member) = (d.name.clone(), name.to_string());
+                if held.contains(&member) {
+                    FlattenError::Held { list, member }
+                } else {
+                    FlattenError::Unknown { list, member }
+                }
             });
         parts.push(listed.map_err(|e| unsupported(d.header.kind, e))?);
     }
@@ -244,6 +256,7 @@ pub(crate) fn to_dataplane(e: &NftError) -> DataplaneError {
         other @ (NftError::TableMissing(_)
         | NftError::NotOwned(_)
         | NftError::ElementType { .. }
+        | NftError::TableOwned { .. }
         | NftError::Other(_)) => DataplaneError::Other(other.to_string()),
     }
 }
@@ -300,7 +313,7 @@ mod tests {
     }
 
     fn full(d: &DesiredSet) -> Result<Compiled, SetError> {
-        compile("s", d, &HashMap::new())
+        compile("s", d, &HashMap::new(), &BTreeSet::new())
     }
 
     /// A member of `kind` from a small number (small: changes collide).

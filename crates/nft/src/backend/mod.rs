@@ -726,7 +726,8 @@ impl<D: NftDataplane> SetsBackend for NftBackend<D> {
                         Ok(c) if !list => compile::patch(c, &s.members_src, d).map(Ok),
                         _ => None,
                     };
-                    let desired = patched.unwrap_or_else(|| compile(&name, d, &by_ipset_name));
+                    let desired =
+                        patched.unwrap_or_else(|| compile(&name, d, &by_ipset_name, &self.held));
                     if desired != s.desired {
                         // New content deserves a try now, whatever failed.
                         if let Some(f) = &mut s.failure {
@@ -751,7 +752,7 @@ impl<D: NftDataplane> SetsBackend for NftBackend<D> {
                 policy: d.policy.clone(),
                 header: d.header.clone(),
                 members_src: d.members.clone(),
-                desired: compile(&name, d, &by_ipset_name),
+                desired: compile(&name, d, &by_ipset_name, &self.held),
                 kernel,
                 drift: Drift::default(),
                 failure: None,

@@ -685,6 +685,28 @@ fn a_set_at_its_limit_grows_and_shrinks_with_its_members() {
     );
 }
 
+#[test]
+fn a_list_set_over_a_held_policy_is_kept_as_the_kernel_holds_it() {
+    let (mut b, m) = backend();
+    let feed = desired("feed", SetType::HashNet, &["192.0.2.0/24"]);
+    let local = desired("local", SetType::HashNet, &["10.0.0.0/8"]);
+    let all = desired("all", SetType::ListSet, &["feed", "local"]);
+    b.set_desired(vec![feed, local.clone(), all.clone()], vec![]);
+    apply(&mut b);
+    let before = shown(&m, "ipm4-all").expect("the list");
+    assert_eq!(before.len(), 2, "{before:?}");
+    // The feed fails: its policy is held, the list still names it.
+    b.set_desired(vec![local, all], vec!["ipm4-feed".into()]);
+    apply(&mut b);
+    assert_eq!(shown(&m, "ipm4-all"), Some(before));
+    assert!(shown(&m, "ipm4-feed").is_some(), "a held set stays");
+    let why = report_of(&b, "ipm4-all")
+        .error
+        .expect("an error")
+        .to_string();
+    assert!(why.contains("whose policy is held"), "{why}");
+}
+
 /// hash:net,iface can need more ranges than it has members: each interface
 /// loses the networks only other interfaces have (docs/nftables.md), so
 /// `0.0.0.0/0,eth0` with two networks on vlan0 is three ranges for eth0

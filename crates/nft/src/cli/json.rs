@@ -323,8 +323,7 @@ pub struct Item {
     #[allow(dead_code)]
     pub metainfo: Option<serde::de::IgnoredAny>,
     #[serde(default)]
-    #[allow(dead_code)]
-    pub table: Option<serde::de::IgnoredAny>,
+    pub table: Option<JTable>,
     #[serde(default)]
     pub set: Option<JSet>,
     #[serde(default)]
@@ -334,6 +333,19 @@ pub struct Item {
     /// Anything else: chains, counters, quotas, flowtables, ...
     #[serde(flatten)]
     pub other: BTreeMap<String, serde::de::IgnoredAny>,
+}
+
+/// A table as `nft -j list tables` shows it.
+#[derive(Deserialize, Debug, Default)]
+pub struct JTable {
+    #[serde(default)]
+    pub family: String,
+    #[serde(default)]
+    pub name: String,
+    /// Left out when the table has none; nft 1.0.6 prints a garbled string
+    /// here, later ones a list of names (`["owner"]`).
+    #[serde(default)]
+    pub flags: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize, Debug)]

@@ -185,7 +185,34 @@ impl CliNft {
             ],
             None,
         )?;
-        self.listing(run)
+        match self.listing(run) {
+            Ok(Some(listing)) => Ok(Some(listing)),
+            Ok(None) => self.owned(table).map_or(Ok(None), Err),
+            Err(e) => Err(self.owned(table).unwrap_or(e)),
+        }
+    }
+
+    /// The error for a table another process owns (nf_tables flag
+    /// `owner`), when `list table` could not show it: nft 1.0.6 prints
+    /// such a table's listing cut short (unreadable JSON), or says it does
+    /// not exist once the owner is gone, while `list tables` still names it
+    /// with its flags. Without this the error would be about nft's output,
+    /// not about the table nobody else may change.
+    fn owned(&self, table: &Table) -> Option<NftError> {
+        let run = self.run(&["-j", "list", "tables"], None).ok()?;
+        let listing = self.listing(run).ok()??;
+        let flagged = listing
+            .nftables
+            .into_iter()
+            .filter_map(|i| i.table)
+            .any(|t| {
+                in_table(table, &t.family, &t.name)
+                    && t.flags.is_some_and(|f| !only_harmless_flags(&f))
+            });
+        flagged.then(|| NftError::TableOwned {
+            table: table.to_string(),
+            owner: String::new(),
+        })
     }
 
     /// Which of the sets `ops` delete are maps in the table (a map of an
@@ -263,6 +290,17 @@ impl CliNft {
         serde_json::from_slice(&run.stdout).map(Some).map_err(|e| {
             NftError::Protocol(format!("nft -j printed what this crate cannot read: {e}"))
         })
+    }
+}
+
+/// Whether a table's flags (as `nft -j` prints them) are only ones that
+/// leave it readable: `dormant` and `persist`. Anything else (`owner`, or
+/// the garbled string nft 1.0.6 prints for any flag) is not.
+fn only_harmless_flags(flags: &serde_json::Value) -> bool {
+    let harmless = |v: &serde_json::Value| matches!(v.as_str(), Some("dormant" | "persist"));
+    match flags {
+        serde_json::Value::Array(a) => a.iter().all(harmless),
+        v => harmless(v),
     }
 }
 

@@ -42,6 +42,10 @@ pub const NFT_MSG_GETFLOWTABLE: u8 = 23;
 pub const NFTA_LIST_ELEM: u16 = 1;
 // NFTA_TABLE_*
 pub const NFTA_TABLE_NAME: u16 = 1;
+pub const NFTA_TABLE_FLAGS: u16 = 2;
+pub const NFTA_TABLE_OWNER: u16 = 7;
+/// NFT_TABLE_F_OWNER: the table belongs to the netlink socket that made it.
+pub const NFT_TABLE_F_OWNER: u32 = 0x2;
 // NFTA_CHAIN_* / NFTA_RULE_* / NFTA_OBJ_* / NFTA_FLOWTABLE_*: the table
 pub const NFTA_CHAIN_TABLE: u16 = 1;
 pub const NFTA_RULE_TABLE: u16 = 1;

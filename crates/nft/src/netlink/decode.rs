@@ -232,6 +232,21 @@ fn udata(b: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
     })
 }
 
+/// The netlink port of the process that owns a table (`Some` only when
+/// the table has the `owner` flag; `Some(None)` when the kernel names none).
+pub fn table_owner(payload: &[u8]) -> Result<Option<Option<u32>>, DecodeError> {
+    let (mut flags, mut port) = (0, None);
+    for a in wire::nf_attrs(payload)? {
+        let a = a?;
+        match a.ty {
+            NFTA_TABLE_FLAGS => flags = be32(&a)?,
+            NFTA_TABLE_OWNER => port = Some(be32(&a)?),
+            _ => {}
+        }
+    }
+    Ok((flags & NFT_TABLE_F_OWNER != 0).then_some(port))
+}
+
 pub fn set(payload: &[u8]) -> Result<RawSet, DecodeError> {
     let mut s = RawSet::default();
     for a in wire::nf_attrs(payload)? {

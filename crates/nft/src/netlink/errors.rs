@@ -52,9 +52,7 @@ pub fn map(
         libc::EOPNOTSUPP | libc::EPROTONOSUPPORT | libc::EAFNOSUPPORT => {
             NftError::NotSupported(format!("{}: {}", describe(op, table), reason()))
         }
-        libc::EPERM | libc::EACCES => NftError::Unavailable(
-            "permission denied: nf_tables needs CAP_NET_ADMIN in this network namespace".into(),
-        ),
+        libc::EPERM | libc::EACCES => NftError::Unavailable(PERMISSION_DENIED.into()),
         libc::ENOMEM | libc::ENOBUFS | libc::EAGAIN | libc::EINTR => {
             NftError::Unavailable(format!("{}: {}", describe(op, table), reason()))
         }
@@ -72,6 +70,11 @@ pub fn map(
     }
 }
 
+/// What EPERM means unless the table is owned by another process (which
+/// the netlink backend then asks the kernel).
+pub(crate) const PERMISSION_DENIED: &str =
+    "permission denied: nf_tables needs CAP_NET_ADMIN in this network namespace";
+
 /// An error of the transaction as a whole (its begin, or its commit).
 pub fn map_whole(errno: i32, message: Option<&str>) -> NftError {
     let text = match message {
@@ -79,9 +82,7 @@ pub fn map_whole(errno: i32, message: Option<&str>) -> NftError {
         None => strerror(errno),
     };
     match errno {
-        libc::EPERM | libc::EACCES => NftError::Unavailable(
-            "permission denied: nf_tables needs CAP_NET_ADMIN in this network namespace".into(),
-        ),
+        libc::EPERM | libc::EACCES => NftError::Unavailable(PERMISSION_DENIED.into()),
         libc::ENOMEM | libc::ENOBUFS | libc::EAGAIN | libc::EINTR | libc::ERESTART => {
             NftError::Unavailable(format!("the kernel refused the transaction: {text}"))
         }
@@ -95,9 +96,7 @@ pub fn map_whole(errno: i32, message: Option<&str>) -> NftError {
 /// A dump or get that failed.
 pub fn map_get(errno: i32, what: &str) -> NftError {
     match errno {
-        libc::EPERM | libc::EACCES => NftError::Unavailable(
-            "permission denied: nf_tables needs CAP_NET_ADMIN in this network namespace".into(),
-        ),
+        libc::EPERM | libc::EACCES => NftError::Unavailable(PERMISSION_DENIED.into()),
         libc::EOPNOTSUPP | libc::EPROTONOSUPPORT | libc::EAFNOSUPPORT => NftError::Unavailable(
             format!("no nf_tables in this kernel: {what}: {}", strerror(errno)),
         ),

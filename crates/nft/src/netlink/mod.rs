@@ -304,6 +304,24 @@ impl NetlinkNft {
         Ok(got.is_some())
     }
 
+    /// `Some` when the table has the `owner` flag (with the owner's netlink
+    /// port when the kernel names it): every change by another socket then
+    /// fails with EPERM, which alone would read as a missing capability.
+    fn table_owner(&mut self, table: &Table) -> Result<Option<Option<u32>>, NftError> {
+        let name = table.name.clone();
+        let got = self.get_one(
+            &format!("reading table {table}"),
+            NFT_MSG_GETTABLE,
+            table.family.nfproto(),
+            NFT_MSG_NEWTABLE,
+            &|b| encode::put_str(b, NFTA_TABLE_NAME, &name),
+        )?;
+        match got {
+            Some(p) => decode::table_owner(&p).map_err(proto_err),
+            None => Ok(None),
+        }
+    }
+
     /// Every set of the table, as the kernel reports them (no elements).
     fn sets(&mut self, table: &Table) -> Result<Option<Vec<RawSet>>, NftError> {
         if !self.table_exists(table)? {
@@ -523,7 +541,19 @@ impl NftDataplane for NetlinkNft {
         if self.sbuf.capacity() > 4 << 20 {
             self.sbuf = Vec::with_capacity(64 << 10);
         }
-        r
+        r.map_err(|mut e| {
+            if matches!(&e.error, NftError::Unavailable(s) if s == errors::PERMISSION_DENIED)
+                && let Ok(Some(owner)) = self.table_owner(table)
+            {
+                e.error = NftError::TableOwned {
+                    table: table.to_string(),
+                    owner: owner
+                        .map(|p| format!("netlink port {p}, "))
+                        .unwrap_or_default(),
+                };
+            }
+            e
+        })
     }
 
     fn list_sets(

@@ -18,9 +18,10 @@ pub enum PolicyErrorKind {
     TooManyMembers { count: usize, max: u32 },
     #[error("list:set refers to policy {0:?}, which does not exist on this node")]
     ListSetMissing(String),
-    /// Not an error of the list: the member is left out, the rest applied.
+    /// Not an error of the list: the member stays as the kernel holds it,
+    /// the rest applied.
     #[error(
-        "list:set member {0:?} is left out: policy {0:?} is held (it failed); its set is listed once it applies"
+        "list:set member {0:?}: policy {0:?} is held (it failed); its set stays listed as long as the kernel holds it, and is listed once the policy applies"
     )]
     ListSetHeld(String),
     #[error("list:set cannot contain itself")]

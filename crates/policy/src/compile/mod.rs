@@ -292,8 +292,9 @@ pub fn compile_inputs(
     let mut out = Compiled::default();
     let (selected, candidates) = select(inputs, naming, node_labels, &mut out);
     let collisions = name_collisions(&candidates, naming);
-    // list:sets last: a member naming a policy that is held is left out of
-    // the list (and said so), rather than failing the whole list.
+    // list:sets last: a member naming a policy that is held stays in the
+    // list (and said so), rather than failing the whole list: the backend
+    // keeps it listed while its set exists.
     let (lists, others): (Vec<_>, Vec<_>) = candidates
         .into_iter()
         .partition(|i| i.policy.spec.set_type == SetType::ListSet);
@@ -634,7 +635,9 @@ fn compile_list_set(
                     member: None,
                     kind: PolicyErrorKind::ListSetHeld(raw.to_string()),
                 });
-                continue;
+                // Still listed: the backend keeps it while its set exists
+                // and leaves it out while it does not (which only the
+                // kernel knows).
             }
             match list_set::list_member(name, raw, naming, selected, &fams) {
                 Ok(per_family) => {
