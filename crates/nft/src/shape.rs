@@ -43,6 +43,17 @@ pub struct SetShape {
     pub netmask: Option<u8>,
 }
 
+/// Whether hash:net,iface's networks of one interface decide for the
+/// others ([`add_other_interfaces_networks`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Interfaces {
+    /// Members of one set: they do, as in the kernel.
+    Together,
+    /// Matching ranges of several listed sets: each set's were resolved
+    /// alone.
+    Apart,
+}
+
 /// An ipset set that nft cannot express exactly.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ShapeError {
@@ -114,7 +125,10 @@ fn layout(set_type: SetType, family: Family) -> Option<(Vec<FieldType>, Option<u
 impl SetShape {
     /// The nft set for an ipset-shaped description. `size` is `max_elem`
     /// (for an interval set: ranges, which are never more than the members
-    /// that make them, since a nomatch entry splits at most one range).
+    /// that make them, since a nomatch entry splits at most one range;
+    /// except hash:net,iface's, where each interface also loses the
+    /// networks only other interfaces have: the backend raises the size to
+    /// the ranges then).
     pub fn new(
         set_type: SetType,
         family: Option<Family>,
@@ -176,6 +190,31 @@ impl SetShape {
         I: IntoIterator,
         I::Item: Borrow<Member>,
     {
+        self.elements_with(members, Interfaces::Together)
+    }
+
+    /// The elements holding what any of `members` matches, where each
+    /// member is a plain network some listed set of a list:set already
+    /// matches whole (its matching ranges): hash:net,iface's rule across
+    /// interfaces held within each listed set, and the kernel tests the
+    /// listed sets one by one, so it must not reach across them here.
+    pub(crate) fn union_elements<I>(&self, members: I) -> Result<Elements, UnrepresentableMember>
+    where
+        I: IntoIterator,
+        I::Item: Borrow<Member>,
+    {
+        self.elements_with(members, Interfaces::Apart)
+    }
+
+    fn elements_with<I>(
+        &self,
+        members: I,
+        interfaces: Interfaces,
+    ) -> Result<Elements, UnrepresentableMember>
+    where
+        I: IntoIterator,
+        I::Item: Borrow<Member>,
+    {
         let mut members = members.into_iter();
         let mut out =
             Elements::with_capacity(self.spec.key, self.spec.interval, members.size_hint().0);
@@ -198,7 +237,7 @@ impl SetShape {
                 })?;
                 out.canonicalize();
             }
-            Some(net_at) => self.interval_elements(members, net_at, &mut out)?,
+            Some(net_at) => self.interval_elements(members, net_at, interfaces, &mut out)?,
         }
         Ok(out)
     }
@@ -347,6 +386,7 @@ impl SetShape {
         &self,
         members: I,
         net_field: usize,
+        interfaces: Interfaces,
         out: &mut Elements,
     ) -> Result<(), UnrepresentableMember>
     where
@@ -399,6 +439,10 @@ impl SetShape {
                     comment,
                 },
             ));
+        }
+        let iface = self.kind.set_type == SetType::HashNetIface;
+        if iface && interfaces == Interfaces::Together && group_ids.len() > 1 {
+            add_other_interfaces_networks(&mut rules, group_ids.len() as u32);
         }
         // Groups in the order of their bytes, so the output is canonical.
         let mut order: Vec<u32> = (0..group_ids.len() as u32).collect();
@@ -607,6 +651,55 @@ impl SetShape {
         }
         Some(())
     }
+}
+
+/// hash:net,iface: make each interface's group see the other interfaces'
+/// networks, as the kernel's ipset does.
+///
+/// For this type the kernel tries the prefix lengths most specific first,
+/// and the first length at which SOME member holds the address (on any
+/// interface, nomatch or not) ends the search: the address matches exactly
+/// when that network is a member for the packet's interface too, without
+/// nomatch. So with `10.0.0.0/8,eth0` and `10.2.0.0/16,vlan0`, 10.2.0.1 on
+/// eth0 is out. (hash:net,port and the others go on to shorter prefixes per
+/// port: for them each group stands alone.) Resolving each group alone with
+/// [`interval::ranges`] is that rule once every network of another group
+/// that this group does not have itself (same start and prefix) is a
+/// nomatch rule of this group: the most specific network then decides, and
+/// if it is another interface's, the address is out for this one.
+///
+/// The cost is one rule per (group, network of the others): groups x
+/// distinct networks, before the ranges are computed.
+fn add_other_interfaces_networks(rules: &mut Vec<(u32, Raw<u32>)>, groups: u32) {
+    // Every network with each group that has it (and its end, which the
+    // start and prefix decide), sorted and distinct.
+    let mut nets: Vec<(u128, u8, u32, u128)> = rules
+        .iter()
+        .map(|(g, r)| (r.start, r.prefix, *g, r.end))
+        .collect();
+    nets.sort_unstable();
+    nets.dedup();
+    let mut added = Vec::new();
+    for same in nets.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+        let (start, prefix, _, end) = same[0];
+        let mut has = same.iter().map(|n| n.2).peekable();
+        for g in 0..groups {
+            if has.next_if_eq(&g).is_some() {
+                continue;
+            }
+            added.push((
+                g,
+                Raw {
+                    start,
+                    end,
+                    prefix,
+                    nomatch: true,
+                    comment: 0,
+                },
+            ));
+        }
+    }
+    rules.extend(added);
 }
 
 /// The error for `m`, quoting it cut to [`MAX_QUOTED_MEMBER`] bytes (a

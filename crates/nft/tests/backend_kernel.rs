@@ -58,6 +58,7 @@ backend_tests!(
     out_of_band_changes_are_repaired_and_counted,
     a_growing_set_takes_its_new_members,
     a_table_another_process_owns_is_named_as_such,
+    an_iface_set_holds_more_ranges_than_members,
 );
 
 /// A backend of the same kind as the runner's (opened inside the netns).
@@ -470,6 +471,43 @@ fn growing(n: u32, max_elem: u32) -> DesiredSet {
     let mut d = desired("grow", SetType::HashIp, Family::V4, &items);
     d.header.max_elem = max_elem;
     d
+}
+
+/// hash:net,iface's ranges can outnumber its members (each interface loses
+/// the networks only other interfaces have): members that fit `maxElem`
+/// fit the nft set, whose size follows the ranges when they are more, up
+/// and down.
+pub fn an_iface_set_holds_more_ranges_than_members(
+    dp: &mut dyn NftDataplane,
+    _env: &conformance::Env,
+) {
+    let mut b = backend_like(dp);
+    let iface = |items: &[&str]| {
+        let mut d = desired("up", SetType::HashNetIface, Family::V4, items);
+        d.header.max_elem = 3;
+        d
+    };
+    for (items, ranges) in [
+        (
+            &["0.0.0.0/0,eth0", "10.1.0.0/16,vlan0", "10.3.0.0/16,vlan0"][..],
+            5,
+        ),
+        (&["0.0.0.0/0,eth0", "10.1.0.0/16,vlan0"][..], 3),
+        (
+            &["10.0.0.0/8,eth0", "10.2.0.0/16,vlan0", "0.0.0.0/0,lo"][..],
+            5,
+        ),
+    ] {
+        let d = iface(items);
+        b.set_desired(vec![d.clone()], vec![]);
+        apply(&mut b);
+        let r = b.report();
+        assert!(r.iter().all(|r| r.synced), "{items:?}: {r:?}");
+        let held = kernel_elements("ipm4-up").expect("the set");
+        assert_eq!(held.len(), ranges, "{items:?}: {held:?}");
+        assert_eq!(held, expected(&d));
+        assert_eq!(kernel_size("ipm4-up"), Some(ranges.max(3) as u32));
+    }
 }
 
 /// A blocklist that grows with its limit raised each time is recreated in

@@ -79,13 +79,28 @@ pub(crate) fn compile(
         ))));
     }
     if d.header.kind.set_type == SetType::ListSet {
-        return flatten(nft_name, d, by_ipset_name, held);
+        return flatten(nft_name, d, by_ipset_name, held).map(room_for_ranges);
     }
     let shape = SetShape::from_header(&d.header).map_err(|e| unsupported(d.header.kind, e))?;
     let elements = shape
         .elements_of_set(&d.members)
         .map_err(|e| bad_member(nft_name, e))?;
-    Ok(Compiled { shape, elements })
+    Ok(room_for_ranges(Compiled { shape, elements }))
+}
+
+/// An interval set's size is its ranges when they are more than its
+/// `maxElem`: a policy whose members fit `maxElem` must fit its nft set
+/// too, and hash:net,iface's ranges can outnumber its members (each
+/// interface loses the networks only other interfaces have, which can cut
+/// one of its ranges in two; docs/nftables.md). For the other types a
+/// nomatch entry splits at most one range, so their ranges are never more
+/// than their members.
+fn room_for_ranges(mut c: Compiled) -> Compiled {
+    let ranges = u32::try_from(c.elements.len()).unwrap_or(u32::MAX);
+    if c.shape.spec.interval && c.shape.spec.size.is_some_and(|size| size < ranges) {
+        c.shape.spec.size = Some(ranges);
+    }
+    c
 }
 
 /// The compile of `new` from `old`, the compile of `old_members`, when
@@ -185,10 +200,13 @@ fn flatten(
         },
     };
     let shape = SetShape::from_header(&header).map_err(|e| unsupported(kind, e))?;
-    let nomatch = parts
-        .iter()
-        .any(|p| p.members.iter().any(|m| is_nomatch(&m)));
-    let members: Vec<Member> = if nomatch {
+    // A nomatch entry, or hash:net,iface's rule (the most specific network
+    // decides whatever its interface), holds within one listed set only.
+    let each_alone = kind.set_type == SetType::HashNetIface
+        || parts
+            .iter()
+            .any(|p| p.members.iter().any(|m| is_nomatch(&m)));
+    let elements = if each_alone {
         // Per listed set: its matching ranges, as plain networks.
         let mut all = Vec::new();
         for p in &parts {
@@ -197,14 +215,12 @@ fn flatten(
                 .map_err(|e| bad_member(nft_name, e))?;
             all.extend(shape.members(&own).map_err(|e| bad_member(nft_name, e))?);
         }
-        all
+        shape.union_elements(all.iter())
     } else {
         let sets: Vec<&MemberSet> = parts.iter().map(|p| &*p.members).collect();
-        MemberSet::union(kind, &sets).0.iter().collect()
-    };
-    let elements = shape
-        .elements(members.iter())
-        .map_err(|e| bad_member(nft_name, e))?;
+        shape.elements(MemberSet::union(kind, &sets).0.iter())
+    }
+    .map_err(|e| bad_member(nft_name, e))?;
     Ok(Compiled { shape, elements })
 }
 

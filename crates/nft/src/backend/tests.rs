@@ -706,3 +706,53 @@ fn a_list_set_over_a_held_policy_is_kept_as_the_kernel_holds_it() {
         .to_string();
     assert!(why.contains("whose policy is held"), "{why}");
 }
+
+/// hash:net,iface can need more ranges than it has members: each interface
+/// loses the networks only other interfaces have (docs/nftables.md), so
+/// `0.0.0.0/0,eth0` with two networks on vlan0 is three ranges for eth0
+/// and two for vlan0. A policy whose members fit `maxElem` fits the nft
+/// set too: its size is the ranges when they are more.
+#[test]
+fn an_iface_set_holds_more_ranges_than_members() {
+    let (mut b, m) = backend();
+    let items = ["0.0.0.0/0,eth0", "10.1.0.0/16,vlan0", "10.3.0.0/16,vlan0"];
+    let mut d = desired("up", SetType::HashNetIface, &items);
+    d.header.max_elem = 3;
+    b.set_desired(vec![d], vec![]);
+    apply(&mut b);
+    let r = report_of(&b, "ipm4-up");
+    assert!(r.synced, "{:?}", r.error);
+    let want = expected(SetType::HashNetIface, Some(Family::V4), &items);
+    assert_eq!(want.len(), 5, "{want:?}");
+    assert_eq!(shown(&m, "ipm4-up"), Some(want));
+}
+
+/// A list:set matches what any set it lists matches (the kernel tests them
+/// one by one), so hash:net,iface's rule (the most specific network decides
+/// whatever its interface) holds within each listed set, not across them:
+/// 10.2.0.1 on eth0 is in x, so in the list, although y's vlan0 network is
+/// more specific.
+#[test]
+fn a_list_of_iface_sets_applies_the_iface_rule_per_listed_set() {
+    let (mut b, m) = backend();
+    let x = desired("x", SetType::HashNetIface, &["10.0.0.0/8,eth0"]);
+    let y = desired(
+        "y",
+        SetType::HashNetIface,
+        &["10.2.0.0/16,vlan0", "10.0.0.0/8,lo", "10.1.0.0/16,eth0"],
+    );
+    let l = desired("l", SetType::ListSet, &["x", "y"]);
+    b.set_desired(vec![x, y, l], vec![]);
+    apply(&mut b);
+    assert!(report_of(&b, "ipm4-l").synced);
+    // Within y, lo loses 10.1.0.0/16 (eth0's) and 10.2.0.0/16 (vlan0's).
+    assert_eq!(
+        shown(&m, "ipm4-l").unwrap(),
+        vec![
+            "10.0.0.0/8 . \"eth0\"",
+            "10.0.0.0/16 . \"lo\"",
+            "10.2.0.0/16 . \"vlan0\"",
+            "10.3.0.0-10.255.255.255 . \"lo\"",
+        ]
+    );
+}

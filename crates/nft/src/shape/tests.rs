@@ -300,6 +300,92 @@ fn nomatch_becomes_holes_per_exact_part() {
     assert!(back.contains(&"128.0.0.0/1,eth0".to_string()), "{back:?}");
 }
 
+/// hash:net,iface: the most specific network holding the address decides,
+/// whatever its interface (issue 30.2; the kernel's rule, docs/nftables.md).
+/// An address whose most specific network is another interface's is out
+/// for this one, even inside this interface's wider network.
+#[test]
+fn iface_most_specific_network_decides_whatever_its_interface() {
+    let t = SetType::HashNetIface;
+    let s = shape(t, Some(Family::V4));
+    // The issue's example.
+    let e = s
+        .elements(members(
+            t,
+            &["10.0.0.0/8,eth0", "10.2.0.0/16,vlan0", "0.0.0.0/0,lo"],
+        ))
+        .unwrap();
+    assert_eq!(
+        shown(&e),
+        [
+            "0.0.0.0-9.255.255.255 . \"lo\"",
+            "10.0.0.0/15 . \"eth0\"",
+            "10.2.0.0/16 . \"vlan0\"",
+            "10.3.0.0-10.255.255.255 . \"eth0\"",
+            "11.0.0.0-255.255.255.255 . \"lo\"",
+        ]
+    );
+    // The members checked by hand against `ipset test` on a kernel: eth0
+    // loses 10.2.0.0/16 and 10.3.0.0/16, lo loses 10.0.0.0/8.
+    let e = s
+        .elements(members(
+            t,
+            &[
+                "10.0.0.0/8,eth0",
+                "10.2.0.0/16,vlan0",
+                "0.0.0.0/1,lo",
+                "128.0.0.0/1,lo",
+                "10.3.0.0/16,eth1",
+            ],
+        ))
+        .unwrap();
+    assert_eq!(
+        shown(&e),
+        [
+            "0.0.0.0-9.255.255.255 . \"lo\"",
+            "10.0.0.0/15 . \"eth0\"",
+            "10.2.0.0/16 . \"vlan0\"",
+            "10.3.0.0/16 . \"eth1\"",
+            "10.4.0.0-10.255.255.255 . \"eth0\"",
+            "11.0.0.0-255.255.255.255 . \"lo\"",
+        ]
+    );
+    // Another interface's nomatch network decides too (it is out for every
+    // interface that lacks that network); the same network on two
+    // interfaces decides for each by its own flag.
+    let e = s
+        .elements(members(
+            t,
+            &[
+                "10.0.0.0/8,eth0",
+                "10.1.0.0/16,lo nomatch",
+                "10.0.0.0/8,lo nomatch",
+                "10.2.0.0/16,lo",
+                "10.2.0.0/16,eth0 nomatch",
+            ],
+        ))
+        .unwrap();
+    assert_eq!(
+        shown(&e),
+        [
+            "10.0.0.0/16 . \"eth0\"",
+            "10.2.0.0/16 . \"lo\"",
+            "10.3.0.0-10.255.255.255 . \"eth0\"",
+        ]
+    );
+    // One interface alone: nothing added, as before.
+    let e = s
+        .elements(members(t, &["10.0.0.0/8,eth0", "10.1.0.0/16,eth0 nomatch"]))
+        .unwrap();
+    assert_eq!(
+        shown(&e),
+        [
+            "10.0.0.0/16 . \"eth0\"",
+            "10.2.0.0-10.255.255.255 . \"eth0\"",
+        ]
+    );
+}
+
 #[test]
 fn comments_ride_on_the_ranges_they_decide() {
     let t = SetType::HashNet;

@@ -1,0 +1,619 @@
+//! hash:net,iface against the kernel (issue 30.2): for random member lists
+//! of nested and overlapping networks over two or three interfaces, some
+//! `nomatch`, the nft interval set this crate makes from the members
+//! matches exactly the (address, interface) pairs the kernel's ipset
+//! matches.
+//!
+//! The kernel's rule for this type (docs/nftables.md, "nomatch and
+//! overlaps"): the most specific network holding the address decides,
+//! whatever its interface; the pair matches only when that network is
+//! there for this interface too, without `nomatch`. So `10.2.0.1,eth0` is
+//! out with `10.0.0.0/8,eth0` and `10.2.0.0/16,vlan0`.
+//!
+//! Modelled on `nomatch_kernel.rs`. Per case, in a fresh network namespace
+//! (the test's thread calls `unshare(CLONE_NEWNET)` again for every case):
+//! 1. `ipset create s hash:net,iface` and `ipset -! restore` of `add s
+//!    MEMBER` lines, each member as the project writes it
+//!    (`10.1.0.0/16,eth0 nomatch`; this type holds a `/0` as it is);
+//! 2. the nft set `inet T S` through [`NetlinkNft`], its elements made by
+//!    [`SetShape::elements`] from the same members, as the backend does;
+//! 3. for every probe address (each network's first and last address, the
+//!    address below and above each, and random addresses) with each of the
+//!    interface names `eth0`, `vlan0` and `lo` (about 250 probes), the
+//!    kernel answers both: `ipset test s ADDR,IFACE` and
+//!    `nft get element inet T S { ADDR . "IFACE" }` must succeed or fail
+//!    together.
+//!
+//! Both sides are asked in one process per case, each probe its own
+//! command: `ipset -` (one answer a line) and `nft -i` (goes on after an
+//! error), as in `nomatch_kernel.rs`.
+//!
+//! One (network, interface) never appears both with and without `nomatch`
+//! (compile rejects that). A failure prints the member list, the elements
+//! sent, the disagreeing probes with both answers and what the kernel's rule
+//! above says, and the seed (`PROPTEST_RNG_SEED`). Cases: 24 (IPv4) and 8
+//! (IPv6) unless `PROPTEST_CASES` says otherwise. Needs root; without it the
+//! tests print a skip message, except under `CI=true`, where they fail.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::process::{Command, Output, Stdio};
+
+use ipsetmgr_ipset::{Family, HeaderOptions, Member, SetType};
+use ipsetmgr_nft::netlink::NetlinkNft;
+use ipsetmgr_nft::{NftDataplane, NftOp, SetShape, Table, TableFamily};
+use proptest::prelude::*;
+use proptest::test_runner::{TestCaseError, TestError, TestRunner};
+
+#[path = "../../../tests/common/kernel_gate.rs"]
+mod kernel_gate;
+#[path = "../../../tests/common/kernel_props.rs"]
+mod kernel_props;
+
+/// The interface names of every case; each probe address is asked with
+/// each (so one name may have no member at all).
+const IFACES: [&str; 3] = ["eth0", "vlan0", "lo"];
+
+/// One case: members as a policy writes them, and random probe addresses
+/// (numbers of the case's family).
+#[derive(Clone)]
+struct Case {
+    family: Family,
+    members: Vec<String>,
+    random: Vec<u128>,
+}
+
+impl std::fmt::Debug for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let random: Vec<String> = self
+            .random
+            .iter()
+            .map(|&a| addr_of(self.family, a).to_string())
+            .collect();
+        write!(
+            f,
+            "members {:?}, random probes [{}]",
+            self.members,
+            random.join(", ")
+        )
+    }
+}
+
+/// A network of a case: start, prefix, interface (index in [`IFACES`]),
+/// nomatch.
+type Net = (u128, u8, usize, bool);
+
+fn member_text(family: Family, (addr, prefix, iface, nomatch): Net) -> String {
+    let flag = if nomatch { " nomatch" } else { "" };
+    format!("{}/{prefix},{}{flag}", addr_of(family, addr), IFACES[iface])
+}
+
+fn addr_of(family: Family, v: u128) -> IpAddr {
+    match family {
+        Family::V4 => IpAddr::V4(Ipv4Addr::from(v as u32)),
+        Family::V6 => IpAddr::V6(Ipv6Addr::from(v)),
+    }
+}
+
+fn num(a: &IpAddr) -> u128 {
+    match a {
+        IpAddr::V4(a) => u128::from(u32::from(*a)),
+        IpAddr::V6(a) => u128::from(*a),
+    }
+}
+
+fn bits(family: Family) -> u32 {
+    u32::from(family.max_prefix())
+}
+
+fn host_mask(bits: u32, prefix: u8) -> u128 {
+    match bits - u32::from(prefix) {
+        128 => u128::MAX,
+        h => (1u128 << h) - 1,
+    }
+}
+
+/// Networks at addresses of a small region (so that they nest all the
+/// time), on two or three interfaces; some of them again on another
+/// interface (the same network with both decides per interface); up to two
+/// wider ones there, up to one anywhere (`/0` among them); and random
+/// probes, mostly in the region. Host bits are left set at random: the
+/// parser masks them.
+fn case(
+    family: Family,
+    base: u128,
+    region_bits: u32,
+    region_prefixes: std::ops::RangeInclusive<u8>,
+    covering_prefixes: std::ops::RangeInclusive<u8>,
+    anywhere_prefixes: std::ops::RangeInclusive<u8>,
+) -> impl Strategy<Value = Case> {
+    let region = 1u128 << region_bits;
+    let all = host_mask(bits(family), 0);
+    let nomatch = || prop::bool::weighted(0.3);
+    (
+        2usize..=3,
+        prop::collection::vec((0..region, region_prefixes, 0usize..3, nomatch()), 1..20),
+        prop::collection::vec((any::<prop::sample::Index>(), 0usize..3, nomatch()), 0..5),
+        prop::collection::vec((0..region, covering_prefixes, 0usize..3, nomatch()), 0..3),
+        prop::collection::vec((0..=all, anywhere_prefixes, 0usize..3, nomatch()), 0..2),
+        prop::collection::vec(0..region, 40),
+        prop::collection::vec(0..=all, 12),
+    )
+        .prop_map(
+            move |(ifaces, small, twins, covering, anywhere, near, far)| {
+                let mut nets: Vec<Net> = small
+                    .into_iter()
+                    .chain(covering)
+                    .map(|(a, p, i, n)| (base + a, p, i % ifaces, n))
+                    .collect();
+                let region_nets = nets.len();
+                let twins: Vec<Net> = twins
+                    .into_iter()
+                    .map(|(at, i, n)| {
+                        let (a, p, _, _) = nets[at.index(region_nets)];
+                        (a, p, i % ifaces, n)
+                    })
+                    .collect();
+                nets.extend(twins);
+                nets.extend(
+                    anywhere
+                        .into_iter()
+                        .map(|(a, p, i, n)| (a, p, i % ifaces, n)),
+                );
+                let members = nets.into_iter().map(|n| member_text(family, n)).collect();
+                let random = near.into_iter().map(|a| base + a).chain(far).collect();
+                Case {
+                    family,
+                    members,
+                    random,
+                }
+            },
+        )
+}
+
+/// The members of a case as the project's parser makes them, without a
+/// member whose (network, interface) an earlier one already has with the
+/// other flag.
+fn parse_members(c: &Case) -> Vec<Member> {
+    let mut flags: HashMap<(u128, u8, String), bool> = HashMap::new();
+    let mut out = Vec::new();
+    for text in &c.members {
+        let parsed = Member::parse_user(SetType::HashNetIface, text)
+            .unwrap_or_else(|e| panic!("the generator wrote {text:?}: {e}"));
+        for m in parsed.members {
+            let Member::NetIface(e) = &m else {
+                panic!("{text:?} parsed to {m:?}");
+            };
+            let key = (num(&e.addr), e.prefix, e.iface.to_string());
+            if *flags.entry(key).or_insert(e.nomatch) == e.nomatch {
+                out.push(m);
+            }
+        }
+    }
+    out
+}
+
+/// Each member as a [`Net`].
+fn networks(members: &[Member]) -> Vec<Net> {
+    members
+        .iter()
+        .map(|m| match m {
+            Member::NetIface(e) => {
+                let name = e.iface.to_string();
+                let i = IFACES
+                    .iter()
+                    .position(|n| *n == name)
+                    .expect("a generated name");
+                (num(&e.addr), e.prefix, i, e.nomatch)
+            }
+            _ => unreachable!("hash:net,iface members only"),
+        })
+        .collect()
+}
+
+/// A probe: an address and an interface (index in [`IFACES`]).
+type Probe = (IpAddr, usize);
+
+/// Every network's ends and their neighbours and the random addresses,
+/// each with every interface name.
+fn probes(c: &Case, nets: &[Net]) -> Vec<Probe> {
+    let b = bits(c.family);
+    let max = host_mask(b, 0);
+    let mut set: BTreeSet<u128> = c.random.iter().copied().collect();
+    for &(start, prefix, _, _) in nets {
+        let end = start | host_mask(b, prefix);
+        set.extend(
+            [
+                Some(start),
+                Some(end),
+                start.checked_sub(1),
+                end.checked_add(1),
+            ]
+            .into_iter()
+            .flatten()
+            .filter(|&a| a <= max),
+        );
+    }
+    set.into_iter()
+        .flat_map(|a| (0..IFACES.len()).map(move |i| (addr_of(c.family, a), i)))
+        .collect()
+}
+
+/// The kernel's rule, for the failure message: the most specific network
+/// holding `a` decides, whatever its interface; the pair matches when that
+/// network is there for `iface` without nomatch.
+fn kernel_rule_matches(b: u32, nets: &[Net], a: u128, iface: usize) -> bool {
+    let holding = |&&(start, prefix, _, _): &&Net| a & !host_mask(b, prefix) == start;
+    let Some(longest) = nets.iter().filter(holding).map(|n| n.1).max() else {
+        return false;
+    };
+    nets.iter()
+        .filter(holding)
+        .any(|&(_, prefix, i, nomatch)| prefix == longest && i == iface && !nomatch)
+}
+
+/// Run `program args` with `input` on stdin.
+fn run_with_input(program: &str, args: &[&str], input: &str) -> Result<Output, String> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("run {program}: {e}"))?;
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let input = input.to_string();
+    // Written from another thread: the child's output could fill its pipes
+    // before it has read all of its input.
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("wait for {program}: {e}"))?;
+    writer
+        .join()
+        .expect("writer thread")
+        .map_err(|e| format!("write to {program}: {e}"))?;
+    Ok(out)
+}
+
+fn ok(program: &str, args: &[&str], input: &str) -> Result<(), String> {
+    let out = run_with_input(program, args, input)?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{program} {args:?} failed: {}\ninput:\n{input}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// `ipset test s ADDR,IFACE` for every probe, in one `ipset -`: one answer
+/// line per probe on stderr, `Warning: ADDR,IFACE is in set s.` or
+/// `ADDR,IFACE is NOT in set s.`, in order.
+fn ipset_answers(probes: &[Probe]) -> Result<Vec<bool>, String> {
+    let input: String = probes
+        .iter()
+        .map(|(a, i)| format!("test s {a},{}\n", IFACES[*i]))
+        .collect();
+    let out = run_with_input("ipset", &["-"], &input)?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let bad = |why: String| format!("ipset -: {why}\nstderr:\n{stderr}");
+    if !out.status.success() {
+        return Err(bad(format!("exit status {}", out.status)));
+    }
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.is_empty()).collect();
+    if lines.len() != probes.len() {
+        return Err(bad(format!(
+            "{} answers for {} probes",
+            lines.len(),
+            probes.len()
+        )));
+    }
+    probes
+        .iter()
+        .zip(lines)
+        .map(|((probe, iface), line)| {
+            let line_ = line.strip_prefix("Warning: ").unwrap_or(line);
+            let (pair, found) = match (
+                line_.strip_suffix(" is in set s."),
+                line_.strip_suffix(" is NOT in set s."),
+            ) {
+                (Some(p), None) => (p, true),
+                (None, Some(p)) => (p, false),
+                _ => return Err(bad(format!("not an answer: {line:?}"))),
+            };
+            let same = pair.rsplit_once(',').is_some_and(|(a, i)| {
+                a.parse::<IpAddr>().ok() == Some(*probe) && i == IFACES[*iface]
+            });
+            if !same {
+                return Err(bad(format!(
+                    "answer {line:?} for the probe {probe},{}",
+                    IFACES[*iface]
+                )));
+            }
+            Ok(found)
+        })
+        .collect()
+}
+
+/// The elements of one `nft get element` answer (`elements = { A . "I",
+/// B . "J" }`, over one or more lines).
+fn answer_elements(block: &str) -> Option<Vec<String>> {
+    let (_, rest) = block.split_once("elements = {")?;
+    let (list, _) = rest.split_once('}')?;
+    Some(
+        list.split(',')
+            .map(|e| e.trim().to_string())
+            .filter(|e| !e.is_empty())
+            .collect(),
+    )
+}
+
+/// Whether an element as nft prints it (`A . "I"`, `A/N . "I"`,
+/// `A-B . "I"`) holds the probe.
+fn element_holds(family: Family, element: &str, (a, iface): &Probe) -> Option<bool> {
+    let (net, name) = element.split_once(" . ")?;
+    let name = name.strip_prefix('"')?.strip_suffix('"')?;
+    let parse = |s: &str| s.parse::<IpAddr>().ok().filter(|x| Family::of(x) == family);
+    let (first, last) = if let Some((x, p)) = net.split_once('/') {
+        let x = num(&parse(x)?);
+        let p: u8 = p.parse().ok().filter(|&p| p <= family.max_prefix())?;
+        (x, x | host_mask(bits(family), p))
+    } else if let Some((x, y)) = net.split_once('-') {
+        (num(&parse(x)?), num(&parse(y)?))
+    } else {
+        let x = num(&parse(net)?);
+        (x, x)
+    };
+    Some(name == IFACES[*iface] && (first..=last).contains(&num(a)))
+}
+
+const NFT_ABSENT: &str = "Error: Could not process rule: No such file or directory";
+
+/// `nft get element inet T S { ADDR . "IFACE" }` for every probe, in one
+/// `nft -i`. Each absent probe is an error on stderr that quotes its
+/// command; each present one is a listing on stdout (in order) of the
+/// element holding it, which is checked to hold it.
+fn nft_answers(family: Family, probes: &[Probe]) -> Result<Vec<bool>, String> {
+    let command = |(a, i): &Probe| format!("get element inet T S {{ {a} . \"{}\" }}", IFACES[*i]);
+    let input: String = probes.iter().map(|p| command(p) + "\n").collect();
+    let out = run_with_input("nft", &["-i"], &input)?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let bad = |why: String| format!("nft -i: {why}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    if !out.status.success() {
+        return Err(bad(format!("exit status {}", out.status)));
+    }
+    // stderr: per absent probe, the error, the command, a line of carets.
+    let mut absent: BTreeSet<String> = BTreeSet::new();
+    let mut lines = stderr.lines().filter(|l| !l.trim().is_empty());
+    while let Some(line) = lines.next() {
+        if line != NFT_ABSENT {
+            return Err(bad(format!("unexpected error line {line:?}")));
+        }
+        let Some(cmd) = lines.next() else {
+            return Err(bad("an error without its command".into()));
+        };
+        if !absent.insert(cmd.to_string()) {
+            return Err(bad(format!("two errors for {cmd:?}")));
+        }
+        if !lines
+            .next()
+            .is_some_and(|l| l.trim().chars().all(|c| c == '^'))
+        {
+            return Err(bad(format!("no carets after {cmd:?}")));
+        }
+    }
+    let answers: Vec<bool> = probes
+        .iter()
+        .map(|p| !absent.contains(&command(p)))
+        .collect();
+    let quoted = answers.iter().filter(|found| !**found).count();
+    if quoted != absent.len() {
+        return Err(bad(format!(
+            "errors for commands that were never sent ({} quoted, {quoted} probes)",
+            absent.len()
+        )));
+    }
+    // stdout: one `table inet T { ... }` listing per present probe.
+    let blocks: Vec<&str> = stdout.split("table inet T {").skip(1).collect();
+    let present: Vec<&Probe> = probes
+        .iter()
+        .zip(&answers)
+        .filter(|(_, f)| **f)
+        .map(|(p, _)| p)
+        .collect();
+    if blocks.len() != present.len() {
+        return Err(bad(format!(
+            "{} listings for {} present probes",
+            blocks.len(),
+            present.len()
+        )));
+    }
+    for (p, block) in present.into_iter().zip(blocks) {
+        let shown = format!("{} . \"{}\"", p.0, IFACES[p.1]);
+        let elements = answer_elements(block)
+            .ok_or_else(|| bad(format!("no elements in the answer for {shown}: {block}")))?;
+        let holds = elements
+            .iter()
+            .map(|e| element_holds(family, e, p))
+            .collect::<Option<Vec<bool>>>()
+            .ok_or_else(|| bad(format!("unreadable elements {elements:?} for {shown}")))?;
+        if !holds.contains(&true) {
+            return Err(bad(format!(
+                "the answer for {shown} is {elements:?}, which does not hold it"
+            )));
+        }
+    }
+    Ok(answers)
+}
+
+fn yes(found: bool) -> &'static str {
+    if found {
+        "in the set"
+    } else {
+        "not in the set"
+    }
+}
+
+/// One case in the namespace the thread is in (fresh for each case): the
+/// number of probes and how many of them both sides found.
+fn check(c: &Case) -> Result<(usize, usize), String> {
+    let members = parse_members(c);
+    let nets = networks(&members);
+    let family_word = match c.family {
+        Family::V4 => "inet",
+        Family::V6 => "inet6",
+    };
+    // ipset.
+    ok(
+        "ipset",
+        &["create", "s", "hash:net,iface", "family", family_word],
+        "",
+    )?;
+    let restore: String = members.iter().map(|m| format!("add s {m}\n")).collect();
+    ok("ipset", &["-!", "restore"], &restore)?;
+    // nft, as the backend makes it.
+    let shape = SetShape::new(
+        SetType::HashNetIface,
+        Some(c.family),
+        &HeaderOptions::default(),
+        65536,
+    )
+    .map_err(|e| format!("shape: {e}"))?;
+    let elements = shape
+        .elements(&members)
+        .map_err(|e| format!("elements: {e}"))?;
+    let mut dp = NetlinkNft::new().map_err(|e| format!("netlink socket: {e}"))?;
+    dp.apply(
+        &Table::new(TableFamily::Inet, "T"),
+        &[
+            NftOp::EnsureTable,
+            NftOp::CreateSet {
+                name: "S",
+                spec: &shape.spec,
+            },
+            NftOp::AddElements {
+                set: "S",
+                elements: &elements,
+            },
+        ],
+        &|n| n == "S",
+    )
+    .map_err(|e| format!("nft apply: {e}"))?;
+    // Both kernels answer every probe.
+    let probes = probes(c, &nets);
+    let from_ipset = ipset_answers(&probes)?;
+    let from_nft = nft_answers(c.family, &probes)?;
+    let b = bits(c.family);
+    let differ: Vec<String> = probes
+        .iter()
+        .zip(from_ipset.iter().zip(&from_nft))
+        .filter(|(_, (i, n))| i != n)
+        .map(|((a, iface), (&i, &n))| {
+            let rule = kernel_rule_matches(b, &nets, num(a), *iface);
+            let name = IFACES[*iface];
+            format!(
+                "  {a},{name}: `ipset test s {a},{name}` says {}, `nft get element inet T S {{ {a} . \"{name}\" }}` says {} (the most-specific-network rule: {})",
+                yes(i),
+                yes(n),
+                yes(rule)
+            )
+        })
+        .collect();
+    if differ.is_empty() {
+        let found = from_ipset.iter().filter(|f| **f).count();
+        return Ok((probes.len(), found));
+    }
+    let listed: Vec<String> = members.iter().map(|m| format!("  add s {m}")).collect();
+    let sent: Vec<String> = elements.iter().map(|e| format!("  {e}")).collect();
+    // The first few: one wrong range is often many probes.
+    const SHOWN: usize = 16;
+    let more = differ.len().saturating_sub(SHOWN);
+    let mut shown = differ[..differ.len().min(SHOWN)].join("\n");
+    if more > 0 {
+        shown += &format!("\n  ... and {more} more");
+    }
+    Err(format!(
+        "ipset and nft disagree on {} of {} probes:\n{}\nmembers (ipset -! restore):\n{}\nnft elements sent:\n{}",
+        differ.len(),
+        probes.len(),
+        shown,
+        listed.join("\n"),
+        sent.join("\n"),
+    ))
+}
+
+/// Run `cases` cases of `strategy` on a thread of its own, each in a fresh
+/// network namespace.
+fn run(test: &'static str, cases: u32, strategy: impl Strategy<Value = Case> + Send + 'static) {
+    let handle = std::thread::spawn(move || {
+        if !kernel_gate::enter_fresh_netns(test) {
+            return;
+        }
+        let mut config = kernel_props::config(cases);
+        // Each shrinking step is a kernel case too (tens of milliseconds):
+        // a failure is reported within seconds, its input mostly shrunk.
+        config.max_shrink_iters = 256;
+        let seed = config.rng_seed;
+        let started = std::time::Instant::now();
+        let mut runner = TestRunner::new(config);
+        // Probes asked and found, over the cases (shrinking steps too).
+        let counts = std::cell::Cell::new((0usize, 0usize, 0usize));
+        let result = runner.run(&strategy, |c| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(|e| TestCaseError::fail(format!("unshare: {e}")))?;
+            let (asked, found) = check(&c).map_err(TestCaseError::fail)?;
+            let (n, a, f) = counts.get();
+            counts.set((n + 1, a + asked, f + found));
+            Ok(())
+        });
+        match result {
+            Ok(()) => {
+                let (n, asked, found) = counts.get();
+                eprintln!(
+                    "{test}: {n} cases, {asked} probes ({found} in both sets, the rest in neither) in {:?}",
+                    started.elapsed()
+                );
+            }
+            Err(TestError::Fail(why, minimal)) => panic!(
+                "{test}: {why}\nminimal failing input: {minimal:?}\n(rerun with PROPTEST_RNG_SEED={seed})"
+            ),
+            Err(e) => panic!("{test}: {e}"),
+        }
+    });
+    if let Err(p) = handle.join() {
+        std::panic::resume_unwind(p);
+    }
+}
+
+#[test]
+fn ipv4_iface_matches_ipset_in_the_kernel() {
+    // /18 to /32 networks at addresses of 10.0.0.0/20, up to two /4 to /19
+    // ones there too, up to one /0 to /8 anywhere.
+    run(
+        "ipv4_iface_matches_ipset_in_the_kernel",
+        24,
+        case(Family::V4, 0x0a00_0000, 12, 18..=32, 4..=19, 0..=8),
+    );
+}
+
+#[test]
+fn ipv6_iface_matches_ipset_in_the_kernel() {
+    // /100 to /128 networks at addresses of 2001:db8::/112, up to two /16
+    // to /111 ones there too, up to one /0 to /16 anywhere.
+    run(
+        "ipv6_iface_matches_ipset_in_the_kernel",
+        8,
+        case(
+            Family::V6,
+            0x2001_0db8 << 96,
+            16,
+            100..=128,
+            16..=111,
+            0..=16,
+        ),
+    );
+}
