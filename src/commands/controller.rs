@@ -51,6 +51,7 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
         .with_identity(&identity)
         .build()
         .await
+        .map_err(|e| anyhow::anyhow!(lease_error(&e)))
         .with_context(|| format!("setting up the Lease {}/{LEASE_NAME}", config.namespace))?;
     let (leader, lease_task) = lease.watch().await;
 
@@ -153,7 +154,7 @@ async fn release_lease(
             tracing::info!(took = ?started.elapsed(), "Lease released")
         }
         Ok(Ok(Err(e))) => {
-            let e = e.to_string();
+            let e = lease_error(&e);
             let e = ipsetmgr_policy::text::bounded(&e, 1024);
             tracing::warn!(error = %e, "the Lease could not be released; it expires after its duration")
         }
@@ -162,6 +163,17 @@ async fn release_lease(
             timeout = ?RELEASE_TIMEOUT,
             "the Lease was not released in time; it expires after its duration"
         ),
+    }
+}
+
+/// A Lease error as a sentence: kube's errors through the same words as
+/// every other API error, never their debug dump.
+fn lease_error(e: &kube_lease_manager::LeaseManagerError) -> String {
+    match e {
+        kube_lease_manager::LeaseManagerError::KubeError(e) => {
+            ipsetmgr_cluster::api_error::describe(e)
+        }
+        other => other.to_string(),
     }
 }
 
