@@ -108,6 +108,7 @@ impl Cli {
             nft_table: ipsetmgr_nft::Table::new(self.nft_family, self.nft_table.clone()),
             naming,
             lock_wait: self.lock_wait,
+            retire_other_backend: false,
         }
     }
 }

@@ -219,32 +219,60 @@ impl Harness {
                 self.fail(format!("ip netns add {ns} failed"));
             }
             self.guard.netns.push(ns.clone());
-            let listen = port();
-            self.spawn(
-                &format!("agent-{n}"),
-                &[
-                    "--netns",
-                    &ns,
-                    "--backend",
-                    "both",
-                    "agent",
-                    "--node-name",
-                    n,
-                    "--kubeconfig",
-                    &kubeconfig,
-                    "--listen",
-                    &listen,
-                    "--health-listen",
-                    &listen,
-                    "--resync-interval",
-                    "2s",
-                    "--heartbeat-interval",
-                    "5s",
-                    "--node-state-interval",
-                    "1s",
-                ],
-            );
+            self.spawn_agent(n, "both");
         }
+    }
+
+    /// The agent of node `n`, its sets in `--backend backend`.
+    fn spawn_agent(&mut self, n: &str, backend: &str) {
+        let listen = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.to_string())
+            .expect("a free port");
+        let (ns, kubeconfig) = (netns(n), self.kubeconfig.clone());
+        self.spawn(
+            &format!("agent-{n}-{backend}"),
+            &[
+                "--netns",
+                &ns,
+                "--backend",
+                backend,
+                "agent",
+                "--node-name",
+                n,
+                "--kubeconfig",
+                &kubeconfig,
+                "--listen",
+                &listen,
+                "--health-listen",
+                &listen,
+                "--resync-interval",
+                "2s",
+                "--heartbeat-interval",
+                "5s",
+                "--node-state-interval",
+                "1s",
+            ],
+        );
+    }
+
+    /// Stop node `n`'s agent (SIGTERM, as a rollout does) and start it again
+    /// with `--backend backend`.
+    fn switch_backend(&mut self, n: &str, backend: &str) {
+        let prefix = format!("agent-{n}-");
+        let i = self
+            .guard
+            .procs
+            .iter()
+            .position(|(name, _, _)| name.starts_with(&prefix))
+            .unwrap_or_else(|| self.fail(format!("no agent of {n}")));
+        let (_, mut child, _) = self.guard.procs.remove(i);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = child.wait();
+        self.spawn_agent(n, backend);
     }
 
     async fn apply_policy(&self, members: &[&str]) -> i64 {
@@ -598,4 +626,79 @@ async fn agent_both_backend() {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
+
+    // The backend switched from both to nft (issue 29, item 3): the ipsets
+    // go once the nft sets hold the policy, never before; on node b an
+    // iptables rule still uses the ipset, which is then reported in the
+    // node state, not forced, and goes once the rule does.
+    let g = h.apply_policy(&first).await;
+    h.eventually("the policy again, on both sides", async |h| {
+        expect_synced(h, &first, g).await
+    })
+    .await;
+    let rule = |op: &str| {
+        let out = exec(
+            b,
+            &[
+                "iptables",
+                op,
+                "INPUT",
+                "-m",
+                "set",
+                "--match-set",
+                SET,
+                "src",
+                "-j",
+                "DROP",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "iptables {op}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    rule("-I");
+    h.switch_backend(a, "nft");
+    h.switch_backend(b, "nft");
+    let want: BTreeSet<String> = first.iter().map(|m| m.to_string()).collect();
+    h.eventually("the ipsets gone where unused, nft sets kept", async |h| {
+        if let Some(m) = ipset_members(a) {
+            return Err(format!("{a}: ipset {SET} still exists with {m:?}"));
+        }
+        for n in NODES {
+            if nft_members(n).as_ref() != Some(&want) {
+                return Err(format!("{n}: nft set {SET}: {:?}", nft_members(n)));
+            }
+        }
+        let message = h
+            .states
+            .get(b)
+            .await
+            .map_err(|e| format!("IPSetNodeState {b}: {e}"))?
+            .status
+            .map(|s| s.message)
+            .unwrap_or_default();
+        if !message.contains(&format!("set netlink:{SET} should be gone but is not")) {
+            return Err(format!("{b}: node state message {message:?}"));
+        }
+        Ok(())
+    })
+    .await;
+    if ipset_members(b).as_ref() != Some(&want) {
+        h.fail(format!(
+            "{b}: the ipset a rule uses must stay: {:?}",
+            ipset_members(b)
+        ));
+    }
+    rule("-D");
+    h.eventually(
+        "the ipset gone on node b once unused",
+        async |_| match ipset_members(b) {
+            Some(m) => Err(format!("{b}: ipset {SET} still exists with {m:?}")),
+            None => Ok(()),
+        },
+    )
+    .await;
+    h.check_processes();
 }

@@ -36,6 +36,12 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
     let (reports_tx, reports) = tokio::sync::mpsc::unbounded_channel();
     let observer = worker::Forward::new(shared.clone(), reports_tx);
     let sets_kind = kernel.backend.sets_kind();
+    // An agent is the only writer of its node's owned sets: after a backend
+    // switch, the other facility's sets are its to remove.
+    let kernel = KernelOptions {
+        retire_other_backend: true,
+        ..kernel
+    };
     let kernel = tokio::task::block_in_place(|| {
         KernelSide::start(
             kernel,

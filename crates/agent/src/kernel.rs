@@ -13,7 +13,7 @@ use ipsetmgr_dataplane::netns::{self, NetnsError};
 use ipsetmgr_dataplane::{Backend, Dataplane, OpenError, open};
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_manager::driver::{self, Command, DriverConfig, Observer};
-use ipsetmgr_manager::{BothBackends, Manager, ManagerConfig, SetsBackend};
+use ipsetmgr_manager::{BothBackends, Manager, ManagerConfig, Retiring, SetsBackend};
 use ipsetmgr_nft::backend::NftBackend;
 use ipsetmgr_nft::netlink::NetlinkNft;
 use ipsetmgr_nft::{NftError, Table, TableFamily};
@@ -114,6 +114,10 @@ pub struct KernelOptions {
     pub naming: Naming,
     /// How long to wait for another writer's lock.
     pub lock_wait: Duration,
+    /// Remove the owned sets of the kernel facility `backend` does not use
+    /// (ipsets under `nft`, nft sets under `netlink`), each once its policy
+    /// is held by the one it uses: the agent's, after a backend switch.
+    pub retire_other_backend: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +141,14 @@ pub enum KernelError {
 pub struct Opened {
     kernel: OpenedKernel,
     nft_table: Table,
+    /// The other facility's backend, opened when asked for and available.
+    retired: Option<RetiredKernel>,
+}
+
+/// The kernel facility `--backend` no longer selects.
+enum RetiredKernel {
+    Ipset(Box<dyn Dataplane>),
+    Nft(NetlinkNft),
 }
 
 enum OpenedKernel {
@@ -150,7 +162,20 @@ impl Opened {
     /// The backend over this kernel. `config.naming` says which sets it owns.
     pub fn into_backend(self, config: ManagerConfig) -> Box<dyn SetsBackend> {
         let table = self.nft_table;
-        match self.kernel {
+        let active = Self::active(self.kernel, table.clone(), config.clone());
+        match self.retired {
+            None => active,
+            Some(RetiredKernel::Ipset(dp)) => {
+                Box::new(Retiring::new(active, Manager::new(dp, config)))
+            }
+            Some(RetiredKernel::Nft(nl)) => {
+                Box::new(Retiring::new(active, NftBackend::new(nl, table, config)))
+            }
+        }
+    }
+
+    fn active(kernel: OpenedKernel, table: Table, config: ManagerConfig) -> Box<dyn SetsBackend> {
+        match kernel {
             OpenedKernel::Ipset(dp) => Box::new(Manager::new(dp, config)),
             OpenedKernel::Nft(nl) => Box::new(NftBackend::new(nl, table, config)),
             OpenedKernel::NftCli => Box::new(NftBackend::cli(table, config)),
@@ -164,7 +189,30 @@ impl Opened {
 
 /// Open what `opts.backend` needs (on the calling thread: in the namespace).
 fn open_kernel(opts: &KernelOptions) -> Result<Opened, KernelError> {
-    open_for(opts.backend, opts.nft_table.clone())
+    let mut opened = open_for(opts.backend, opts.nft_table.clone())?;
+    if opts.retire_other_backend {
+        opened.retired = open_retired(opts.backend);
+    }
+    Ok(opened)
+}
+
+/// The facility `backend` does not use, when this kernel has it (a kernel
+/// without nf_tables has no nft sets to remove, and the reverse).
+fn open_retired(backend: KernelBackend) -> Option<RetiredKernel> {
+    let retired = match backend {
+        KernelBackend::Netlink | KernelBackend::Cli => NetlinkNft::new()
+            .map(RetiredKernel::Nft)
+            .map_err(|e| e.to_string()),
+        KernelBackend::Nft | KernelBackend::NftCli => open(Backend::Netlink)
+            .map(RetiredKernel::Ipset)
+            .map_err(|e| e.to_string()),
+        KernelBackend::Both => return None,
+    };
+    retired
+        .inspect_err(|e| {
+            tracing::info!(error = %e, "the backend not selected cannot be opened; none of its sets are removed")
+        })
+        .ok()
 }
 
 /// Open what `backend` needs, its nft sets in `nft_table`, on the calling
@@ -179,7 +227,11 @@ pub fn open_for(backend: KernelBackend, nft_table: Table) -> Result<Opened, Kern
         KernelBackend::NftCli => OpenedKernel::NftCli,
         KernelBackend::Both => OpenedKernel::Both(open(Backend::Netlink)?, NetlinkNft::new()?),
     };
-    Ok(Opened { kernel, nft_table })
+    Ok(Opened {
+        kernel,
+        nft_table,
+        retired: None,
+    })
 }
 
 /// Take the writer lock (when `lock_as` names the command) and open the

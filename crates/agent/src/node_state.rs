@@ -113,7 +113,22 @@ pub fn status_of(
     let synced = policies.iter().filter(|p| p.synced).count();
     let unsynced: Vec<&PolicyState> = policies.iter().filter(|p| !p.synced).collect();
     let message = match unsynced.first() {
-        None => String::new(),
+        // Every policy synced, but owned sets that should be gone are not
+        // (a firewall rule still uses them; after a backend switch, the
+        // other facility's sets): said, never forced.
+        None => match report.deletions.first() {
+            None => String::new(),
+            Some(d) => {
+                let more = match report.deletions.len() - 1 {
+                    0 => String::new(),
+                    n => format!(" (and {n} more sets)"),
+                };
+                fit(&format!(
+                    "set {} should be gone but is not: {}{more}",
+                    d.name, d.error
+                ))
+            }
+        },
         Some(p) => {
             let why = if p.error.is_empty() {
                 "not synced"
@@ -370,6 +385,29 @@ mod tests {
             unwanted: Vec::new(),
             full_resync: false,
         }
+    }
+
+    #[test]
+    fn a_set_that_could_not_be_deleted_is_in_the_message() {
+        let mut snapshot = Snapshot {
+            seq: 1,
+            ..Snapshot::default()
+        };
+        snapshot.policies.insert("a".into(), PolicyFacts::default());
+        let mut r = report(1, vec![set("ipm4-a", "a", true)]);
+        assert_eq!(
+            status_of(&snapshot, &r, Duration::from_secs(60)).message,
+            ""
+        );
+        r.deletions.push(ipsetmgr_manager::DeletionReport {
+            name: "netlink:ipm4-old".into(),
+            error: ipsetmgr_dataplane::DataplaneError::InUse("ipm4-old".into()),
+        });
+        let m = status_of(&snapshot, &r, Duration::from_secs(60)).message;
+        assert!(
+            m.starts_with("set netlink:ipm4-old should be gone but is not: "),
+            "{m}"
+        );
     }
 
     fn set(name: &str, policy: &str, synced: bool) -> SetReport {

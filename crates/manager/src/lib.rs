@@ -15,6 +15,7 @@ mod desired;
 pub mod driver;
 mod report;
 mod resync;
+mod retire;
 mod state;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -30,6 +31,7 @@ use ipsetmgr_ipset::{Member, MemberSet, Naming, SetType};
 pub use report::{
     ApplyError, ApplyOutcome, DeletionReport, Drift, NotReplaced, SetError, SetReport,
 };
+pub use retire::Retiring;
 pub use state::Failure;
 use state::SetState;
 
