@@ -144,6 +144,9 @@ host_leftovers() {
   return 0
 }
 trap on_exit EXIT
+# a run stopped from outside still brings the node down
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 # --- 1. the cluster ------------------------------------------------------------
 phase "up.sh"

@@ -6,6 +6,8 @@
 #   e2e/runtime-image.sh BINARY IMAGE
 #   e2e/runtime-image.sh --print     # only print the derived Containerfile
 #
+# The image's revision label is REVISION, else `git rev-parse HEAD`.
+#
 # The Containerfile is derived from the Dockerfile, not written beside it: the
 # global ARGs and every stage except the three compiling ones (chef, planner,
 # builder) are copied verbatim (the ipset and nft stages and the runtime
@@ -84,14 +86,14 @@ check() {
   for s in $COMPILING; do
     case " $stages" in *" $s "*) ;; *) die "the Dockerfile has no stage '$s' (stages: $stages): update this script" ;; esac
   done
-  # The builder's last command installs the binary, and only the binary, at
-  # /out: the replacement stage holds exactly that.
-  stage_of "$DOCKERFILE" | awk -F'\t' '$1 == "builder"' | cut -f2- | grep -qF -- "$BUILDER_OUTPUT" \
-    || die "the Dockerfile's builder no longer ends with '$BUILDER_OUTPUT': update this script"
-  if stage_of "$DOCKERFILE" | awk -F'\t' '$1 == "builder"' | cut -f2- | grep -v '^\s*#' \
-       | grep -F -- '/out' | grep -vqF -- "$BUILDER_OUTPUT"; then
-    die "the Dockerfile's builder writes more to /out than the binary: update this script"
-  fi
+  # The builder's only mention of /out is the command that installs the
+  # binary there, alone on its line: the replacement stage holds exactly that.
+  local out_lines
+  out_lines=$(stage_of "$DOCKERFILE" | awk -F'\t' '$1 == "builder"' | cut -f2- \
+    | grep -v '^[[:space:]]*#' | grep -F -- '/out' || true)
+  [ -n "$out_lines" ] && ! printf '%s\n' "$out_lines" \
+    | grep -vxE -- "[[:space:]]*(&&[[:space:]]*)?$BUILDER_OUTPUT[[:space:]]*" >/dev/null \
+    || die "the Dockerfile's builder no longer writes only '$BUILDER_OUTPUT' to /out: update this script"
   kept=$(stage_of "$DOCKERFILE" | awk -F'\t' -v c=" $COMPILING " 'index(c, " " $1 " ") == 0' | cut -f2-)
   if printf '%s\n' "$kept" | grep -iE -- '--from=(chef|planner)\b' >/dev/null; then
     die "a kept stage copies from chef or planner: update this script"
@@ -115,6 +117,6 @@ trap 'rm -rf "$ctx"' EXIT
 derive > "$ctx/Containerfile"
 strip --strip-all -o "$ctx/ipsetmgr" "$bin"
 chmod 0755 "$ctx/ipsetmgr"
-revision=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
+revision=${REVISION:-$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)}
 podman build --network host --pull=never --build-arg REVISION="$revision" \
   -f "$ctx/Containerfile" -t "$image" "$ctx"
