@@ -20,7 +20,8 @@
 #    kernel supports is READY True, and each of the others is not Ready
 #    (NodesNotSynced, naming the node) with "not supported" in the node's
 #    IPSetNodeState;
-# 6. checks that the synced policies' sets are in the HOST's kernel;
+# 6. checks that the synced policies' sets are in the HOST's kernel, and
+#    that the API server refused none of the pods' requests (their logs);
 # 7. deletes the samples while the agent runs and waits until their sets are
 #    gone from the kernel (docs/install.md, Uninstall: the agent does not
 #    remove sets on `helm uninstall`), then `helm uninstall` and the CRDs;
@@ -268,6 +269,14 @@ first=${first%% *}
 ipset test ipm4-blocklist "${first%%/*}" >/dev/null 2>&1 \
   || die "ipm4-blocklist lacks the sample's member $first"
 say "in the host's kernel: ${expected[*]}"
+
+# The chart's RBAC must cover what the binary asks of the API server: a
+# refused request (a missing rule) shows only in the logs.
+kubectl -n "$NS" logs -l app.kubernetes.io/name=ipsetmgr --all-containers --prefix --tail=-1 >"$WORK/pods.log"
+if grep -E 'Forbidden|HTTP 403|is forbidden' "$WORK/pods.log" >"$WORK/forbidden.log"; then
+  head -5 "$WORK/forbidden.log" >&2
+  die "the API server refused requests of the agent or the controller ($(wc -l <"$WORK/forbidden.log") log lines): the chart's RBAC lacks a rule"
+fi
 
 # --- 7. uninstall -------------------------------------------------------------------
 # docs/install.md: the agent does not delete sets on uninstall; deleting the
