@@ -27,8 +27,9 @@ env        {{json .Config.Env}}
 ports      {{json .Config.ExposedPorts}}
 workdir    {{json .Config.WorkingDir}}
 labels     {{json .Config.Labels}}' > "$2.config"
-  # the files, from a container that is created, never started
-  c=$(podman create "$1")
+  # the files, from a container that is created, never started (the command
+  # is given for images without one; it is never run)
+  c=$(podman create "$1" /never-run)
   podman export "$c" | tar -tvf - --numeric-owner --quoting-style=escape \
     | awk -v bin="$BINARY" '{
         # mode owner size date time path [-> target]
