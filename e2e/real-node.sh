@@ -113,6 +113,9 @@ on_exit() {
     kubectl get events -A --sort-by=.lastTimestamp | tail -30
     ipset list -n
   fi
+  # the image goes with the node (its Debian stages stay cached in podman's
+  # store): repeated runs do not pile up 80 MB each
+  podman rmi "$REPO:$TAG" >/dev/null 2>&1
   phase "down.sh"
   "$KIT/down.sh" >"$WORK/down.log" 2>&1 || { cat "$WORK/down.log" >&2; say "down.sh failed"; rc=1; }
   phase "host clean"
