@@ -30,8 +30,8 @@
 #    not there before the run.
 # It prints the time of each phase and the total. Exit 0 only if all of it
 # held; any step that cannot run (no root, no kit, a node that does not
-# start) fails: nothing is skipped. docs/install.md ("Trying it on a real
-# node") and e2e/README.md say how to run it; .ci/run runs it under CI=true.
+# start) fails: nothing is skipped. e2e/README.md ("real-node mode") says
+# how to run it; .ci/run runs it under CI=true.
 #
 # Settings (environment):
 #   IPSETMGR_BIN       the binary to put in the image (target/debug/ipsetmgr)
@@ -164,7 +164,7 @@ say "node $NODE Ready"
 
 # --- 2. base images, once per machine -----------------------------------------------
 # Only those the runtime stage is built from; the rust image is the full
-# build's (docs/install.md).
+# build's (docs/image.md).
 phase "base images (images.sh)"
 "$KIT/images.sh" --keep-existing slim distroless >"$WORK/images.log" 2>&1 \
   || { cat "$WORK/images.log" >&2; die "images.sh failed"; }
