@@ -791,3 +791,89 @@ fn shell_commands_split_like_the_shell() {
     assert_eq!(arg_reference("v${VERSION}"), None);
     assert_eq!(arg_reference("0.1.0"), None);
 }
+
+/// The parser's Debug output without its byte offsets (`span: A..B`,
+/// `flag_start: N`), so that the same instructions at other places in a
+/// file compare equal.
+fn without_offsets(debug: &str) -> String {
+    let mut out = String::with_capacity(debug.len());
+    let mut rest = debug;
+    while let Some(i) = ["span: ", "flag_start: "]
+        .iter()
+        .filter_map(|key| rest.find(key).map(|i| (i, key.len())))
+        .min()
+    {
+        let (at, len) = i;
+        out.push_str(&rest[..at + len]);
+        rest = rest[at + len..].trim_start_matches(|c: char| c.is_ascii_digit() || c == '.');
+        out.push('_');
+    }
+    out.push_str(rest);
+    out
+}
+
+fn stage_debug(s: &Stage<'_, '_>) -> String {
+    without_offsets(&format!("{:?} {:?}", s.from, s.instructions))
+}
+
+/// CI builds the image of the runtime stage around the binary it has already
+/// built, from a Containerfile that e2e/runtime-image.sh derives from this
+/// Dockerfile (e2e/README.md, real-node mode). It must be the same image but
+/// for how the binary was compiled: the global ARGs and the ipset, nft and
+/// runtime stages instruction for instruction (files, USER, LABELs, EXPOSE,
+/// ENTRYPOINT), and in place of the compiling stages one that holds only
+/// the binary at the path the runtime stage copies it from.
+#[test]
+fn the_ci_image_is_this_dockerfiles_runtime_stage() {
+    let out = std::process::Command::new("bash")
+        .arg(repo("e2e/runtime-image.sh"))
+        .arg("--print")
+        .output()
+        .expect("run bash e2e/runtime-image.sh --print");
+    assert!(
+        out.status.success(),
+        "e2e/runtime-image.sh --print: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let derived_text = String::from_utf8(out.stdout).expect("UTF-8");
+    let original_text = read("Dockerfile");
+    let (original, derived) = (parse(&original_text), parse(&derived_text));
+
+    assert_eq!(
+        without_offsets(&format!("{:?}", derived.global_args().collect::<Vec<_>>())),
+        without_offsets(&format!("{:?}", original.global_args().collect::<Vec<_>>())),
+        "global ARGs"
+    );
+    let names: Vec<String> = derived.stages().map(|s| stage_name(&s)).collect();
+    assert_eq!(names, ["builder", "ipset", "nft", "(unnamed)"]);
+
+    let builder = stage(&derived, "builder");
+    assert_eq!(builder.from.image.value, "scratch");
+    let [Instruction::Copy(copy)] = builder.instructions else {
+        panic!("the binary's stage is one COPY: {:?}", builder.instructions)
+    };
+    assert!(copy.options.is_empty(), "{:?}", copy.options);
+    let sources: Vec<&str> = copy
+        .src
+        .iter()
+        .map(|s| match s {
+            Source::Path(p) => p.value.as_ref(),
+            other => panic!("COPY of a path expected: {other:?}"),
+        })
+        .collect();
+    assert_eq!(sources, ["ipsetmgr"]);
+    assert_eq!(copy.dest.value, BUILT);
+
+    for name in ["ipset", "nft"] {
+        assert_eq!(
+            stage_debug(&stage(&derived, name)),
+            stage_debug(&stage(&original, name)),
+            "stage {name}"
+        );
+    }
+    assert_eq!(
+        stage_debug(&runtime(&derived)),
+        stage_debug(&runtime(&original)),
+        "the runtime stage"
+    );
+}
