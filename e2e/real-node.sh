@@ -210,6 +210,17 @@ check_process agent 0 0000000000001000
 check_process controller 65532 0000000000000000
 
 # --- 5. the samples ---------------------------------------------------------------
+# The Lease is owned by the controller's ServiceAccount, so the garbage
+# collector deletes it with the release (checked after helm uninstall).
+owner=""
+for _ in $(seq "$TIMEOUT"); do
+  owner=$(kubectl -n "$NS" get lease ipsetmgr-controller -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}' 2>/dev/null || true)
+  [ "${owner%%/*}" = ServiceAccount ] && break
+  sleep 1
+done
+[ "${owner%%/*}" = ServiceAccount ] || die "the controller's Lease has no ServiceAccount owner: '$owner'"
+say "the controller's Lease is owned by $owner"
+
 phase "samples Ready"
 kubectl apply -f config/samples/ >/dev/null
 # Which set types this kernel has, asked of it in a network namespace of our
@@ -295,6 +306,11 @@ phase "helm uninstall"
 helm uninstall "$RELEASE" -n "$NS" --wait --timeout "${TIMEOUT}s" >/dev/null
 kubectl -n "$NS" wait --for=delete pod -l app.kubernetes.io/name=ipsetmgr --timeout="${TIMEOUT}s" >/dev/null 2>&1 || true
 [ -z "$(kubectl -n "$NS" get pods -l app.kubernetes.io/name=ipsetmgr -o name)" ] || die "pods left after helm uninstall"
+# The controller releases its Lease on SIGTERM (docs/install.md,
+# "Uninstall"): a reinstall must not wait for it to expire.
+holder=$(kubectl -n "$NS" get lease ipsetmgr-controller -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)
+[ -z "$holder" ] || die "the controller's Lease still names $holder after helm uninstall"
+say "the controller's Lease names no holder after helm uninstall"
 kubectl delete -f crds/ --wait --timeout="${TIMEOUT}s" >/dev/null
 if ipset list -n | grep -E "$SETS" >/dev/null; then
   die "sets left after uninstall: $(ipset list -n | grep -E "$SETS" | tr '\n' ' ')"

@@ -53,6 +53,7 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
         .await
         .map_err(|e| anyhow::anyhow!(lease_error(&e)))
         .with_context(|| format!("setting up the Lease {}/{LEASE_NAME}", config.namespace))?;
+    own_lease(&client, &config.namespace).await;
     let (leader, lease_task) = lease.watch().await;
 
     let (plans_tx, plans_rx) = tokio::sync::watch::channel(Default::default());
@@ -163,6 +164,30 @@ async fn release_lease(
             timeout = ?RELEASE_TIMEOUT,
             "the Lease was not released in time; it expires after its duration"
         ),
+    }
+}
+
+/// Give the Lease to this pod's ServiceAccount (when in a pod of that
+/// namespace), so `helm uninstall`, which deletes the ServiceAccount, has
+/// the garbage collector delete the Lease too. Never fatal: without it the
+/// Lease expires after its duration.
+async fn own_lease(client: &kube::Client, namespace: &str) {
+    use ipsetmgr_controller::lease_owner;
+    let Some(sa) = lease_owner::this_pods_service_account() else {
+        tracing::debug!("no ServiceAccount token: the Lease has no owner");
+        return;
+    };
+    if sa.namespace != namespace {
+        // An owner must be in the Lease's namespace.
+        return;
+    }
+    match lease_owner::own_lease(client.clone(), namespace, LEASE_NAME, &sa).await {
+        Ok(()) => {
+            tracing::info!(service_account = %sa.name, "the Lease is owned by the controller's ServiceAccount")
+        }
+        Err(e) => {
+            tracing::warn!(error = %ipsetmgr_cluster::api_error::describe(&e), "the Lease could not be given an owner; it expires after its duration once released or abandoned")
+        }
     }
 }
 

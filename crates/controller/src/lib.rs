@@ -28,6 +28,7 @@ pub mod event_loop;
 pub mod feeds;
 pub mod inputs;
 pub mod leading;
+pub mod lease_owner;
 pub mod materialise;
 pub mod metrics;
 pub mod slice_writer;
