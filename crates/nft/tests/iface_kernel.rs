@@ -36,20 +36,17 @@
 //! tests print a skip message, except under `CI=true`, where they fail.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::process::{Command, Output, Stdio};
+use std::net::IpAddr;
 
 use ipsetmgr_ipset::{Family, HeaderOptions, Member, SetType};
 use ipsetmgr_nft::netlink::NetlinkNft;
 use ipsetmgr_nft::{NftDataplane, NftOp, SetShape, Table, TableFamily};
 use proptest::prelude::*;
-use proptest::test_runner::{TestCaseError, TestError, TestRunner};
 
-#[path = "../../../tests/common/kernel_gate.rs"]
-mod kernel_gate;
-#[path = "../../../tests/common/kernel_props.rs"]
-mod kernel_props;
+mod oracle;
+use oracle::{
+    Probe, addr_of, bits, element_range, host_mask, ipset_answers, nft_answers, num, ok, run, yes,
+};
 
 /// The interface names of every case; each probe address is asked with
 /// each (so one name may have no member at all).
@@ -87,31 +84,6 @@ type Net = (u128, u8, usize, bool);
 fn member_text(family: Family, (addr, prefix, iface, nomatch): Net) -> String {
     let flag = if nomatch { " nomatch" } else { "" };
     format!("{}/{prefix},{}{flag}", addr_of(family, addr), IFACES[iface])
-}
-
-fn addr_of(family: Family, v: u128) -> IpAddr {
-    match family {
-        Family::V4 => IpAddr::V4(Ipv4Addr::from(v as u32)),
-        Family::V6 => IpAddr::V6(Ipv6Addr::from(v)),
-    }
-}
-
-fn num(a: &IpAddr) -> u128 {
-    match a {
-        IpAddr::V4(a) => u128::from(u32::from(*a)),
-        IpAddr::V6(a) => u128::from(*a),
-    }
-}
-
-fn bits(family: Family) -> u32 {
-    u32::from(family.max_prefix())
-}
-
-fn host_mask(bits: u32, prefix: u8) -> u128 {
-    match bits - u32::from(prefix) {
-        128 => u128::MAX,
-        h => (1u128 << h) - 1,
-    }
 }
 
 /// Networks at addresses of a small region (so that they nest all the
@@ -213,11 +185,33 @@ fn networks(members: &[Member]) -> Vec<Net> {
 }
 
 /// A probe: an address and an interface (index in [`IFACES`]).
-type Probe = (IpAddr, usize);
+#[derive(Clone, Copy)]
+struct IfaceProbe(IpAddr, usize);
+
+impl Probe for IfaceProbe {
+    fn ipset_text(&self) -> String {
+        format!("{},{}", self.0, IFACES[self.1])
+    }
+    fn is_named_by(&self, answer: &str) -> bool {
+        answer
+            .rsplit_once(',')
+            .is_some_and(|(a, i)| a.parse::<IpAddr>().ok() == Some(self.0) && i == IFACES[self.1])
+    }
+    fn nft_key(&self) -> String {
+        format!("{} . \"{}\"", self.0, IFACES[self.1])
+    }
+    /// An element as nft prints it: `A . "I"`, `A/N . "I"`, `A-B . "I"`.
+    fn held_by(&self, family: Family, element: &str) -> Option<bool> {
+        let (net, name) = element.split_once(" . ")?;
+        let name = name.strip_prefix('"')?.strip_suffix('"')?;
+        let (first, last) = element_range(family, net)?;
+        Some(name == IFACES[self.1] && (first..=last).contains(&num(&self.0)))
+    }
+}
 
 /// Every network's ends and their neighbours and the random addresses,
 /// each with every interface name.
-fn probes(c: &Case, nets: &[Net]) -> Vec<Probe> {
+fn probes(c: &Case, nets: &[Net]) -> Vec<IfaceProbe> {
     let b = bits(c.family);
     let max = host_mask(b, 0);
     let mut set: BTreeSet<u128> = c.random.iter().copied().collect();
@@ -236,7 +230,7 @@ fn probes(c: &Case, nets: &[Net]) -> Vec<Probe> {
         );
     }
     set.into_iter()
-        .flat_map(|a| (0..IFACES.len()).map(move |i| (addr_of(c.family, a), i)))
+        .flat_map(|a| (0..IFACES.len()).map(move |i| IfaceProbe(addr_of(c.family, a), i)))
         .collect()
 }
 
@@ -251,211 +245,6 @@ fn kernel_rule_matches(b: u32, nets: &[Net], a: u128, iface: usize) -> bool {
     nets.iter()
         .filter(holding)
         .any(|&(_, prefix, i, nomatch)| prefix == longest && i == iface && !nomatch)
-}
-
-/// Run `program args` with `input` on stdin.
-fn run_with_input(program: &str, args: &[&str], input: &str) -> Result<Output, String> {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("run {program}: {e}"))?;
-    let mut stdin = child.stdin.take().expect("piped stdin");
-    let input = input.to_string();
-    // Written from another thread: the child's output could fill its pipes
-    // before it has read all of its input.
-    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("wait for {program}: {e}"))?;
-    writer
-        .join()
-        .expect("writer thread")
-        .map_err(|e| format!("write to {program}: {e}"))?;
-    Ok(out)
-}
-
-fn ok(program: &str, args: &[&str], input: &str) -> Result<(), String> {
-    let out = run_with_input(program, args, input)?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{program} {args:?} failed: {}\ninput:\n{input}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
-/// `ipset test s ADDR,IFACE` for every probe, in one `ipset -`: one answer
-/// line per probe on stderr, `Warning: ADDR,IFACE is in set s.` or
-/// `ADDR,IFACE is NOT in set s.`, in order.
-fn ipset_answers(probes: &[Probe]) -> Result<Vec<bool>, String> {
-    let input: String = probes
-        .iter()
-        .map(|(a, i)| format!("test s {a},{}\n", IFACES[*i]))
-        .collect();
-    let out = run_with_input("ipset", &["-"], &input)?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let bad = |why: String| format!("ipset -: {why}\nstderr:\n{stderr}");
-    if !out.status.success() {
-        return Err(bad(format!("exit status {}", out.status)));
-    }
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.is_empty()).collect();
-    if lines.len() != probes.len() {
-        return Err(bad(format!(
-            "{} answers for {} probes",
-            lines.len(),
-            probes.len()
-        )));
-    }
-    probes
-        .iter()
-        .zip(lines)
-        .map(|((probe, iface), line)| {
-            let line_ = line.strip_prefix("Warning: ").unwrap_or(line);
-            let (pair, found) = match (
-                line_.strip_suffix(" is in set s."),
-                line_.strip_suffix(" is NOT in set s."),
-            ) {
-                (Some(p), None) => (p, true),
-                (None, Some(p)) => (p, false),
-                _ => return Err(bad(format!("not an answer: {line:?}"))),
-            };
-            let same = pair.rsplit_once(',').is_some_and(|(a, i)| {
-                a.parse::<IpAddr>().ok() == Some(*probe) && i == IFACES[*iface]
-            });
-            if !same {
-                return Err(bad(format!(
-                    "answer {line:?} for the probe {probe},{}",
-                    IFACES[*iface]
-                )));
-            }
-            Ok(found)
-        })
-        .collect()
-}
-
-/// The elements of one `nft get element` answer (`elements = { A . "I",
-/// B . "J" }`, over one or more lines).
-fn answer_elements(block: &str) -> Option<Vec<String>> {
-    let (_, rest) = block.split_once("elements = {")?;
-    let (list, _) = rest.split_once('}')?;
-    Some(
-        list.split(',')
-            .map(|e| e.trim().to_string())
-            .filter(|e| !e.is_empty())
-            .collect(),
-    )
-}
-
-/// Whether an element as nft prints it (`A . "I"`, `A/N . "I"`,
-/// `A-B . "I"`) holds the probe.
-fn element_holds(family: Family, element: &str, (a, iface): &Probe) -> Option<bool> {
-    let (net, name) = element.split_once(" . ")?;
-    let name = name.strip_prefix('"')?.strip_suffix('"')?;
-    let parse = |s: &str| s.parse::<IpAddr>().ok().filter(|x| Family::of(x) == family);
-    let (first, last) = if let Some((x, p)) = net.split_once('/') {
-        let x = num(&parse(x)?);
-        let p: u8 = p.parse().ok().filter(|&p| p <= family.max_prefix())?;
-        (x, x | host_mask(bits(family), p))
-    } else if let Some((x, y)) = net.split_once('-') {
-        (num(&parse(x)?), num(&parse(y)?))
-    } else {
-        let x = num(&parse(net)?);
-        (x, x)
-    };
-    Some(name == IFACES[*iface] && (first..=last).contains(&num(a)))
-}
-
-const NFT_ABSENT: &str = "Error: Could not process rule: No such file or directory";
-
-/// `nft get element inet T S { ADDR . "IFACE" }` for every probe, in one
-/// `nft -i`. Each absent probe is an error on stderr that quotes its
-/// command; each present one is a listing on stdout (in order) of the
-/// element holding it, which is checked to hold it.
-fn nft_answers(family: Family, probes: &[Probe]) -> Result<Vec<bool>, String> {
-    let command = |(a, i): &Probe| format!("get element inet T S {{ {a} . \"{}\" }}", IFACES[*i]);
-    let input: String = probes.iter().map(|p| command(p) + "\n").collect();
-    let out = run_with_input("nft", &["-i"], &input)?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let bad = |why: String| format!("nft -i: {why}\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    if !out.status.success() {
-        return Err(bad(format!("exit status {}", out.status)));
-    }
-    // stderr: per absent probe, the error, the command, a line of carets.
-    let mut absent: BTreeSet<String> = BTreeSet::new();
-    let mut lines = stderr.lines().filter(|l| !l.trim().is_empty());
-    while let Some(line) = lines.next() {
-        if line != NFT_ABSENT {
-            return Err(bad(format!("unexpected error line {line:?}")));
-        }
-        let Some(cmd) = lines.next() else {
-            return Err(bad("an error without its command".into()));
-        };
-        if !absent.insert(cmd.to_string()) {
-            return Err(bad(format!("two errors for {cmd:?}")));
-        }
-        if !lines
-            .next()
-            .is_some_and(|l| l.trim().chars().all(|c| c == '^'))
-        {
-            return Err(bad(format!("no carets after {cmd:?}")));
-        }
-    }
-    let answers: Vec<bool> = probes
-        .iter()
-        .map(|p| !absent.contains(&command(p)))
-        .collect();
-    let quoted = answers.iter().filter(|found| !**found).count();
-    if quoted != absent.len() {
-        return Err(bad(format!(
-            "errors for commands that were never sent ({} quoted, {quoted} probes)",
-            absent.len()
-        )));
-    }
-    // stdout: one `table inet T { ... }` listing per present probe.
-    let blocks: Vec<&str> = stdout.split("table inet T {").skip(1).collect();
-    let present: Vec<&Probe> = probes
-        .iter()
-        .zip(&answers)
-        .filter(|(_, f)| **f)
-        .map(|(p, _)| p)
-        .collect();
-    if blocks.len() != present.len() {
-        return Err(bad(format!(
-            "{} listings for {} present probes",
-            blocks.len(),
-            present.len()
-        )));
-    }
-    for (p, block) in present.into_iter().zip(blocks) {
-        let shown = format!("{} . \"{}\"", p.0, IFACES[p.1]);
-        let elements = answer_elements(block)
-            .ok_or_else(|| bad(format!("no elements in the answer for {shown}: {block}")))?;
-        let holds = elements
-            .iter()
-            .map(|e| element_holds(family, e, p))
-            .collect::<Option<Vec<bool>>>()
-            .ok_or_else(|| bad(format!("unreadable elements {elements:?} for {shown}")))?;
-        if !holds.contains(&true) {
-            return Err(bad(format!(
-                "the answer for {shown} is {elements:?}, which does not hold it"
-            )));
-        }
-    }
-    Ok(answers)
-}
-
-fn yes(found: bool) -> &'static str {
-    if found {
-        "in the set"
-    } else {
-        "not in the set"
-    }
 }
 
 /// One case in the namespace the thread is in (fresh for each case): the
@@ -512,7 +301,7 @@ fn check(c: &Case) -> Result<(usize, usize), String> {
         .iter()
         .zip(from_ipset.iter().zip(&from_nft))
         .filter(|(_, (i, n))| i != n)
-        .map(|((a, iface), (&i, &n))| {
+        .map(|(IfaceProbe(a, iface), (&i, &n))| {
             let rule = kernel_rule_matches(b, &nets, num(a), *iface);
             let name = IFACES[*iface];
             format!(
@@ -546,49 +335,6 @@ fn check(c: &Case) -> Result<(usize, usize), String> {
     ))
 }
 
-/// Run `cases` cases of `strategy` on a thread of its own, each in a fresh
-/// network namespace.
-fn run(test: &'static str, cases: u32, strategy: impl Strategy<Value = Case> + Send + 'static) {
-    let handle = std::thread::spawn(move || {
-        if !kernel_gate::enter_fresh_netns(test) {
-            return;
-        }
-        let mut config = kernel_props::config(cases);
-        // Each shrinking step is a kernel case too (tens of milliseconds):
-        // a failure is reported within seconds, its input mostly shrunk.
-        config.max_shrink_iters = 256;
-        let seed = config.rng_seed;
-        let started = std::time::Instant::now();
-        let mut runner = TestRunner::new(config);
-        // Probes asked and found, over the cases (shrinking steps too).
-        let counts = std::cell::Cell::new((0usize, 0usize, 0usize));
-        let result = runner.run(&strategy, |c| {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-                .map_err(|e| TestCaseError::fail(format!("unshare: {e}")))?;
-            let (asked, found) = check(&c).map_err(TestCaseError::fail)?;
-            let (n, a, f) = counts.get();
-            counts.set((n + 1, a + asked, f + found));
-            Ok(())
-        });
-        match result {
-            Ok(()) => {
-                let (n, asked, found) = counts.get();
-                eprintln!(
-                    "{test}: {n} cases, {asked} probes ({found} in both sets, the rest in neither) in {:?}",
-                    started.elapsed()
-                );
-            }
-            Err(TestError::Fail(why, minimal)) => panic!(
-                "{test}: {why}\nminimal failing input: {minimal:?}\n(rerun with PROPTEST_RNG_SEED={seed})"
-            ),
-            Err(e) => panic!("{test}: {e}"),
-        }
-    });
-    if let Err(p) = handle.join() {
-        std::panic::resume_unwind(p);
-    }
-}
-
 #[test]
 fn ipv4_iface_matches_ipset_in_the_kernel() {
     // /18 to /32 networks at addresses of 10.0.0.0/20, up to two /4 to /19
@@ -597,6 +343,7 @@ fn ipv4_iface_matches_ipset_in_the_kernel() {
         "ipv4_iface_matches_ipset_in_the_kernel",
         24,
         case(Family::V4, 0x0a00_0000, 12, 18..=32, 4..=19, 0..=8),
+        check,
     );
 }
 
@@ -615,5 +362,6 @@ fn ipv6_iface_matches_ipset_in_the_kernel() {
             16..=111,
             0..=16,
         ),
+        check,
     );
 }

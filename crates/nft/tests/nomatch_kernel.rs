@@ -35,21 +35,16 @@
 //! tests print a skip message, except under `CI=true`, where they fail.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::process::{Command, Output, Stdio};
+use std::net::IpAddr;
 
 use ipsetmgr_ipset::{Family, HeaderOptions, Member, SetType};
 use ipsetmgr_nft::interval::{NetRule, matching_ranges};
 use ipsetmgr_nft::netlink::NetlinkNft;
 use ipsetmgr_nft::{NftDataplane, NftOp, SetShape, Table, TableFamily};
 use proptest::prelude::*;
-use proptest::test_runner::{TestCaseError, TestError, TestRunner};
 
-#[path = "../../../tests/common/kernel_gate.rs"]
-mod kernel_gate;
-#[path = "../../../tests/common/kernel_props.rs"]
-mod kernel_props;
+mod oracle;
+use oracle::{addr_of, bits, host_mask, ipset_answers, nft_answers, num, ok, run, yes};
 
 /// One case: members as a policy writes them, and random probes (numbers
 /// of the case's family).
@@ -81,31 +76,6 @@ impl std::fmt::Debug for Case {
 fn member_text(family: Family, addr: u128, prefix: u8, nomatch: bool) -> String {
     let flag = if nomatch { " nomatch" } else { "" };
     format!("{}/{prefix}{flag}", addr_of(family, addr))
-}
-
-fn addr_of(family: Family, v: u128) -> IpAddr {
-    match family {
-        Family::V4 => IpAddr::V4(Ipv4Addr::from(v as u32)),
-        Family::V6 => IpAddr::V6(Ipv6Addr::from(v)),
-    }
-}
-
-fn num(a: &IpAddr) -> u128 {
-    match a {
-        IpAddr::V4(a) => u128::from(u32::from(*a)),
-        IpAddr::V6(a) => u128::from(*a),
-    }
-}
-
-fn bits(family: Family) -> u32 {
-    u32::from(family.max_prefix())
-}
-
-fn host_mask(bits: u32, prefix: u8) -> u128 {
-    match bits - u32::from(prefix) {
-        128 => u128::MAX,
-        h => (1u128 << h) - 1,
-    }
 }
 
 /// Networks at addresses of a small region (so that they nest and nomatch
@@ -225,198 +195,6 @@ fn longest_prefix_matches(b: u32, nets: &[(u128, u8, bool)], a: u128) -> bool {
         .is_some_and(|&(_, _, nomatch)| !nomatch)
 }
 
-/// Run `program args` with `input` on stdin.
-fn run_with_input(program: &str, args: &[&str], input: &str) -> Result<Output, String> {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("run {program}: {e}"))?;
-    let mut stdin = child.stdin.take().expect("piped stdin");
-    let input = input.to_string();
-    // Written from another thread: the child's output could fill its pipes
-    // before it has read all of its input.
-    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("wait for {program}: {e}"))?;
-    writer
-        .join()
-        .expect("writer thread")
-        .map_err(|e| format!("write to {program}: {e}"))?;
-    Ok(out)
-}
-
-fn ok(program: &str, args: &[&str], input: &str) -> Result<(), String> {
-    let out = run_with_input(program, args, input)?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{program} {args:?} failed: {}\ninput:\n{input}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
-/// `ipset test s ADDR` for every probe, in one `ipset -`: one answer line
-/// per probe on stderr, `Warning: ADDR is in set s.` or
-/// `ADDR is NOT in set s.`, in order.
-fn ipset_answers(probes: &[IpAddr]) -> Result<Vec<bool>, String> {
-    let input: String = probes.iter().map(|a| format!("test s {a}\n")).collect();
-    let out = run_with_input("ipset", &["-"], &input)?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let bad = |why: String| format!("ipset -: {why}\nstderr:\n{stderr}");
-    if !out.status.success() {
-        return Err(bad(format!("exit status {}", out.status)));
-    }
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.is_empty()).collect();
-    if lines.len() != probes.len() {
-        return Err(bad(format!(
-            "{} answers for {} probes",
-            lines.len(),
-            probes.len()
-        )));
-    }
-    probes
-        .iter()
-        .zip(lines)
-        .map(|(probe, line)| {
-            let line_ = line.strip_prefix("Warning: ").unwrap_or(line);
-            let (addr, found) = match (
-                line_.strip_suffix(" is in set s."),
-                line_.strip_suffix(" is NOT in set s."),
-            ) {
-                (Some(a), None) => (a, true),
-                (None, Some(a)) => (a, false),
-                _ => return Err(bad(format!("not an answer: {line:?}"))),
-            };
-            if addr.parse::<IpAddr>().ok() != Some(*probe) {
-                return Err(bad(format!("answer {line:?} for the probe {probe}")));
-            }
-            Ok(found)
-        })
-        .collect()
-}
-
-/// The elements of one `nft get element` answer (`elements = { A, B }`,
-/// over one or more lines).
-fn answer_elements(block: &str) -> Option<Vec<String>> {
-    let (_, rest) = block.split_once("elements = {")?;
-    let (list, _) = rest.split_once('}')?;
-    Some(
-        list.split(',')
-            .map(|e| e.trim().to_string())
-            .filter(|e| !e.is_empty())
-            .collect(),
-    )
-}
-
-/// Whether an element as nft prints it (`A`, `A/N`, `A-B`) holds `a`.
-fn element_holds(family: Family, element: &str, a: &IpAddr) -> Option<bool> {
-    let parse = |s: &str| s.parse::<IpAddr>().ok().filter(|x| Family::of(x) == family);
-    let (first, last) = if let Some((x, p)) = element.split_once('/') {
-        let x = num(&parse(x)?);
-        let p: u8 = p.parse().ok().filter(|&p| p <= family.max_prefix())?;
-        (x, x | host_mask(bits(family), p))
-    } else if let Some((x, y)) = element.split_once('-') {
-        (num(&parse(x)?), num(&parse(y)?))
-    } else {
-        let x = num(&parse(element)?);
-        (x, x)
-    };
-    Some((first..=last).contains(&num(a)))
-}
-
-const NFT_ABSENT: &str = "Error: Could not process rule: No such file or directory";
-
-/// `nft get element inet T S { ADDR }` for every probe, in one `nft -i`.
-/// Each absent probe is an error on stderr that quotes its command; each
-/// present one is a listing on stdout (in order) of the element holding it,
-/// which is checked to hold it.
-fn nft_answers(family: Family, probes: &[IpAddr]) -> Result<Vec<bool>, String> {
-    let command = |a: &IpAddr| format!("get element inet T S {{ {a} }}");
-    let input: String = probes.iter().map(|a| command(a) + "\n").collect();
-    let out = run_with_input("nft", &["-i"], &input)?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let bad = |why: String| format!("nft -i: {why}\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    if !out.status.success() {
-        return Err(bad(format!("exit status {}", out.status)));
-    }
-    // stderr: per absent probe, the error, the command, a line of carets.
-    let mut absent: BTreeSet<String> = BTreeSet::new();
-    let mut lines = stderr.lines().filter(|l| !l.trim().is_empty());
-    while let Some(line) = lines.next() {
-        if line != NFT_ABSENT {
-            return Err(bad(format!("unexpected error line {line:?}")));
-        }
-        let Some(cmd) = lines.next() else {
-            return Err(bad("an error without its command".into()));
-        };
-        if !absent.insert(cmd.to_string()) {
-            return Err(bad(format!("two errors for {cmd:?}")));
-        }
-        if !lines
-            .next()
-            .is_some_and(|l| l.trim().chars().all(|c| c == '^'))
-        {
-            return Err(bad(format!("no carets after {cmd:?}")));
-        }
-    }
-    let answers: Vec<bool> = probes
-        .iter()
-        .map(|a| !absent.contains(&command(a)))
-        .collect();
-    let quoted = answers.iter().filter(|found| !**found).count();
-    if quoted != absent.len() {
-        return Err(bad(format!(
-            "errors for commands that were never sent ({} quoted, {quoted} probes)",
-            absent.len()
-        )));
-    }
-    // stdout: one `table inet T { ... }` listing per present probe.
-    let blocks: Vec<&str> = stdout.split("table inet T {").skip(1).collect();
-    let present: Vec<&IpAddr> = probes
-        .iter()
-        .zip(&answers)
-        .filter(|(_, f)| **f)
-        .map(|(a, _)| a)
-        .collect();
-    if blocks.len() != present.len() {
-        return Err(bad(format!(
-            "{} listings for {} present probes",
-            blocks.len(),
-            present.len()
-        )));
-    }
-    for (a, block) in present.into_iter().zip(blocks) {
-        let elements = answer_elements(block)
-            .ok_or_else(|| bad(format!("no elements in the answer for {a}: {block}")))?;
-        let holds = elements
-            .iter()
-            .map(|e| element_holds(family, e, a))
-            .collect::<Option<Vec<bool>>>()
-            .ok_or_else(|| bad(format!("unreadable elements {elements:?} for {a}")))?;
-        if !holds.contains(&true) {
-            return Err(bad(format!(
-                "the answer for {a} is {elements:?}, which does not hold it"
-            )));
-        }
-    }
-    Ok(answers)
-}
-
-fn yes(found: bool) -> &'static str {
-    if found {
-        "in the set"
-    } else {
-        "not in the set"
-    }
-}
-
 /// One case in the namespace the thread is in (fresh for each case): the
 /// number of probes and how many of them both sides found.
 fn check(c: &Case) -> Result<(usize, usize), String> {
@@ -522,49 +300,6 @@ fn check(c: &Case) -> Result<(usize, usize), String> {
     ))
 }
 
-/// Run `cases` cases of `strategy` on a thread of its own, each in a fresh
-/// network namespace.
-fn run(test: &'static str, cases: u32, strategy: impl Strategy<Value = Case> + Send + 'static) {
-    let handle = std::thread::spawn(move || {
-        if !kernel_gate::enter_fresh_netns(test) {
-            return;
-        }
-        let mut config = kernel_props::config(cases);
-        // Each shrinking step is a kernel case too (tens of milliseconds):
-        // a failure is reported within seconds, its input mostly shrunk.
-        config.max_shrink_iters = 256;
-        let seed = config.rng_seed;
-        let started = std::time::Instant::now();
-        let mut runner = TestRunner::new(config);
-        // Probes asked and found, over the cases (shrinking steps too).
-        let counts = std::cell::Cell::new((0usize, 0usize, 0usize));
-        let result = runner.run(&strategy, |c| {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-                .map_err(|e| TestCaseError::fail(format!("unshare: {e}")))?;
-            let (asked, found) = check(&c).map_err(TestCaseError::fail)?;
-            let (n, a, f) = counts.get();
-            counts.set((n + 1, a + asked, f + found));
-            Ok(())
-        });
-        match result {
-            Ok(()) => {
-                let (n, asked, found) = counts.get();
-                eprintln!(
-                    "{test}: {n} cases, {asked} probes ({found} in both sets, the rest in neither) in {:?}",
-                    started.elapsed()
-                );
-            }
-            Err(TestError::Fail(why, minimal)) => panic!(
-                "{test}: {why}\nminimal failing input: {minimal:?}\n(rerun with PROPTEST_RNG_SEED={seed})"
-            ),
-            Err(e) => panic!("{test}: {e}"),
-        }
-    });
-    if let Err(p) = handle.join() {
-        std::panic::resume_unwind(p);
-    }
-}
-
 #[test]
 fn ipv4_nomatch_matches_ipset_in_the_kernel() {
     // /18 to /32 networks at addresses of 10.0.0.0/20, up to two /4 to /19
@@ -573,6 +308,7 @@ fn ipv4_nomatch_matches_ipset_in_the_kernel() {
         "ipv4_nomatch_matches_ipset_in_the_kernel",
         24,
         case(Family::V4, 0x0a00_0000, 12, 18..=32, 4..=19, 0..=8),
+        check,
     );
 }
 
@@ -591,5 +327,6 @@ fn ipv6_nomatch_matches_ipset_in_the_kernel() {
             16..=111,
             0..=16,
         ),
+        check,
     );
 }
