@@ -16,62 +16,30 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ipsetmgr_api::{IPSetMemberSlice, IPSetNodeState, IPSetPolicy};
+use ipsetmgr_api::IPSetPolicy;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::pinned_kind;
-use kube::runtime::wait::{await_condition, conditions};
-use kube::{Client, CustomResourceExt, ResourceExt};
 use serde_json::{Value, json};
+
+#[path = "common/controller_process.rs"]
+mod controller_process;
 
 const MANAGER: &str = "controller-rbac-test";
 /// config/rbac's namespace and the controller's ServiceAccount there.
 const NAMESPACE: &str = "ipsetmgr-system";
 const ACCOUNT: &str = "ipsetmgr-controller";
 
-struct Controller(Child);
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn controller(kubeconfig: &Path, log: &Path, extra: &[&str]) -> Controller {
-    let out = std::fs::File::create(log).unwrap();
-    let err = out.try_clone().unwrap();
-    let listen = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
-    let child = Command::new(env!("CARGO_BIN_EXE_ipsetmgr"))
-        .args(["controller", "--kubeconfig"])
-        .arg(kubeconfig)
-        .args(["--listen", &listen, "--health-listen", &listen])
-        .args([
-            "--namespace",
-            NAMESPACE,
-            "--identity",
-            "controller-rbac-test",
-        ])
-        .args(extra)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .expect("starting the controller");
-    Controller(child)
+fn controller(kubeconfig: &Path, log: &Path, extra: &[&str]) -> controller_process::Controller {
+    controller_process::start_with(kubeconfig, NAMESPACE, "controller-rbac-test", log, extra)
 }
 
 async fn apply_one(client: &Client, doc: &Value) {
@@ -97,31 +65,6 @@ async fn apply_one(client: &Client, doc: &Value) {
     )
     .await
     .unwrap_or_else(|e| panic!("the server refused {kind} {name}: {e}"));
-}
-
-async fn install_crds(client: &Client) {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in [
-        IPSetPolicy::crd(),
-        IPSetMemberSlice::crd(),
-        IPSetNodeState::crd(),
-    ] {
-        let name = crd.name_any();
-        api.patch(
-            &name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .unwrap();
-        tokio::time::timeout(
-            Duration::from_secs(30),
-            await_condition(api.clone(), &name, conditions::is_crd_established()),
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    }
 }
 
 /// The controller's ServiceAccount with config/rbac's roles and bindings as
@@ -217,7 +160,7 @@ async fn a_forbidden_source_says_so_in_a_sentence() {
         return;
     };
     let client = plane.client().await.unwrap();
-    install_crds(&client).await;
+    controller_process::install_crds(&client, MANAGER).await;
     let kubeconfig = controller_account(&client, &plane).await;
     apply_policy(
         &client,
@@ -350,7 +293,7 @@ fn the_guard_follows_the_api_servers_endpoints() {
             .await
             .expect("the API server");
         let client = plane.client().await.unwrap();
-        install_crds(&client).await;
+        controller_process::install_crds(&client, MANAGER).await;
         let kubeconfig = controller_account(&client, &plane).await;
         api_endpoint(&client, "10.244.0.1").await;
         point_policies(&client, (one, two), 1).await;

@@ -1,7 +1,8 @@
 //! The controller as a process next to a real API server, as the chart runs
 //! it: the binary, a kubeconfig, its own namespace and identity. Included
 //! with `#[path]` by the controller's envtest tests
-//! (tests/controller_slices.rs, tests/controller_lease.rs).
+//! (tests/controller_slices.rs, tests/controller_lease.rs,
+//! tests/controller_rbac.rs).
 
 #![allow(dead_code)]
 
@@ -35,6 +36,17 @@ impl Drop for Controller {
 /// `ipsetmgr controller` against `kubeconfig`, its Lease in `namespace`,
 /// logging to `log`.
 pub fn start(kubeconfig: &Path, namespace: &str, identity: &str, log: &Path) -> Controller {
+    start_with(kubeconfig, namespace, identity, log, &[])
+}
+
+/// [`start`] with more flags.
+pub fn start_with(
+    kubeconfig: &Path,
+    namespace: &str,
+    identity: &str,
+    log: &Path,
+    extra: &[&str],
+) -> Controller {
     let out = std::fs::File::create(log).unwrap();
     let err = out.try_clone().unwrap();
     let free = || {
@@ -49,6 +61,7 @@ pub fn start(kubeconfig: &Path, namespace: &str, identity: &str, log: &Path) -> 
         .arg(kubeconfig)
         .args(["--listen", &free(), "--health-listen", &free()])
         .args(["--namespace", namespace, "--identity", identity])
+        .args(extra)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(out)
