@@ -142,7 +142,7 @@ impl<A: SetsBackend, B: SetsBackend> SetsBackend for BothBackends<A, B> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use ipsetmgr_dataplane::model::ModelDataplane;
@@ -151,7 +151,8 @@ mod tests {
     use super::*;
     use crate::{Manager, ManagerConfig};
 
-    fn desired(policy: &str, ips: &[&str]) -> DesiredSet {
+    /// A hash:ip IPv4 policy's set (shared with retire.rs's tests).
+    pub(crate) fn desired(policy: &str, ips: &[&str]) -> DesiredSet {
         let kind = SetKind::new(SetType::HashIp, Some(Family::V4));
         let members = ips.iter().map(|s| Member::Ip(s.parse().unwrap()));
         DesiredSet {

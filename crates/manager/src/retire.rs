@@ -144,29 +144,12 @@ impl<A: SetsBackend, R: SetsBackend> SetsBackend for Retiring<A, R> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use ipsetmgr_dataplane::model::ModelDataplane;
-    use ipsetmgr_ipset::{Family, Member, MemberSet, SetHeader, SetKind, SetType};
+    use ipsetmgr_ipset::{Family, SetKind, SetType};
 
     use super::*;
+    use crate::both::tests::desired;
     use crate::{Manager, ManagerConfig};
-
-    fn desired(policy: &str, ips: &[&str]) -> DesiredSet {
-        let kind = SetKind::new(SetType::HashIp, Some(Family::V4));
-        let members = ips.iter().map(|s| Member::Ip(s.parse().unwrap()));
-        DesiredSet {
-            name: Naming::default().main_set_name(policy, Some(Family::V4)),
-            policy: policy.into(),
-            header: SetHeader {
-                kind,
-                max_elem: 65536,
-                hash_size: None,
-                options: Default::default(),
-            },
-            members: Arc::new(MemberSet::from_members(kind, members)),
-        }
-    }
 
     fn manager(k: &ModelDataplane) -> Manager<ModelDataplane> {
         // Isolated sets are retried at the next apply.
