@@ -231,6 +231,22 @@ pub fn every_type_holds_exactly_the_declared_elements(
     );
 }
 
+/// An input chain `c` in the table with a rule that matches on `set`.
+fn add_rule_on(set: &str) {
+    nft(&[
+        "add",
+        "chain",
+        "inet",
+        "ipsetmgr",
+        "c",
+        "{ type filter hook input priority 0; }",
+    ]);
+    let set = format!("@{set}");
+    nft(&[
+        "add", "rule", "inet", "ipsetmgr", "c", "ip", "saddr", &set, "drop",
+    ]);
+}
+
 fn rule_text() -> String {
     nft(&["list", "chain", "inet", "ipsetmgr", "c"])
 }
@@ -251,25 +267,7 @@ pub fn a_rule_keeps_its_set_across_update_and_replacement(
         vec![],
     );
     apply(&mut b);
-    nft(&[
-        "add",
-        "chain",
-        "inet",
-        "ipsetmgr",
-        "c",
-        "{ type filter hook input priority 0; }",
-    ]);
-    nft(&[
-        "add",
-        "rule",
-        "inet",
-        "ipsetmgr",
-        "c",
-        "ip",
-        "saddr",
-        "@ipm4-blocklist",
-        "drop",
-    ]);
+    add_rule_on("ipm4-blocklist");
     assert!(rule_text().contains("@ipm4-blocklist"));
     // A member update: a delta under the rule.
     let updated = desired("blocklist", HashIp, v4, &["10.0.0.2", "10.0.0.3"]);
@@ -557,25 +555,7 @@ pub fn a_growing_set_takes_its_new_members(dp: &mut dyn NftDataplane, _env: &con
     assert!(b.report().iter().all(|r| r.synced && r.error.is_none()));
     // Referenced by a rule, it cannot be recreated: grown in place (its
     // new size committed before the new members), the rule kept.
-    nft(&[
-        "add",
-        "chain",
-        "inet",
-        "ipsetmgr",
-        "c",
-        "{ type filter hook input priority 0; }",
-    ]);
-    nft(&[
-        "add",
-        "rule",
-        "inet",
-        "ipsetmgr",
-        "c",
-        "ip",
-        "saddr",
-        "@ipm4-grow",
-        "drop",
-    ]);
+    add_rule_on("ipm4-grow");
     b.queue_resync();
     apply(&mut b);
     let d = growing(100, 128);
