@@ -292,31 +292,27 @@ impl NetlinkNft {
         }
     }
 
-    fn table_exists(&mut self, table: &Table) -> Result<bool, NftError> {
+    /// The kernel's description of `table`, `None` when it does not exist.
+    fn get_table(&mut self, table: &Table) -> Result<Option<Vec<u8>>, NftError> {
         let name = table.name.clone();
-        let got = self.get_one(
+        self.get_one(
             &format!("reading table {table}"),
             NFT_MSG_GETTABLE,
             table.family.nfproto(),
             NFT_MSG_NEWTABLE,
             &|b| encode::put_str(b, NFTA_TABLE_NAME, &name),
-        )?;
-        Ok(got.is_some())
+        )
+    }
+
+    fn table_exists(&mut self, table: &Table) -> Result<bool, NftError> {
+        Ok(self.get_table(table)?.is_some())
     }
 
     /// `Some` when the table has the `owner` flag (with the owner's netlink
     /// port when the kernel names it): every change by another socket then
     /// fails with EPERM, which alone would read as a missing capability.
     fn table_owner(&mut self, table: &Table) -> Result<Option<Option<u32>>, NftError> {
-        let name = table.name.clone();
-        let got = self.get_one(
-            &format!("reading table {table}"),
-            NFT_MSG_GETTABLE,
-            table.family.nfproto(),
-            NFT_MSG_NEWTABLE,
-            &|b| encode::put_str(b, NFTA_TABLE_NAME, &name),
-        )?;
-        match got {
+        match self.get_table(table)? {
             Some(p) => decode::table_owner(&p).map_err(proto_err),
             None => Ok(None),
         }
