@@ -38,14 +38,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
-use ipsetmgr_ipset::{Family, HeaderOptions, Member, SetType};
-use ipsetmgr_nft::netlink::NetlinkNft;
-use ipsetmgr_nft::{NftDataplane, NftOp, SetShape, Table, TableFamily};
+use ipsetmgr_ipset::{Family, Member, SetType};
 use proptest::prelude::*;
 
 mod oracle;
 use oracle::{
-    Probe, addr_of, bits, element_range, host_mask, ipset_answers, nft_answers, num, ok, run, yes,
+    Probe, addr_of, bits, element_range, host_mask, ipset_answers, load_both, nft_answers, num,
+    run, yes,
 };
 
 /// The interface names of every case; each probe address is asked with
@@ -252,46 +251,7 @@ fn kernel_rule_matches(b: u32, nets: &[Net], a: u128, iface: usize) -> bool {
 fn check(c: &Case) -> Result<(usize, usize), String> {
     let members = parse_members(c);
     let nets = networks(&members);
-    let family_word = match c.family {
-        Family::V4 => "inet",
-        Family::V6 => "inet6",
-    };
-    // ipset.
-    ok(
-        "ipset",
-        &["create", "s", "hash:net,iface", "family", family_word],
-        "",
-    )?;
-    let restore: String = members.iter().map(|m| format!("add s {m}\n")).collect();
-    ok("ipset", &["-!", "restore"], &restore)?;
-    // nft, as the backend makes it.
-    let shape = SetShape::new(
-        SetType::HashNetIface,
-        Some(c.family),
-        &HeaderOptions::default(),
-        65536,
-    )
-    .map_err(|e| format!("shape: {e}"))?;
-    let elements = shape
-        .elements(&members)
-        .map_err(|e| format!("elements: {e}"))?;
-    let mut dp = NetlinkNft::new().map_err(|e| format!("netlink socket: {e}"))?;
-    dp.apply(
-        &Table::new(TableFamily::Inet, "T"),
-        &[
-            NftOp::EnsureTable,
-            NftOp::CreateSet {
-                name: "S",
-                spec: &shape.spec,
-            },
-            NftOp::AddElements {
-                set: "S",
-                elements: &elements,
-            },
-        ],
-        &|n| n == "S",
-    )
-    .map_err(|e| format!("nft apply: {e}"))?;
+    let elements = load_both(SetType::HashNetIface, c.family, &members)?;
     // Both kernels answer every probe.
     let probes = probes(c, &nets);
     let from_ipset = ipset_answers(&probes)?;

@@ -37,14 +37,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
-use ipsetmgr_ipset::{Family, HeaderOptions, Member, SetType};
+use ipsetmgr_ipset::{Family, Member, SetType};
 use ipsetmgr_nft::interval::{NetRule, matching_ranges};
-use ipsetmgr_nft::netlink::NetlinkNft;
-use ipsetmgr_nft::{NftDataplane, NftOp, SetShape, Table, TableFamily};
 use proptest::prelude::*;
 
 mod oracle;
-use oracle::{addr_of, bits, host_mask, ipset_answers, nft_answers, num, ok, run, yes};
+use oracle::{addr_of, bits, host_mask, ipset_answers, load_both, nft_answers, num, run, yes};
 
 /// One case: members as a policy writes them, and random probes (numbers
 /// of the case's family).
@@ -200,46 +198,7 @@ fn longest_prefix_matches(b: u32, nets: &[(u128, u8, bool)], a: u128) -> bool {
 fn check(c: &Case) -> Result<(usize, usize), String> {
     let members = parse_members(c);
     let nets = networks(&members);
-    let family_word = match c.family {
-        Family::V4 => "inet",
-        Family::V6 => "inet6",
-    };
-    // ipset.
-    ok(
-        "ipset",
-        &["create", "s", "hash:net", "family", family_word],
-        "",
-    )?;
-    let restore: String = members.iter().map(|m| format!("add s {m}\n")).collect();
-    ok("ipset", &["-!", "restore"], &restore)?;
-    // nft, as the backend makes it.
-    let shape = SetShape::new(
-        SetType::HashNet,
-        Some(c.family),
-        &HeaderOptions::default(),
-        65536,
-    )
-    .map_err(|e| format!("shape: {e}"))?;
-    let elements = shape
-        .elements(&members)
-        .map_err(|e| format!("elements: {e}"))?;
-    let mut dp = NetlinkNft::new().map_err(|e| format!("netlink socket: {e}"))?;
-    dp.apply(
-        &Table::new(TableFamily::Inet, "T"),
-        &[
-            NftOp::EnsureTable,
-            NftOp::CreateSet {
-                name: "S",
-                spec: &shape.spec,
-            },
-            NftOp::AddElements {
-                set: "S",
-                elements: &elements,
-            },
-        ],
-        &|n| n == "S",
-    )
-    .map_err(|e| format!("nft apply: {e}"))?;
+    let elements = load_both(SetType::HashNet, c.family, &members)?;
     // Both kernels answer every probe.
     let probes = probes(c, &nets);
     let from_ipset = ipset_answers(&probes)?;

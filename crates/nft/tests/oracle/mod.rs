@@ -1,5 +1,6 @@
 //! What the kernel-oracle property tests share (`nomatch_kernel.rs`,
-//! `iface_kernel.rs`): address arithmetic, asking `ipset -` and `nft -i`
+//! `iface_kernel.rs`): loading one member list into both kernels, address
+//! arithmetic, asking `ipset -` and `nft -i`
 //! one command per probe and reading their answers, and the runner that
 //! gives every case a fresh network namespace. A probe type says how each
 //! tool spells it ([`Probe`]).
@@ -9,7 +10,9 @@ use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::{Command, Output, Stdio};
 
-use ipsetmgr_ipset::Family;
+use ipsetmgr_ipset::{Family, HeaderOptions, Member, SetType};
+use ipsetmgr_nft::netlink::NetlinkNft;
+use ipsetmgr_nft::{Elements, NftDataplane, NftOp, SetShape, Table, TableFamily};
 use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestError, TestRunner};
 
@@ -46,6 +49,45 @@ impl Probe for IpAddr {
         let (first, last) = element_range(family, element)?;
         Some((first..=last).contains(&num(self)))
     }
+}
+
+/// The ipset `s` and the nft set `inet T S`, as the backend makes it, of
+/// type `t` holding `members`: the elements sent to nft.
+pub fn load_both(t: SetType, family: Family, members: &[Member]) -> Result<Elements, String> {
+    let family_word = match family {
+        Family::V4 => "inet",
+        Family::V6 => "inet6",
+    };
+    ok(
+        "ipset",
+        &["create", "s", t.as_str(), "family", family_word],
+        "",
+    )?;
+    let restore: String = members.iter().map(|m| format!("add s {m}\n")).collect();
+    ok("ipset", &["-!", "restore"], &restore)?;
+    let shape = SetShape::new(t, Some(family), &HeaderOptions::default(), 65536)
+        .map_err(|e| format!("shape: {e}"))?;
+    let elements = shape
+        .elements(members)
+        .map_err(|e| format!("elements: {e}"))?;
+    let mut dp = NetlinkNft::new().map_err(|e| format!("netlink socket: {e}"))?;
+    dp.apply(
+        &Table::new(TableFamily::Inet, "T"),
+        &[
+            NftOp::EnsureTable,
+            NftOp::CreateSet {
+                name: "S",
+                spec: &shape.spec,
+            },
+            NftOp::AddElements {
+                set: "S",
+                elements: &elements,
+            },
+        ],
+        &|n| n == "S",
+    )
+    .map_err(|e| format!("nft apply: {e}"))?;
+    Ok(elements)
 }
 
 /// The addresses of an element's address part as nft prints it (`A`,
