@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use ipsetmgr::bench_support::{MemberCache, Store, decode};
 use ipsetmgr_dataplane::netlink::NetlinkDataplane;
 use ipsetmgr_ipset::Naming;
-use ipsetmgr_manager::{Manager, ManagerConfig};
+use ipsetmgr_sets::ReconcilerConfig;
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use serde_json::json;
@@ -155,7 +155,7 @@ fn main() -> ExitCode {
 }
 
 /// As root: apply to the real kernel in a throwaway namespace.
-fn apply_in_netns(sets: Vec<ipsetmgr_manager::DesiredSet>) {
+fn apply_in_netns(sets: Vec<ipsetmgr_sets::DesiredSet>) {
     if !nix::unistd::geteuid().is_root() {
         println!("kernel apply: skipped (needs root for a network namespace)");
         return;
@@ -163,7 +163,7 @@ fn apply_in_netns(sets: Vec<ipsetmgr_manager::DesiredSet>) {
     let ns = format!("ipsetmgr-bench-{}", std::process::id());
     let result = ipsetmgr_dataplane::netns::run_in(Some(&ns), || {
         let dp = NetlinkDataplane::new().map_err(|e| e.to_string())?;
-        let mut mgr = Manager::new(dp, ManagerConfig::default());
+        let mut mgr = ipsetmgr_dataplane::adapter::reconciler(dp, ReconcilerConfig::default());
         mgr.set_desired(sets, Vec::new());
         let t = Instant::now();
         let outcome = mgr.apply_updates();

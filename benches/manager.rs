@@ -8,8 +8,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use criterion::{Criterion, criterion_group, criterion_main};
 use ipsetmgr_dataplane::model::ModelDataplane;
 use ipsetmgr_ipset::{Family, Member, MemberSet, MemberSetBuilder, Naming, SetKind, SetType};
-use ipsetmgr_manager::{Manager, ManagerConfig};
 use ipsetmgr_policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
+use ipsetmgr_sets::ReconcilerConfig;
 
 fn addresses(n: u32) -> Vec<String> {
     (0..n)
@@ -89,7 +89,7 @@ fn diff(c: &mut Criterion) {
 
 fn delta(c: &mut Criterion) {
     let kernel = ModelDataplane::new();
-    let mut mgr = Manager::new(kernel, ManagerConfig::default());
+    let mut mgr = ipsetmgr_dataplane::adapter::reconciler(kernel, ReconcilerConfig::default());
     let base = addresses(1_000_000);
     let compiled = compile(&[policy(base.clone())], &Naming::default(), None);
     mgr.set_desired(compiled.sets, compiled.held);

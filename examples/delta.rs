@@ -8,19 +8,19 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
 use clap::Parser;
-use ipsetmgr_agent::kernel::{KernelBackend, open_for};
 use ipsetmgr_ipset::{Naming, SetType};
-use ipsetmgr_manager::ManagerConfig;
+use ipsetmgr_node::{BackendList, Opened};
 use ipsetmgr_policy::{FamilySpec, IPSetPolicy, IPSetPolicySpec, compile};
+use ipsetmgr_sets::ReconcilerConfig;
 
 #[derive(Parser)]
 struct Args {
     #[arg(long)]
     netns: String,
-    /// Any of `ipsetmgr --backend`'s: the ipset manager or the nft backend,
+    /// Any of `ipsetmgr --backend`'s lists: ipsets, nft sets or both,
     /// driven through the same trait as `run` and the agent drive them.
-    #[arg(long, value_enum, default_value = "netlink")]
-    backend: KernelBackend,
+    #[arg(long, default_value = "netlink")]
+    backend: BackendList,
     #[arg(long, default_value_t = 1_000_000)]
     members: u32,
     #[arg(long, default_value_t = 10)]
@@ -88,8 +88,8 @@ fn peak_rss_mb() -> f64 {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ipsetmgr_dataplane::netns::enter(&args.netns)?;
-    let opened = open_for(args.backend, ipsetmgr_nft::backend::default_table())?;
-    let mut mgr = opened.into_backend(ManagerConfig::default());
+    let opened = Opened::open(&args.backend, ipsetmgr_nft::backend::default_table())?;
+    let mut mgr = opened.into_backend(ReconcilerConfig::default());
     let backend = mgr.name();
     let naming = Naming::default();
     let max = args.members + args.changes + 10;

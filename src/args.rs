@@ -10,13 +10,13 @@ use clap::{Parser, Subcommand};
 
 use crate::commands::slice::{self, OutputFormat, parse_policy_name};
 use crate::commands::{apply, run};
-use ipsetmgr_agent::kernel::{KernelBackend, KernelOptions, parse_table_family, parse_table_name};
 use ipsetmgr_agent::node_state::Pacing;
 use ipsetmgr_cluster::logging::LogFormat;
 use ipsetmgr_cluster::slices::ClusterLimits;
 use ipsetmgr_feeds::egress::{Cidr, EgressGuard, Setting as EgressSetting};
 use ipsetmgr_ipset::{Naming, SetType};
 use ipsetmgr_nft::TableFamily;
+use ipsetmgr_node::{BackendList, KernelOptions, parse_table_family, parse_table_name};
 use ipsetmgr_policy::FamilySpec;
 use ipsetmgr_policy::compile::{MAX_HASH_SIZE, MAX_MAX_ELEM, MIN_HASH_SIZE};
 use ipsetmgr_policy::duration;
@@ -59,18 +59,20 @@ pub struct Cli {
     /// Prefix of the kernel sets this tool owns (1-8 letters or digits).
     #[arg(long, global = true, env = "IPSETMGR_SET_PREFIX", default_value = ipsetmgr_ipset::Naming::DEFAULT_PREFIX)]
     pub set_prefix: String,
-    /// Kernel backend: ipsets over `netlink` (native, the default; falls
-    /// back to cli when the kernel lacks it) or `cli` (the `ipset` binary);
-    /// nf_tables named sets over `nft` (native netlink) or `nft-cli` (`nft
-    /// -j`); or `both` (each set as an ipset and as an nft set).
+    /// Kernel backends, comma-separated: ipsets over `netlink` (native, the
+    /// default; falls back to cli when the kernel lacks it) or `cli` (the
+    /// `ipset` binary); nf_tables named sets over `nft` (native netlink) or
+    /// `nft-cli` (`nft -j`). `netlink,nft` holds each set as an ipset and as
+    /// an nft set (`both` is the same).
     #[arg(
         long,
         global = true,
         env = "IPSETMGR_BACKEND",
+        value_name = "LIST",
         default_value = "netlink",
-        value_parser = backend_parser()
+        value_parser = parse_backend_list
     )]
-    pub backend: KernelBackend,
+    pub backend: BackendList,
     /// The family of the nft table the nft backends keep their sets in (a
     /// rule can match only sets of its own table).
     #[arg(long, global = true, env = "IPSETMGR_NFT_FAMILY", value_parser = parse_table_family, default_value = "inet")]
@@ -104,7 +106,7 @@ impl Cli {
     pub fn kernel_options(&self, naming: Naming) -> KernelOptions {
         KernelOptions {
             netns: self.netns.clone(),
-            backend: self.backend,
+            backend: self.backend.clone(),
             nft_table: ipsetmgr_nft::Table::new(self.nft_family, self.nft_table.clone()),
             naming,
             lock_wait: self.lock_wait,
@@ -356,12 +358,11 @@ pub struct HollowConfig {
     pub limits: Limits,
 }
 
-/// `--backend`: the words are the agent crate's ([`KernelBackend::ALL`]),
-/// so a new backend is added there alone.
-fn backend_parser() -> impl clap::builder::TypedValueParser<Value = KernelBackend> {
-    use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(KernelBackend::ALL.map(KernelBackend::as_str))
-        .try_map(|s| s.parse::<KernelBackend>())
+/// `--backend`: the words are the node crate's registry
+/// (`ipsetmgr_node::KernelBackend`), so a new backend is added there alone.
+fn parse_backend_list(s: &str) -> Result<BackendList, String> {
+    s.parse()
+        .map_err(|e: ipsetmgr_node::BackendListError| e.to_string())
 }
 
 /// Log formats on stderr (`ipsetmgr_cluster::logging::LogFormat`).
@@ -548,6 +549,21 @@ mod tests {
         assert_eq!(labels.labels(), None);
         assert!(Cli::try_parse_from(["ipsetmgr", "--lock-wait", "0", "sets"]).is_ok());
         assert!(Cli::try_parse_from(["ipsetmgr", "--backend", "iptables", "sets"]).is_err());
+        for (words, parsed) in [
+            ("netlink,nft", "netlink,nft"),
+            ("both", "netlink,nft"),
+            ("nft-cli, cli", "nft-cli,cli"),
+        ] {
+            let cli = Cli::try_parse_from(["ipsetmgr", "--backend", words, "sets"]).unwrap();
+            assert_eq!(cli.backend.to_string(), parsed);
+        }
+        // Two backends of one kind would own the same sets.
+        for refused in ["netlink,cli", "nft,nft", "netlink,", "both,nft"] {
+            assert!(
+                Cli::try_parse_from(["ipsetmgr", "--backend", refused, "sets"]).is_err(),
+                "{refused}"
+            );
+        }
         assert!(
             Cli::try_parse_from(["ipsetmgr", "apply", "-f", "x", "--node-label", "=v"]).is_err()
         );

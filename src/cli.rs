@@ -11,11 +11,11 @@ use clap::Parser;
 
 use crate::args::{Cli, Command};
 use crate::commands::{self, apply, run, sets, slice};
-use ipsetmgr_agent::kernel::{self, KernelOptions, KernelSide};
 use ipsetmgr_cluster::logging;
 use ipsetmgr_ipset::Naming;
-use ipsetmgr_manager::ManagerConfig;
-use ipsetmgr_manager::driver::DriverConfig;
+use ipsetmgr_node::{self as kernel, KernelOptions, KernelSide};
+use ipsetmgr_sets::ReconcilerConfig;
+use ipsetmgr_sets::driver::DriverConfig;
 
 /// Run the command line; exit 0 on success, 1 when something failed, 2 on
 /// usage errors (and anything that stops a command before it starts).
@@ -88,9 +88,9 @@ fn run_command(opts: KernelOptions, naming: &Naming, args: &run::RunArgs) -> Res
 /// `sets`: list the owned sets (reads only: no lock).
 fn sets_command(opts: &KernelOptions, naming: &Naming) -> Result<bool> {
     kernel::run_once(opts, None, |opened| {
-        let config = ManagerConfig {
+        let config = ReconcilerConfig {
             naming: naming.clone(),
-            ..ManagerConfig::default()
+            ..ReconcilerConfig::default()
         };
         sets::sets(
             opened.into_backend(config),

@@ -343,6 +343,7 @@ fn the_binary_takes_the_defaults_and_the_documented_values() {
         vec![("resyncInterval", json!("9999999"))],
         vec![("setPrefix", json!("ABC12345")), ("backend", json!("cli"))],
         vec![("backend", json!("nft-cli"))],
+        vec![("backend", json!("nft,netlink"))],
         vec![
             ("backend", json!("both")),
             ("nftTable.family", json!("ip")),
@@ -367,6 +368,8 @@ fn what_the_schema_refuses_for_the_binary_the_binary_refuses_too() {
     // The settings the binary judges: the schema's refusals there mirror it.
     for (path, v) in [
         ("backend", json!("iptables")),
+        ("backend", json!("netlink,cli")),
+        ("backend", json!("nft,nft")),
         ("nftTable.family", json!("ipv4")),
         ("nftTable.name", json!("1table")),
         ("nftTable.name", json!("a table")),

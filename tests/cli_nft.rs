@@ -255,6 +255,9 @@ fn rows(output: &str) -> Vec<Vec<&str>> {
             .iter()
             .all(|&at| l.get(at - 2..at) == Some("  ") && l.get(at..=at).is_some_and(|c| c != " "))
     };
+    // With several backends a BACKEND column follows POLICY: the cells
+    // are returned without it, so SET and RESULT keep their places.
+    let backend_column = header.split_whitespace().position(|h| h == "BACKEND");
     lines
         .take_while(in_table)
         .map(|l| {
@@ -263,6 +266,9 @@ fn rows(output: &str) -> Vec<Vec<&str>> {
                 .iter()
                 .zip(ends)
                 .map(|(&a, e)| l[a..e].trim_end())
+                .enumerate()
+                .filter(|(i, _)| Some(*i) != backend_column)
+                .map(|(_, cell)| cell)
                 .collect()
         })
         .collect()
@@ -758,6 +764,17 @@ fn both_backend_writes_ipset_and_nft_set() {
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(result(&out, "ipm4-blocklist"), "created", "{out}");
     assert_eq!(result(&out, &nft("ipm4-blocklist")), "created", "{out}");
+    // Each row says its backend, and the summary counts per backend.
+    let backends: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("ipm4-blocklist"))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(backends, ["netlink", "nft"], "{out}");
+    assert!(
+        out.contains("2 of 2 sets in sync (netlink,nft backends: netlink: 1 of 1, nft: 1 of 1,"),
+        "{out}"
+    );
 
     let want = ["192.0.2.10", "192.0.2.11", "192.0.2.99"];
     let saved = ns.sh(&["ipset", "save", "ipm4-blocklist"]);
@@ -775,8 +792,8 @@ fn both_backend_writes_ipset_and_nft_set() {
         .collect();
     assert_eq!(held, want, "{l}");
 
-    // Again: both sides unchanged.
-    let (code, out) = ns.ipsetmgr("both", &["apply", "-f", d.path().to_str().unwrap()]);
+    // Again, with the list `both` stands for: both sides unchanged.
+    let (code, out) = ns.ipsetmgr("netlink,nft", &["apply", "-f", d.path().to_str().unwrap()]);
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(result(&out, "ipm4-blocklist"), "unchanged", "{out}");
     assert_eq!(result(&out, &nft("ipm4-blocklist")), "unchanged", "{out}");

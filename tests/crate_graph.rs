@@ -1,7 +1,7 @@
 //! The workspace's shape, checked rather than only described
 //! (docs/architecture.md, "Crates"):
 //!
-//! - the pure crates (ipset, api, policy, manager) never reach tokio or a
+//! - the pure crates (ipset, sets, api, policy) never reach tokio or a
 //!   kube client through their normal dependencies, however indirectly;
 //! - the agent and the controller never depend on each other;
 //! - nothing depends on the binary's package;
@@ -25,7 +25,7 @@ const PURE: [&str; 4] = [
     "ipsetmgr-ipset",
     "ipsetmgr-api",
     "ipsetmgr-policy",
-    "ipsetmgr-manager",
+    "ipsetmgr-sets",
 ];
 /// What the pure crates must never reach.
 const FORBIDDEN: [&str; 2] = ["tokio", "kube-client"];

@@ -38,10 +38,10 @@ use ipsetmgr_dataplane::cli::CliDataplane;
 use ipsetmgr_dataplane::netlink::NetlinkDataplane;
 use ipsetmgr_ipset::icmp::{ICMP_NAMES, ICMPV6_NAMES};
 use ipsetmgr_ipset::{Family, Naming, SetType};
-use ipsetmgr_manager::{ApplyOutcome, Manager, ManagerConfig, SetReport};
 use ipsetmgr_policy::{
     Compiled, DesiredSet, FamilySpec, IPSetPolicy, IPSetPolicySpec, PolicyError, compile,
 };
+use ipsetmgr_sets::{ApplyOutcome, ReconcilerConfig, SetReport};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 
@@ -973,11 +973,11 @@ impl Backend {
 /// One apply as `ipsetmgr apply` without `--prune` runs it: a new manager
 /// on a new dataplane, one `apply_updates`.
 fn apply(backend: Backend, compiled: &Compiled) -> Result<(ApplyOutcome, Vec<SetReport>), String> {
-    let config = ManagerConfig {
+    let config = ReconcilerConfig {
         prune: false,
-        ..ManagerConfig::default()
+        ..ReconcilerConfig::default()
     };
-    let mut mgr = Manager::new(backend.open()?, config);
+    let mut mgr = ipsetmgr_dataplane::adapter::reconciler(backend.open()?, config);
     mgr.set_desired(compiled.sets.clone(), compiled.held.clone());
     let outcome = mgr.apply_updates();
     Ok((outcome, mgr.report()))
@@ -1002,7 +1002,7 @@ fn check_case(backend: Backend, case: &Case) -> Result<(), String> {
     if let Some(r) = report.iter().find(|r| r.error.is_some() || !r.synced) {
         return Err(format!(
             "first apply: set {} not synced: {:?}",
-            r.name, r.error
+            r.set.name, r.error
         ));
     }
     check_kernel(&compiled.sets, "after the first apply")?;
@@ -1013,7 +1013,7 @@ fn check_case(backend: Backend, case: &Case) -> Result<(), String> {
         .filter(|r| !r.synced || r.problems > 0 || r.error.is_some())
         .map(|r| {
             (
-                r.name.as_str(),
+                r.set.name.as_str(),
                 r.problems,
                 r.error.as_ref().map(|e| e.to_string()),
             )
@@ -1025,7 +1025,11 @@ fn check_case(backend: Backend, case: &Case) -> Result<(), String> {
         || !second.temp_deleted.is_empty()
         || !unsynced.is_empty()
     {
-        let written: Vec<&str> = second.written.iter().map(|(n, _)| n.as_str()).collect();
+        let written: Vec<&str> = second
+            .written
+            .iter()
+            .map(|(n, _)| n.name.as_str())
+            .collect();
         return Err(format!(
             "second apply was not a no-op: applied {}, written {written:?}, \
              deleted {:?}, temp sets removed {:?}, (set, problems, error) {unsynced:?}",

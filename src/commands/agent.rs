@@ -2,10 +2,10 @@
 //! together with its kernel side, listeners and client.
 
 use crate::args::AgentConfig;
-use ipsetmgr_agent::kernel::{KernelOptions, KernelSide};
 use ipsetmgr_agent::{event_loop, inputs, metrics, node_state, worker};
 use ipsetmgr_cluster::client::{make_client, shutdown_signal};
-use ipsetmgr_manager::driver::DriverConfig;
+use ipsetmgr_node::{KernelOptions, KernelSide};
+use ipsetmgr_sets::driver::DriverConfig;
 
 /// Run the agent until SIGTERM/SIGINT. The kernel is never touched on the
 /// way out: watches stop, the current apply finishes, the process exits.
@@ -18,7 +18,7 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
         version = ipsetmgr_cluster::telemetry::build_info::VERSION,
         revision = ipsetmgr_cluster::telemetry::build_info::REVISION,
         node = %config.node_name,
-        backend = ?kernel.backend,
+        backend = %kernel.backend,
         set_prefix = kernel.naming.prefix(),
         netns = kernel.netns.as_deref().unwrap_or("(own)"),
         resync_interval = ?config.resync.interval,
@@ -35,7 +35,7 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
     // dataplane, and either failing is a reason not to start at all.
     let (reports_tx, reports) = tokio::sync::mpsc::unbounded_channel();
     let observer = worker::Forward::new(shared.clone(), reports_tx);
-    let sets_kind = kernel.backend.sets_kind();
+    let sets_kinds = kernel.backend.kinds();
     // An agent is the only writer of its node's owned sets: after a backend
     // switch, the other facility's sets are its to remove.
     let kernel = KernelOptions {
@@ -72,7 +72,7 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
     let inputs = inputs::watch_inputs(client, &config.node_name);
     let mut settings = event_loop::Settings::new(naming, config.heartbeat_interval);
     settings.limits = config.limits.into();
-    settings.sets_kind = sets_kind;
+    settings.sets_kinds = sets_kinds;
     let agent = event_loop::Agent::new(
         settings,
         &crds,

@@ -8,10 +8,12 @@ use std::path::PathBuf;
 
 use super::table;
 use crate::files::{FilePolicies, load};
-use ipsetmgr_agent::kernel::Opened;
 use ipsetmgr_ipset::Naming;
-use ipsetmgr_manager::{ApplyOutcome, DeletionReport, ManagerConfig, Plan, SetsBackend};
+use ipsetmgr_node::Opened;
 use ipsetmgr_policy::PolicyError;
+use ipsetmgr_sets::{
+    ApplyOutcome, DeletionReport, ReconcilerConfig, SetRef, SetsBackend, WriteKind,
+};
 
 pub struct ApplyArgs {
     pub paths: Vec<PathBuf>,
@@ -25,12 +27,12 @@ pub struct ApplyArgs {
     pub egress: EgressGuard,
 }
 
-fn verb(plan: Plan) -> &'static str {
-    match plan {
-        Plan::Delta => "updated",
-        Plan::Create => "created",
-        Plan::TempSwap => "replaced",
-        Plan::Recreate => "recreated",
+fn verb(kind: WriteKind) -> &'static str {
+    match kind {
+        WriteKind::Delta => "updated",
+        WriteKind::Create => "created",
+        WriteKind::Replace => "replaced",
+        WriteKind::Recreate => "recreated",
     }
 }
 
@@ -61,12 +63,13 @@ pub fn apply(
         writeln!(out, "error: {e}")?;
     }
     let prune = prune_allowed(args, &files, out)?;
-    let mut mgr = kernel.into_backend(ManagerConfig {
+    let mut mgr = kernel.into_backend(ReconcilerConfig {
         naming,
         prune,
-        ..ManagerConfig::default()
+        ..ReconcilerConfig::default()
     });
     let backend = mgr.name();
+    let backend = backend.as_str();
     mgr.set_desired(
         std::mem::take(&mut files.compiled.sets),
         files.compiled.held.clone(),
@@ -89,7 +92,10 @@ pub fn apply(
     let outcome = mgr.apply_updates();
     let (rows, sets_ok) = result_rows(mgr.as_ref(), &outcome, &files);
     if !rows.is_empty() {
-        let headers = ["POLICY", "SET", "TYPE", "MEMBERS", "PROBLEMS", "RESULT"];
+        let mut headers = vec!["POLICY", "SET", "TYPE", "MEMBERS", "PROBLEMS", "RESULT"];
+        if mgr.ids().len() > 1 {
+            headers.insert(1, "BACKEND");
+        }
         write!(out, "{}", table::render(&headers, &rows))?;
     }
     print_policy_errors(&files.compiled.errors, out)?;
@@ -174,15 +180,14 @@ fn result_rows(
         })
         .collect();
     let type_of = |policy: &str| types.get(policy).cloned().unwrap_or_default();
-    let written: HashMap<&str, Plan> = outcome
-        .written
-        .iter()
-        .map(|(n, p)| (n.as_str(), *p))
-        .collect();
+    let written: HashMap<&SetRef, WriteKind> =
+        outcome.written.iter().map(|(n, k)| (n, *k)).collect();
+    // With several backends, each row says which holds the set.
+    let several = mgr.ids().len() > 1;
     let mut all_synced = true;
     let mut rows = Vec::new();
     for r in mgr.report() {
-        let result = match (&r.error, written.get(r.name.as_str())) {
+        let result = match (&r.error, written.get(&r.set)) {
             (Some(e), _) => format!("FAILED: {e}"),
             (None, Some(plan)) if r.synced => verb(*plan).to_string(),
             (None, _) if r.synced => "unchanged".to_string(),
@@ -192,14 +197,18 @@ fn result_rows(
             },
         };
         all_synced &= r.synced;
-        rows.push(vec![
+        let mut row = vec![
             r.policy.clone(),
-            mgr.shown_name(&r.name),
+            mgr.shown_name(&r.set),
             type_of(&r.policy),
             r.members.to_string(),
             r.problems.to_string(),
             result,
-        ]);
+        ];
+        if several {
+            row.insert(1, r.set.backend.name.to_string());
+        }
+        rows.push(row);
     }
     for (policy, errs) in files.compiled.errors_by_policy() {
         let first = errs.first().map(|e| e.to_string()).unwrap_or_default();
@@ -207,14 +216,18 @@ fn result_rows(
             0 | 1 => String::new(),
             n => format!(" (+{} more)", n - 1),
         };
-        rows.push(vec![
+        let mut row = vec![
             policy.to_string(),
             "-".into(),
             type_of(policy),
             "-".into(),
             "-".into(),
             format!("INVALID: {first}{more}"),
-        ]);
+        ];
+        if several {
+            row.insert(1, "-".into());
+        }
+        rows.push(row);
     }
     rows.sort();
     (rows, all_synced)
@@ -249,8 +262,8 @@ fn print_side_effects(
         )?;
     }
     // Sets are named as `ipsetmgr sets` lists them (an nft set after its
-    // table), not as the reports tag them.
-    let shown = |name: &str| mgr.shown_name(name);
+    // table).
+    let shown = |set: &SetRef| mgr.shown_name(set);
     for name in &outcome.temp_deleted {
         writeln!(out, "removed leftover temp set {}", shown(name))?;
     }
@@ -268,7 +281,7 @@ fn print_side_effects(
         writeln!(
             out,
             "could not delete {}: {} (retried on the next run)",
-            shown(&d.name),
+            shown(&d.set),
             d.error
         )?;
     }
@@ -302,6 +315,21 @@ fn print_summary(
     let reports = mgr.report();
     let total = reports.len();
     let synced = reports.iter().filter(|r| r.synced).count();
+    // Several backends: how many each holds in sync.
+    let ids = mgr.ids();
+    let per_backend: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            let of = || reports.iter().filter(|r| r.set.backend == *id);
+            let synced = of().filter(|r| r.synced).count();
+            format!("{}: {synced} of {}", id.name, of().count())
+        })
+        .collect();
+    let backend = if ids.len() > 1 {
+        format!("{} backends: {}", backend, per_backend.join(", "))
+    } else {
+        format!("{backend} backend")
+    };
     if !changed && ok {
         writeln!(
             out,
@@ -310,7 +338,7 @@ fn print_summary(
     } else {
         writeln!(
             out,
-            "{synced} of {total} sets in sync ({backend} backend, {:.1} ms).",
+            "{synced} of {total} sets in sync ({backend}, {:.1} ms).",
             outcome.duration.as_secs_f64() * 1000.0
         )?;
     }

@@ -15,13 +15,13 @@ use serde_json::json;
 
 use crate::args::HollowConfig;
 use ipsetmgr_agent::event_loop::{Agent, Settings};
-use ipsetmgr_agent::kernel::KernelSide;
 use ipsetmgr_agent::{inputs, metrics, node_state, worker};
 use ipsetmgr_cluster::client::{make_client, shutdown_signal};
 use ipsetmgr_dataplane::model::ModelDataplane;
 use ipsetmgr_ipset::Naming;
-use ipsetmgr_manager::driver::DriverConfig;
-use ipsetmgr_manager::{Manager, ManagerConfig};
+use ipsetmgr_node::KernelSide;
+use ipsetmgr_sets::ReconcilerConfig;
+use ipsetmgr_sets::driver::DriverConfig;
 
 /// The labels of hollow Node `i`: every one has `ipsetmgr.io/hollow=true`;
 /// half are `role=edge`, a quarter in each of four zones.
@@ -85,11 +85,14 @@ pub async fn run_hollow(config: HollowConfig, naming: Naming) -> anyhow::Result<
                 DriverConfig::new(config.resync_interval),
                 Box::new(observer),
                 move || {
-                    let config = ManagerConfig {
+                    let config = ReconcilerConfig {
                         naming: kernel_naming,
-                        ..ManagerConfig::default()
+                        ..ReconcilerConfig::default()
                     };
-                    Ok((None, Manager::new(ModelDataplane::new(), config)))
+                    Ok((
+                        None,
+                        ipsetmgr_dataplane::adapter::reconciler(ModelDataplane::new(), config),
+                    ))
                 },
             )
         })?;

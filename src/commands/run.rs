@@ -22,10 +22,10 @@ use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 
 use crate::files::read_files;
 use crate::files::sources::LocalSources;
-use ipsetmgr_agent::kernel::KernelSide;
 use ipsetmgr_ipset::Naming;
-use ipsetmgr_manager::driver::{Command, Observer, Report};
+use ipsetmgr_node::KernelSide;
 use ipsetmgr_policy::load::policy_files;
+use ipsetmgr_sets::driver::{Command, Observer, Report};
 
 pub struct RunArgs {
     pub policy_dir: PathBuf,
@@ -373,21 +373,21 @@ impl Observer for LogReports {
 fn log_outcome(report: &Report) {
     let outcome = &report.outcome;
     if report.full_resync {
-        ipsetmgr_cluster::logging::log_drift(&report.sets);
+        ipsetmgr_sets::log_drift(&report.sets);
     }
-    for (name, plan) in &outcome.written {
-        tracing::info!(set = %name, ?plan, "written");
+    for (set, kind) in &outcome.written {
+        tracing::info!(backend = set.backend.name, set = %set, ?kind, "written");
     }
-    for name in outcome.deleted.iter().chain(&outcome.temp_deleted) {
-        tracing::info!(set = %name, "deleted");
+    for set in outcome.deleted.iter().chain(&outcome.temp_deleted) {
+        tracing::info!(backend = set.backend.name, set = %set, "deleted");
     }
     for r in &report.sets {
         if let Some(e) = &r.error {
-            tracing::warn!(set = %r.name, policy = %r.policy, error = %e, "not synced");
+            tracing::warn!(backend = r.set.backend.name, set = %r.set, policy = %r.policy, error = %e, "not synced");
         }
     }
     for d in &report.deletions {
-        tracing::warn!(set = %d.name, error = %d.error, "could not delete");
+        tracing::warn!(backend = d.set.backend.name, set = %d.set, error = %d.error, "could not delete");
     }
     if let Some(e) = outcome.error.as_ref().filter(|_| !outcome.applied) {
         tracing::error!(attempts = outcome.attempts, error = %e, "kernel update failed");

@@ -3,9 +3,8 @@
 use std::io::Write;
 
 use super::table;
-use ipsetmgr_dataplane::DataplaneError;
 use ipsetmgr_ipset::Naming;
-use ipsetmgr_manager::SetsBackend;
+use ipsetmgr_sets::{KernelError, SetsBackend};
 
 pub fn sets(
     mut backend: Box<dyn SetsBackend>,
@@ -17,7 +16,7 @@ pub fn sets(
         .into_iter()
         .map(|s| {
             vec![
-                s.name,
+                s.set.name,
                 s.kind,
                 s.members.to_string(),
                 s.max_elem.map_or("-".into(), |m| m.to_string()),
@@ -48,7 +47,7 @@ pub fn sets(
 #[derive(Debug, thiserror::Error)]
 pub enum SetsError {
     #[error(transparent)]
-    Dataplane(#[from] DataplaneError),
+    Kernel(#[from] KernelError),
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }

@@ -10,7 +10,7 @@ use ipsetmgr_dataplane::{BatchError, Dataplane, DataplaneError, KernelSet, Op};
 use ipsetmgr_ipset::{
     AddrMask, Family, HeaderOptions, Member, MemberSet, SetHeader, SetRange, SetType,
 };
-use ipsetmgr_manager::{DesiredSet, Manager, ManagerConfig, Plan};
+use ipsetmgr_sets::{DesiredSet, ReconcilerConfig, WriteKind};
 
 use super::{header, kernel_listing, members, ok, read, sorted_display};
 
@@ -250,9 +250,12 @@ fn holds(dp: &mut dyn Dataplane, name: &str, h: &SetHeader, m: &MemberSet) {
     }
 }
 
-fn written(out: &ipsetmgr_manager::ApplyOutcome) -> Vec<(String, Plan)> {
+fn written(out: &ipsetmgr_sets::ApplyOutcome) -> Vec<(String, WriteKind)> {
     assert!(out.applied, "apply failed: {:?}", out.error);
-    out.written.clone()
+    out.written
+        .iter()
+        .map(|(set, kind)| (set.name.clone(), *kind))
+        .collect()
 }
 
 /// The header of a case: for bitmaps its first or second range, for the
@@ -293,14 +296,14 @@ fn lifecycle_with(dp: &mut dyn Dataplane, case: &TypeCase, h: SetHeader, bigger:
     let (t, fam) = (case.set_type, case.family);
     let before = members(t, fam, case.before);
     let after = members(t, fam, case.after);
-    let mut mgr = Manager::new(Lend(dp), ManagerConfig::default());
+    let mut mgr = ipsetmgr_dataplane::adapter::reconciler(Lend(dp), ReconcilerConfig::default());
 
     mgr.set_desired(desired(&name, &h, before.clone()), []);
     assert_eq!(
         written(&mgr.apply_updates()),
-        [(name.clone(), Plan::Create)]
+        [(name.clone(), WriteKind::Create)]
     );
-    holds(mgr.dataplane_mut().0, &name, &h, &before);
+    holds(mgr.kernel_mut().dataplane_mut().0, &name, &h, &before);
 
     // The canonical forms are the kernel's: a full resync finds nothing.
     mgr.queue_resync();
@@ -309,14 +312,17 @@ fn lifecycle_with(dp: &mut dyn Dataplane, case: &TypeCase, h: SetHeader, bigger:
     assert_eq!(report[0].problems, 0, "{name}: {report:?}");
 
     mgr.set_desired(desired(&name, &h, after.clone()), []);
-    assert_eq!(written(&mgr.apply_updates()), [(name.clone(), Plan::Delta)]);
-    holds(mgr.dataplane_mut().0, &name, &h, &after);
+    assert_eq!(
+        written(&mgr.apply_updates()),
+        [(name.clone(), WriteKind::Delta)]
+    );
+    holds(mgr.kernel_mut().dataplane_mut().0, &name, &h, &after);
 
     // Someone adds one entry and removes another behind the manager's back.
     let extra = members(t, fam, &[case.drift_extra]);
     let gone = members(t, fam, &[case.drift_gone]);
     ok(
-        mgr.dataplane_mut().0,
+        mgr.kernel_mut().dataplane_mut().0,
         &[
             Op::Add {
                 set: &name,
@@ -329,19 +335,24 @@ fn lifecycle_with(dp: &mut dyn Dataplane, case: &TypeCase, h: SetHeader, bigger:
         ],
     );
     mgr.queue_resync();
-    assert_eq!(written(&mgr.apply_updates()), [(name.clone(), Plan::Delta)]);
+    assert_eq!(
+        written(&mgr.apply_updates()),
+        [(name.clone(), WriteKind::Delta)]
+    );
     let report = mgr.report();
     assert_eq!(report[0].problems, 2, "{name}: {report:?}");
-    holds(mgr.dataplane_mut().0, &name, &h, &after);
+    holds(mgr.kernel_mut().dataplane_mut().0, &name, &h, &after);
 
     // A header change of the same type and family: a temp set swapped in.
     mgr.set_desired(desired(&name, &bigger, after.clone()), []);
     assert_eq!(
         written(&mgr.apply_updates()),
-        [(name.clone(), Plan::TempSwap)]
+        [(name.clone(), WriteKind::Replace)]
     );
-    holds(mgr.dataplane_mut().0, &name, &bigger, &after);
-    let kh = read(mgr.dataplane_mut().0, &name).header.unwrap();
+    holds(mgr.kernel_mut().dataplane_mut().0, &name, &bigger, &after);
+    let kh = read(mgr.kernel_mut().dataplane_mut().0, &name)
+        .header
+        .unwrap();
     assert_eq!(
         (kh.max_elem, &kh.options),
         (bigger.max_elem, &bigger.options)
@@ -604,35 +615,42 @@ pub fn comments_through_the_manager(dp: &mut dyn Dataplane) {
         let h = with_comments(plain.clone(), true);
         let before = members(t, fam, case.before);
         let after = members(t, fam, case.after);
-        let mut mgr = Manager::new(Lend(&mut *dp), ManagerConfig::default());
+        let mut mgr =
+            ipsetmgr_dataplane::adapter::reconciler(Lend(&mut *dp), ReconcilerConfig::default());
 
         mgr.set_desired(desired(&name, &h, before.clone()), []);
         assert_eq!(
             written(&mgr.apply_updates()),
-            [(name.clone(), Plan::Create)]
+            [(name.clone(), WriteKind::Create)]
         );
-        holds(mgr.dataplane_mut().0, &name, &h, &before);
+        holds(mgr.kernel_mut().dataplane_mut().0, &name, &h, &before);
         mgr.queue_resync();
         assert_eq!(written(&mgr.apply_updates()), [], "{name}: second apply");
 
         mgr.set_desired(desired(&name, &h, after.clone()), []);
-        assert_eq!(written(&mgr.apply_updates()), [(name.clone(), Plan::Delta)]);
-        holds(mgr.dataplane_mut().0, &name, &h, &after);
+        assert_eq!(
+            written(&mgr.apply_updates()),
+            [(name.clone(), WriteKind::Delta)]
+        );
+        holds(mgr.kernel_mut().dataplane_mut().0, &name, &h, &after);
 
         // Someone rewrites one entry (its comment or flag) by hand.
         let drift = members(t, fam, &[case.drift]);
         ok(
-            mgr.dataplane_mut().0,
+            mgr.kernel_mut().dataplane_mut().0,
             &[Op::Add {
                 set: &name,
                 members: &drift,
             }],
         );
         mgr.queue_resync();
-        assert_eq!(written(&mgr.apply_updates()), [(name.clone(), Plan::Delta)]);
+        assert_eq!(
+            written(&mgr.apply_updates()),
+            [(name.clone(), WriteKind::Delta)]
+        );
         let report = mgr.report();
         assert!(report[0].problems > 0, "{name}: drift not seen: {report:?}");
-        holds(mgr.dataplane_mut().0, &name, &h, &after);
+        holds(mgr.kernel_mut().dataplane_mut().0, &name, &h, &after);
 
         // Without comments: a set without the extension is swapped in.
         let bare = MemberSet::from_members(
@@ -642,9 +660,9 @@ pub fn comments_through_the_manager(dp: &mut dyn Dataplane) {
         mgr.set_desired(desired(&name, &plain, bare.clone()), []);
         assert_eq!(
             written(&mgr.apply_updates()),
-            [(name.clone(), Plan::TempSwap)]
+            [(name.clone(), WriteKind::Replace)]
         );
-        holds(mgr.dataplane_mut().0, &name, &plain, &bare);
+        holds(mgr.kernel_mut().dataplane_mut().0, &name, &plain, &bare);
         drop(mgr);
 
         // A comment in a set without the extension is refused, by member.

@@ -361,7 +361,10 @@ pub(crate) fn check_daemonset(ds: &DaemonSet, listen: &Listeners, what: &str) {
     check_common_env(&c, listen, what);
     let backend = env_value(&c, "IPSETMGR_BACKEND").unwrap_or_default();
     assert!(
-        ["netlink", "cli", "nft", "nft-cli", "both"].contains(&backend.as_str()),
+        backend == "both"
+            || backend
+                .split(',')
+                .all(|b| ["netlink", "cli", "nft", "nft-cli"].contains(&b)),
         "{what}: backend {backend}"
     );
     let resync = env_value(&c, "IPSETMGR_RESYNC_INTERVAL").unwrap_or_default();

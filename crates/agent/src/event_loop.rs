@@ -20,12 +20,11 @@ use super::inputs::{Input, resource};
 use super::metrics::{LOOP_TICK, Shared};
 use super::node_state::{Pending, PolicyFacts, Snapshot, status_of};
 use super::store::Store;
-use crate::kernel::KernelSide;
 use ipsetmgr_cluster::telemetry::labels::{BackendLabel, OutcomeLabel};
 use ipsetmgr_ipset::Naming;
-use ipsetmgr_manager::driver::{Command, Report};
-use ipsetmgr_manager::{BOTH_SECOND_PREFIX, SetReport};
+use ipsetmgr_node::KernelSide;
 use ipsetmgr_policy::compile::{Compiled, MemberCache};
+use ipsetmgr_sets::driver::{Command, Report};
 use kube::runtime::watcher::Event;
 
 /// Where desired states go: the kernel side (tests use an inline one).
@@ -59,9 +58,9 @@ pub struct Settings {
     pub heartbeat: Duration,
     /// This cluster's caps on policies (the controller's are the same).
     pub limits: ipsetmgr_cluster::slices::ClusterLimits,
-    /// The kind of kernel set this node's reports describe (`ipset`, `nft`);
-    /// with `--backend both`, sets named `nft:…` are nft sets.
-    pub sets_kind: &'static str,
+    /// The kinds of kernel set this node holds (`ipset`, `nft`), in
+    /// `--backend` order: each gets its metrics, zero until reported.
+    pub sets_kinds: Vec<&'static str>,
 }
 
 impl Settings {
@@ -72,17 +71,8 @@ impl Settings {
             deletion_grace: Duration::from_secs(2),
             heartbeat,
             limits: Default::default(),
-            sets_kind: "ipset",
+            sets_kinds: vec!["ipset"],
         }
-    }
-}
-
-/// The kind of kernel set a report's set is (see [`Settings::sets_kind`]).
-fn kind_of<'a>(set: &SetReport, default: &'a str) -> &'a str {
-    if set.name.starts_with(BOTH_SECOND_PREFIX) {
-        "nft"
-    } else {
-        default
     }
 }
 
@@ -350,10 +340,14 @@ impl Agent {
 
     fn on_report(&mut self, report: Report) {
         let m = &self.shared.metrics;
-        let default = self.settings.sets_kind;
-        let mut kinds: BTreeMap<&str, (i64, i64)> = BTreeMap::from([(default, (0, 0))]);
+        let mut kinds: BTreeMap<&str, (i64, i64)> = self
+            .settings
+            .sets_kinds
+            .iter()
+            .map(|k| (*k, (0, 0)))
+            .collect();
         for s in &report.sets {
-            let (sets, members) = kinds.entry(kind_of(s, default)).or_default();
+            let (sets, members) = kinds.entry(s.set.backend.kind).or_default();
             *sets += 1;
             // Only sets in sync are known to hold their members.
             if s.synced {
@@ -371,7 +365,7 @@ impl Agent {
         if report.full_resync {
             for s in report.sets.iter().filter(|s| s.problems > 0) {
                 m.problems
-                    .get_or_create(&BackendLabel::of(kind_of(s, default)))
+                    .get_or_create(&BackendLabel::of(s.set.backend.kind))
                     .inc_by(s.problems as u64);
             }
             for s in report.sets.iter().filter(|s| s.synced && s.problems > 0) {
@@ -381,7 +375,7 @@ impl Agent {
                     })
                     .inc_by(s.problems as u64);
             }
-            ipsetmgr_cluster::logging::log_drift(&report.sets);
+            ipsetmgr_sets::log_drift(&report.sets);
         }
         let failed_attempts = report.outcome.attempts - u32::from(report.outcome.applied);
         let set_errors = report.sets.iter().filter(|s| s.error.is_some()).count();
@@ -405,12 +399,13 @@ impl Agent {
         }
         let status = status_of(snapshot, &report, self.settings.heartbeat);
         // Members counted once, as the node state counts them: with
-        // `--backend both` the nft set holds the ipset's members again.
+        // several backends each holds the same members again.
+        let primary = crate::node_state::primary_backend(&report);
         let mut kernel_members = std::collections::BTreeMap::new();
         for s in report
             .sets
             .iter()
-            .filter(|s| s.synced && !s.name.starts_with(BOTH_SECOND_PREFIX))
+            .filter(|s| s.synced && Some(s.set.backend) == primary)
         {
             *kernel_members.entry(s.policy.as_str()).or_insert(0) += s.members as i64;
         }

@@ -1,15 +1,13 @@
-//! Cluster mode: the per-node agent (see `docs/architecture.md`), and the
-//! kernel side every command that writes sets shares: the driver thread
-//! inside `--netns` holding the writer lock.
+//! Cluster mode: the per-node agent (see `docs/architecture.md`). Its
+//! kernel side (the driver thread inside `--netns` holding the writer
+//! lock) is the node crate's, shared with file mode.
 //!
 //! - [`inputs`]: what it watches (policies, slices, its Node, the CRDs);
 //! - [`store`]: what it keeps of them, compactly;
 //! - [`event_loop`]: recompiles and hands desired states to the kernel side;
 //! - [`node_state`]: this node's `IPSetNodeState` and the task writing it;
 //! - [`worker`]: the kernel side's reports back into the loop;
-//! - [`metrics`]: Prometheus metrics and health facts;
-//! - [`kernel`]: the kernel side (a thread running the driver);
-//! - [`lock`]: the writer lock of one prefix in one network namespace.
+//! - [`metrics`]: Prometheus metrics and health facts.
 //!
 //! The command that wires these together is `src/commands/agent.rs`; its
 //! flags are in `src/args.rs`. This crate must never depend on the
@@ -20,8 +18,6 @@
 
 pub mod event_loop;
 pub mod inputs;
-pub mod kernel;
-pub mod lock;
 pub mod metrics;
 pub mod node_state;
 pub mod store;

@@ -25,8 +25,8 @@ use tokio::time::{Instant, sleep_until};
 use super::metrics::Shared;
 use ipsetmgr_api::{IPSetNodeState, IPSetNodeStateSpec, IPSetNodeStateStatus, PolicyState};
 use ipsetmgr_cluster::telemetry::labels::ResultLabel;
-use ipsetmgr_manager::BOTH_SECOND_PREFIX;
-use ipsetmgr_manager::driver::Report;
+use ipsetmgr_sets::driver::Report;
+use ipsetmgr_sets::{BackendId, SetRef};
 
 /// The field manager of the agents' status writes.
 pub const FIELD_MANAGER: &str = "ipsetmgr-agent";
@@ -63,18 +63,36 @@ fn rfc3339(t: SystemTime) -> Option<String> {
     Some(ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
 }
 
+/// The backend this node lists first (`--backend`): its sets are named
+/// plainly and its members counted.
+pub(crate) fn primary_backend(report: &Report) -> Option<BackendId> {
+    report.sets.first().map(|s| s.set.backend)
+}
+
+/// A set as the node state names it: by name in the first backend, as
+/// `<kind>:<name>` in any other.
+fn shown(set: &SetRef, primary: Option<BackendId>) -> String {
+    if Some(set.backend) == primary {
+        set.name.clone()
+    } else {
+        format!("{}:{}", set.backend.kind, set.name)
+    }
+}
+
 /// The status for `report`, which describes `snapshot` (same seq).
 pub fn status_of(
     snapshot: &Snapshot,
     report: &Report,
     heartbeat: Duration,
 ) -> IPSetNodeStateStatus {
+    let primary = primary_backend(report);
     let mut policies = Vec::with_capacity(snapshot.policies.len());
     for (name, facts) in &snapshot.policies {
         let sets: Vec<_> = report.sets.iter().filter(|s| s.policy == *name).collect();
-        let set_error = sets
-            .iter()
-            .find_map(|s| s.error.as_ref().map(|e| format!("{}: {e}", s.name)));
+        let set_error = sets.iter().find_map(|s| {
+            let e = s.error.as_ref()?;
+            Some(format!("{}: {e}", shown(&s.set, primary)))
+        });
         let error = facts.error.clone().or(set_error).unwrap_or_default();
         let synced = facts.error.is_none()
             && !sets.is_empty()
@@ -86,16 +104,15 @@ pub fn status_of(
             .collect::<Option<Vec<_>>>()
             .and_then(|times| times.into_iter().min());
         // The names the sets have in the kernel are the backend's: the
-        // compiled names are ipset names, shortened past ipset's 31 bytes,
-        // while an nft set carries the policy's name in full
-        // (docs/architecture.md, "Names and ownership"). So they come from
-        // the report: with `--backend nft` the nft sets' names, with `both`
-        // the ipsets' and then the nft sets' as `nft:<set>`, whose members
-        // are not counted twice.
-        let set_names = sets.iter().map(|s| s.name.clone()).collect();
+        // compiled names are shortened past ipset's 31 bytes, while an nft
+        // set carries the policy's name in full (docs/architecture.md,
+        // "Names and ownership"). So they come from the report: the first
+        // backend's sets by name, every other backend's as `<kind>:<set>`
+        // (`nft:ipm4-a`), whose members are not counted again.
+        let set_names = sets.iter().map(|s| shown(&s.set, primary)).collect();
         let members = sets
             .iter()
-            .filter(|s| !s.name.starts_with(BOTH_SECOND_PREFIX))
+            .filter(|s| Some(s.set.backend) == primary)
             .map(|s| s.members as i64)
             .sum();
         policies.push(PolicyState {
@@ -123,9 +140,15 @@ pub fn status_of(
                     0 => String::new(),
                     n => format!(" (and {n} more sets)"),
                 };
+                // A set of a backend no longer selected is named with it.
+                let set = if Some(d.set.backend) == primary {
+                    d.set.name.clone()
+                } else {
+                    format!("{}:{}", d.set.backend.name, d.set.name)
+                };
                 fit(&format!(
-                    "set {} should be gone but is not: {}{more}",
-                    d.name, d.error
+                    "set {set} should be gone but is not: {}{more}",
+                    d.error
                 ))
             }
         },
@@ -374,7 +397,7 @@ pub async fn run_writer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ipsetmgr_manager::{ApplyOutcome, SetReport};
+    use ipsetmgr_sets::{ApplyOutcome, BackendId, ErrorKind, KernelError, SetReport};
 
     fn report(seq: u64, sets: Vec<SetReport>) -> Report {
         Report {
@@ -399,9 +422,16 @@ mod tests {
             status_of(&snapshot, &r, Duration::from_secs(60)).message,
             ""
         );
-        r.deletions.push(ipsetmgr_manager::DeletionReport {
-            name: "netlink:ipm4-old".into(),
-            error: ipsetmgr_dataplane::DataplaneError::InUse("ipm4-old".into()),
+        // A set of another backend (one no longer selected) is named with it.
+        r.deletions.push(ipsetmgr_sets::DeletionReport {
+            set: SetRef {
+                backend: NETLINK,
+                name: "ipm4-old".into(),
+            },
+            error: KernelError::new(
+                ErrorKind::InUse,
+                ipsetmgr_dataplane::DataplaneError::InUse("ipm4-old".into()),
+            ),
         });
         let m = status_of(&snapshot, &r, Duration::from_secs(60)).message;
         assert!(
@@ -410,9 +440,22 @@ mod tests {
         );
     }
 
+    /// The backend the test's sets are in, and one no longer selected.
+    const MODEL: BackendId = BackendId {
+        name: "model",
+        kind: "ipset",
+    };
+    const NETLINK: BackendId = BackendId {
+        name: "netlink",
+        kind: "ipset",
+    };
+
     fn set(name: &str, policy: &str, synced: bool) -> SetReport {
         SetReport {
-            name: name.into(),
+            set: SetRef {
+                backend: MODEL,
+                name: name.into(),
+            },
             policy: policy.into(),
             synced,
             members: 3,

@@ -20,7 +20,7 @@ use ipsetmgr_cluster::listing::Change;
 use ipsetmgr_cluster::policy_store::{PolicyStore, StoredPolicy};
 use ipsetmgr_cluster::slices::ClusterLimits;
 use ipsetmgr_cluster::tolerant::Tolerant;
-use ipsetmgr_ipset::{Family, Naming};
+use ipsetmgr_ipset::Naming;
 use ipsetmgr_policy::compile::{
     Compiled, MemberCache, PolicyError, PolicyErrorKind, compile_inputs,
 };
@@ -184,9 +184,7 @@ impl Store {
                 name,
                 PolicyErrorKind::Unreadable(why.to_string()),
             ));
-            for family in [Some(Family::V4), Some(Family::V6), None] {
-                compiled.held.push(naming.main_set_name(name, family));
-            }
+            compiled.held.push(name.to_string());
         }
         self.shed_parsed_members(cache);
         compiled

@@ -24,10 +24,10 @@ use ipsetmgr_cluster::mock_api::{Req, eventually, mock_client};
 use ipsetmgr_cluster::tolerant::decode;
 use ipsetmgr_dataplane::model::ModelDataplane;
 use ipsetmgr_ipset::{Family, Naming, SetHeader, SetKind, SetType};
-use ipsetmgr_manager::driver::{Command, Report};
-use ipsetmgr_manager::{BothBackends, Manager, ManagerConfig, SetsBackend};
-use ipsetmgr_nft::backend::{NftBackend, default_table};
+use ipsetmgr_nft::backend::{NftReconciler, default_table};
 use ipsetmgr_nft::model::ModelNft;
+use ipsetmgr_sets::driver::{Command, Report};
+use ipsetmgr_sets::{Backends, ReconcilerConfig, SetsBackend};
 
 const NODE: &str = "node-a";
 const STATE_PATH: &str = "/apis/ipsetmgr.io/v1alpha1/ipsetnodestates";
@@ -143,16 +143,16 @@ struct Harness {
 const HEARTBEAT: Duration = Duration::from_secs(30);
 
 /// The backends' configuration: the default naming, as the agent's.
-fn config() -> ManagerConfig {
-    ManagerConfig {
+fn config() -> ReconcilerConfig {
+    ReconcilerConfig {
         naming: Naming::default(),
-        ..ManagerConfig::default()
+        ..ReconcilerConfig::default()
     }
 }
 
 /// `--backend nft` over the nf_tables model.
-fn nft_backend(nft: &ModelNft) -> NftBackend<ModelNft> {
-    NftBackend::new(nft.clone(), default_table(), config()).with_sleep(|_| {})
+fn nft_backend(nft: &ModelNft) -> NftReconciler<ModelNft> {
+    ipsetmgr_nft::backend::reconciler(nft.clone(), default_table(), config()).with_sleep(|_| {})
 }
 
 impl Harness {
@@ -161,7 +161,8 @@ impl Harness {
     }
 
     fn start_with(model: ModelDataplane) -> Harness {
-        let manager = Manager::new(model.clone(), config()).with_sleep(|_| {});
+        let manager =
+            ipsetmgr_dataplane::adapter::reconciler(model.clone(), config()).with_sleep(|_| {});
         Harness::start_backend(model, Box::new(manager), "ipset")
     }
 
@@ -178,7 +179,7 @@ impl Harness {
         let mut settings = Settings::new(Naming::default(), HEARTBEAT);
         settings.debounce = Duration::from_millis(10);
         settings.deletion_grace = Duration::from_millis(300);
-        settings.sets_kind = sets_kind;
+        settings.sets_kinds = vec![sets_kind];
         let shared = Shared::new(Duration::from_secs(60));
         let (reports_tx, reports) = mpsc::unbounded_channel();
         let kernel = InlineKernel {
@@ -868,17 +869,19 @@ async fn with_nft_the_node_state_names_the_nft_sets() {
     h.stop().await;
 }
 
-/// `--backend both`: each backend's set under its own name (the shortened
+/// `--backend netlink,nft`: each backend's set under its own name (the shortened
 /// ipset, then the nft set in full as `nft:…`), the members counted once,
 /// and a set only one backend fails to hold makes the policy unsynced,
 /// naming that backend's set.
 #[tokio::test(start_paused = true)]
 async fn with_both_the_node_state_names_each_backends_sets() {
     let (ipsets, nft) = (ModelDataplane::new(), ModelNft::new());
-    let both = BothBackends::new(
-        Manager::new(ipsets.clone(), config()).with_sleep(|_| {}),
-        nft_backend(&nft),
-    );
+    let both = Backends::new(vec![
+        Box::new(
+            ipsetmgr_dataplane::adapter::reconciler(ipsets.clone(), config()).with_sleep(|_| {}),
+        ),
+        Box::new(nft_backend(&nft)),
+    ]);
     let h = Harness::start_backend(ipsets, Box::new(both), "ipset");
     h.node_seen(&[]);
     let short = Naming::default().main_set_name(LONG, Some(Family::V4));

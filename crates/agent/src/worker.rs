@@ -9,8 +9,8 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::Shared;
-use ipsetmgr_manager::driver::Observer;
-use ipsetmgr_manager::driver::Report;
+use ipsetmgr_sets::driver::Observer;
+use ipsetmgr_sets::driver::Report;
 
 /// Forwards the driver's reports to the event loop.
 pub struct Forward {

@@ -62,36 +62,6 @@ pub fn init(format: LogFormat, default_level: &str) {
     }
 }
 
-/// Log what a full resync found and repaired, one line per set: INFO when
-/// the set is in sync again (drift is what a security team wants to see),
-/// WARN when the repair did not complete.
-pub fn log_drift(sets: &[ipsetmgr_manager::SetReport]) {
-    for s in sets.iter().filter(|s| s.problems > 0) {
-        let d = s.drift;
-        if s.synced {
-            tracing::info!(
-                target: "ipsetmgr::drift",
-                set = %s.name,
-                policy = %s.policy,
-                added = d.missing,
-                removed = d.extra,
-                rewritten = d.rewritten,
-                "repaired drift"
-            );
-        } else {
-            tracing::warn!(
-                target: "ipsetmgr::drift",
-                set = %s.name,
-                policy = %s.policy,
-                missing = d.missing,
-                extra = d.extra,
-                rewrite = d.rewritten,
-                "found drift; the repair did not complete"
-            );
-        }
-    }
-}
-
 /// Log lines kept in memory, for tests that check what was logged: a
 /// writer for a tracing subscriber whose clones share one buffer.
 #[cfg(any(test, feature = "mock"))]

@@ -307,7 +307,7 @@ mod tests {
         )]);
         let c = compile(&slices);
         assert!(c.sets.is_empty(), "{:?}", c.sets);
-        assert!(c.held.contains(&"ipm4-bl".to_string()), "{:?}", c.held);
+        assert!(c.held.contains(&"bl".to_string()), "{:?}", c.held);
         let messages: Vec<String> = c.errors.iter().map(ToString::to_string).collect();
         assert!(
             messages
@@ -334,6 +334,6 @@ mod tests {
             2,
             "the source's and the user's slice"
         );
-        assert!(c.held.contains(&"ipm4-local".to_string()), "{:?}", c.held);
+        assert!(c.held.contains(&"local".to_string()), "{:?}", c.held);
     }
 }

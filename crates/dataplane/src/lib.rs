@@ -8,6 +8,7 @@
 //! `malloc_trim` in [`memory`], which no safe crate offers; sockets and
 //! namespaces go through `nix` and `netlink-sys`. See `docs/architecture.md`.
 
+pub mod adapter;
 pub mod cli;
 pub mod memory;
 #[cfg(feature = "model")]

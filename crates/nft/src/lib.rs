@@ -1,12 +1,11 @@
-//! nftables named sets as a kernel backend for ipset-shaped policies: the
-//! kernel layer, and [`backend::NftBackend`], which implements the
-//! manager's `SetsBackend` seam on it (`--backend nft|nft-cli`, and the nft
-//! half of `both`).
+//! nftables named sets as a kernel: the kernel layer, and
+//! [`backend::NftKernel`], the adapter the neutral reconciler
+//! (`ipsetmgr_sets::Reconciler`) keeps them with (`--backend nft|nft-cli`).
 //!
-//! - [`backend`]: desired sets (as the policy compiler gives them to the
-//!   ipset manager) kept equal in one table: one transaction per apply,
-//!   drift repair by resync, poison isolation, in-use deletions retried,
-//!   held sets untouched, list:sets flattened.
+//! - [`backend`]: desired sets held in one table: their names, their nft
+//!   form (list:sets flattened), one transaction per apply, the kernel's
+//!   errors classified; resync, retries, isolation, held sets and
+//!   deletions are the reconciler's.
 //! - [`SetShape`]: what an ipset type, family and header become in nft (key
 //!   fields, `flags interval`, `size`), and members to elements and back;
 //!   whatever nft cannot hold exactly is a typed error.

@@ -1,4 +1,4 @@
-//! NftBackend against the real kernel, over the netlink and the `nft -j`
+//! The reconciler over nft sets (NftKernel) against the real kernel, over the netlink and the `nft -j`
 //! backends: each test in its own fresh network namespace (the conformance
 //! suite's runner; without root a test skips, under `CI=true` it fails),
 //! with `nft` itself as the oracle.
@@ -9,16 +9,17 @@ mod conformance;
 use std::process::Command;
 use std::sync::Arc;
 
-use ipsetmgr_dataplane::DataplaneError;
 use ipsetmgr_ipset::{
     DEFAULT_MAX_ELEM, Family, HeaderOptions, Member, MemberSet, Naming, SetHeader, SetKind, SetType,
 };
-use ipsetmgr_manager::{DesiredSet, ManagerConfig, Plan, SetError, SetsBackend};
-use ipsetmgr_nft::backend::{NftBackend, default_table};
+use ipsetmgr_nft::backend::{NftReconciler, default_table, reconciler};
 use ipsetmgr_nft::cli::CliNft;
 use ipsetmgr_nft::{NftDataplane, SetShape};
+use ipsetmgr_sets::{
+    DesiredSet, ErrorKind, ReconcilerConfig, SetError, SetRef, SetsBackend, WriteKind,
+};
 
-type Backend = NftBackend<Box<dyn NftDataplane>>;
+type Backend = NftReconciler<Box<dyn NftDataplane>>;
 
 /// Instantiate each body for the netlink and the cli backend.
 macro_rules! backend_tests {
@@ -68,7 +69,7 @@ fn backend_like(dp: &dyn NftDataplane) -> Backend {
         "cli" => conformance::nft_cli(),
         other => panic!("no kernel backend {other}"),
     };
-    let b = NftBackend::new(inner, default_table(), ManagerConfig::default()).with_sleep(|_| {});
+    let b = reconciler(inner, default_table(), ReconcilerConfig::default()).with_sleep(|_| {});
     // The names the metrics are labelled with.
     let want = if dp.name() == "netlink" {
         "nft"
@@ -145,7 +146,20 @@ fn kernel_elements(set: &str) -> Option<Vec<String>> {
     Some(k.elements?.iter().map(|e| e.to_string()).collect())
 }
 
-fn apply(b: &mut Backend) -> ipsetmgr_manager::ApplyOutcome {
+/// The names of a list of sets.
+fn names(sets: &[SetRef]) -> Vec<&str> {
+    sets.iter().map(|s| s.name.as_str()).collect()
+}
+
+/// The sets an apply wrote, by name, and how.
+fn written(o: &ipsetmgr_sets::ApplyOutcome) -> Vec<(&str, WriteKind)> {
+    o.written
+        .iter()
+        .map(|(s, k)| (s.name.as_str(), *k))
+        .collect()
+}
+
+fn apply(b: &mut Backend) -> ipsetmgr_sets::ApplyOutcome {
     let o = b.apply_updates();
     assert!(o.applied, "{} backend: {:?}", b.name(), o.error);
     o
@@ -193,17 +207,17 @@ pub fn every_type_holds_exactly_the_declared_elements(
     b.set_desired(want.clone(), vec![]);
     let o = apply(&mut b);
     assert_eq!(o.written.len(), want.len());
-    assert!(o.written.iter().all(|(_, p)| *p == Plan::Create));
+    assert!(o.written.iter().all(|(_, p)| *p == WriteKind::Create));
     let (sets, rules) = listed_table();
     let mut declared: Vec<(String, usize)> = want
         .iter()
-        .map(|d| (b.set_name(d), expected(d).len()))
+        .map(|d| (b.kernel().set_name(d), expected(d).len()))
         .collect();
     declared.sort();
     assert_eq!(sets, declared, "nft -j list table inet ipsetmgr");
     assert_eq!(rules, 0);
     for d in &want {
-        let name = b.set_name(d);
+        let name = b.kernel().set_name(d);
         assert_eq!(kernel_elements(&name), Some(expected(d)), "{name}");
     }
     // 10.1.0.0/16 nomatch is cut out of 10.0.0.0/8.
@@ -227,7 +241,7 @@ pub fn every_type_holds_exactly_the_declared_elements(
     assert!(
         listed
             .iter()
-            .all(|l| l.name.starts_with("inet ipsetmgr ipm"))
+            .all(|l| l.set.name.starts_with("inet ipsetmgr ipm"))
     );
 }
 
@@ -273,7 +287,7 @@ pub fn a_rule_keeps_its_set_across_update_and_replacement(
     let updated = desired("blocklist", HashIp, v4, &["10.0.0.2", "10.0.0.3"]);
     b.set_desired(vec![updated.clone(), other.clone()], vec![]);
     let o = apply(&mut b);
-    assert_eq!(o.written, vec![("ipm4-blocklist".into(), Plan::Delta)]);
+    assert_eq!(written(&o), [("ipm4-blocklist", WriteKind::Delta)]);
     assert_eq!(kernel_elements("ipm4-blocklist"), Some(expected(&updated)));
     assert!(rule_text().contains("ip saddr @ipm4-blocklist drop"));
     // A replacement of all members in one transaction.
@@ -297,9 +311,9 @@ pub fn a_rule_keeps_its_set_across_update_and_replacement(
     let o = b.apply_updates();
     assert!(o.written.is_empty(), "{:?}", o.written);
     let r = &b.report()[0];
-    assert_eq!(r.name, "ipm4-blocklist");
+    assert_eq!(r.set.name, "ipm4-blocklist");
     assert!(
-        matches!(&r.error, Some(SetError::Kernel(DataplaneError::InUse(_)))),
+        matches!(&r.error, Some(SetError::Kernel(e)) if e.kind() == ErrorKind::InUse),
         "{:?}",
         r.error
     );
@@ -317,7 +331,7 @@ pub fn a_rule_keeps_its_set_across_update_and_replacement(
     let o = b.apply_updates();
     assert!(o.written.is_empty(), "{:?}", o.written);
     let r = &b.report()[0];
-    assert_eq!(r.name, "ipm4-blocklist");
+    assert_eq!(r.set.name, "ipm4-blocklist");
     assert!(
         matches!(&r.error, Some(SetError::NotReplaced(n)) if n.references >= 1),
         "{:?}",
@@ -330,11 +344,11 @@ pub fn a_rule_keeps_its_set_across_update_and_replacement(
     // same apply goes.
     b.set_desired(vec![], vec![]);
     let o = b.apply_updates();
-    assert_eq!(o.deleted, vec!["ipm4-other".to_string()]);
+    assert_eq!(names(&o.deleted), ["ipm4-other"]);
     assert_eq!(kernel_elements("ipm4-other"), None);
     let d = b.deletion_report();
     assert_eq!(d.len(), 1, "{d:?}");
-    assert!(matches!(d[0].error, DataplaneError::InUse(_)), "{d:?}");
+    assert_eq!(d[0].error.kind(), ErrorKind::InUse, "{d:?}");
     assert!(kernel_elements("ipm4-blocklist").is_some());
     b.queue_resync();
     let o = b.apply_updates();
@@ -344,7 +358,7 @@ pub fn a_rule_keeps_its_set_across_update_and_replacement(
     nft(&["flush", "chain", "inet", "ipsetmgr", "c"]);
     b.queue_resync();
     let o = apply(&mut b);
-    assert_eq!(o.deleted, vec!["ipm4-blocklist".to_string()]);
+    assert_eq!(names(&o.deleted), ["ipm4-blocklist"]);
     assert!(b.deletion_report().is_empty());
     assert!(rule_text().contains("chain c"));
 }
@@ -363,7 +377,7 @@ pub fn out_of_band_changes_are_repaired_and_counted(
     let report = |b: &Backend, name: &str| {
         b.report()
             .into_iter()
-            .find(|r| r.name == name)
+            .find(|r| r.set.name == name)
             .unwrap_or_else(|| panic!("{name}"))
     };
     let check = |b: &mut Backend| {
@@ -408,8 +422,8 @@ pub fn out_of_band_changes_are_repaired_and_counted(
     assert!(b.report().iter().all(|r| r.problems == 0 && r.synced));
 }
 
-/// `--backend both`: one policy becomes an ipset and an nft set in the same
-/// namespace, reported twice (`nft:` in front of the nft side).
+/// `--backend netlink,nft`: one policy becomes an ipset and an nft set in
+/// the same namespace, reported once per backend.
 #[test]
 fn both_backends_hold_one_policy_as_an_ipset_and_an_nft_set() {
     conformance::run(
@@ -417,18 +431,25 @@ fn both_backends_hold_one_policy_as_an_ipset_and_an_nft_set() {
         conformance::Mode::Kernel,
         conformance::netlink,
         |dp, _env| {
-            use ipsetmgr_manager::{BothBackends, Manager};
-            let ipset = Manager::new(
+            let ipset = ipsetmgr_dataplane::adapter::reconciler(
                 ipsetmgr_dataplane::netlink::NetlinkDataplane::new().expect("ipset netlink"),
-                ManagerConfig::default(),
+                ReconcilerConfig::default(),
             );
-            let mut both = BothBackends::new(ipset, backend_like(dp));
+            let mut both =
+                ipsetmgr_sets::Backends::new(vec![Box::new(ipset), Box::new(backend_like(dp))]);
             let d = desired("blocklist", SetType::HashIp, Family::V4, &["10.0.0.1"]);
             both.set_desired(vec![d.clone()], vec![]);
             let o = both.apply_updates();
             assert!(o.applied, "{:?}", o.error);
-            let names: Vec<String> = both.report().into_iter().map(|r| r.name).collect();
-            assert_eq!(names, ["ipm4-blocklist", "nft:ipm4-blocklist"]);
+            let sets: Vec<SetRef> = both.report().into_iter().map(|r| r.set).collect();
+            let by_backend: Vec<(&str, &str)> = sets
+                .iter()
+                .map(|s| (s.backend.name, s.name.as_str()))
+                .collect();
+            assert_eq!(
+                by_backend,
+                [("netlink", "ipm4-blocklist"), ("nft", "ipm4-blocklist")]
+            );
             assert!(both.report().iter().all(|r| r.synced));
             let out = Command::new("ipset")
                 .args(["list", "ipm4-blocklist"])
@@ -437,14 +458,27 @@ fn both_backends_hold_one_policy_as_an_ipset_and_an_nft_set() {
             assert!(out.status.success());
             assert!(String::from_utf8_lossy(&out.stdout).contains("10.0.0.1"));
             assert_eq!(kernel_elements("ipm4-blocklist"), Some(expected(&d)));
-            let listed: Vec<String> = both.list().unwrap().into_iter().map(|l| l.name).collect();
+            let listed: Vec<String> = both
+                .list()
+                .unwrap()
+                .into_iter()
+                .map(|l| l.set.name)
+                .collect();
             assert_eq!(listed, ["ipm4-blocklist", "inet ipsetmgr ipm4-blocklist"]);
             // `apply` shows the reports' sets as `sets` lists them.
-            let shown: Vec<String> = names.iter().map(|n| both.shown_name(n)).collect();
+            let shown: Vec<String> = sets.iter().map(|s| both.shown_name(s)).collect();
             assert_eq!(shown, listed);
             both.set_desired(vec![], vec![]);
             let o = both.apply_updates();
-            assert_eq!(o.deleted, ["ipm4-blocklist", "nft:ipm4-blocklist"]);
+            let deleted: Vec<(&str, &str)> = o
+                .deleted
+                .iter()
+                .map(|s| (s.backend.name, s.name.as_str()))
+                .collect();
+            assert_eq!(
+                deleted,
+                [("netlink", "ipm4-blocklist"), ("nft", "ipm4-blocklist")]
+            );
         },
     );
 }
@@ -521,7 +555,7 @@ pub fn a_growing_set_takes_its_new_members(dp: &mut dyn NftDataplane, _env: &con
         let o = apply(&mut b);
         if n > 5 {
             // Recreated, so the kernel sizes its hash for the new limit.
-            assert_eq!(o.written, vec![("ipm4-grow".into(), Plan::Recreate)]);
+            assert_eq!(written(&o), [("ipm4-grow", WriteKind::Recreate)]);
         }
         let r = b.report();
         assert!(r.iter().all(|r| r.synced), "{n} members: {r:?}");
@@ -561,7 +595,7 @@ pub fn a_growing_set_takes_its_new_members(dp: &mut dyn NftDataplane, _env: &con
     let d = growing(100, 128);
     b.set_desired(vec![d.clone()], vec![]);
     let o = apply(&mut b);
-    assert_eq!(o.written, vec![("ipm4-grow".into(), Plan::Delta)]);
+    assert_eq!(written(&o), [("ipm4-grow", WriteKind::Delta)]);
     assert_eq!(kernel_size("ipm4-grow"), Some(128));
     assert_eq!(kernel_elements("ipm4-grow"), Some(expected(&d)));
     assert!(rule_text().contains("@ipm4-grow"));

@@ -1,4 +1,4 @@
-//! NftBackend over netlink with a million-element set: the first apply, a
+//! The reconciler over nft sets (netlink) with a million-element set: the first apply, a
 //! 10-member change and a full resync, timed (printed, not asserted: the
 //! figures depend on the machine). Ignored by default (a release build
 //! gives the meaningful figures): `cargo test --release -p ipsetmgr-nft
@@ -12,8 +12,8 @@ use std::time::Instant;
 use ipsetmgr_ipset::{
     Family, HeaderOptions, Member, MemberSet, MemberSetBuilder, Naming, SetHeader, SetKind, SetType,
 };
-use ipsetmgr_manager::{DesiredSet, ManagerConfig, Plan, SetsBackend};
-use ipsetmgr_nft::backend::{NftBackend, default_table};
+use ipsetmgr_nft::backend::{default_table, netlink_reconciler};
+use ipsetmgr_sets::{DesiredSet, ReconcilerConfig, WriteKind};
 
 #[path = "../../../tests/common/kernel_gate.rs"]
 mod kernel_gate;
@@ -53,7 +53,7 @@ fn a_million_member_policy_applied_changed_and_resynced() {
             return;
         }
         let n = 1_000_000;
-        let mut b = NftBackend::netlink(default_table(), ManagerConfig::default()).unwrap();
+        let mut b = netlink_reconciler(default_table(), ReconcilerConfig::default()).unwrap();
         let d = desired(n, 0);
         let t = Instant::now();
         b.set_desired(vec![d], vec![]);
@@ -62,7 +62,8 @@ fn a_million_member_policy_applied_changed_and_resynced() {
         let o = b.apply_updates();
         let applied = t.elapsed();
         assert!(o.applied, "{:?}", o.error);
-        assert_eq!(o.written, vec![("ipm4-big".into(), Plan::Create)]);
+        assert_eq!(o.written.len(), 1);
+        assert_eq!((o.written[0].0.name.as_str(), o.written[0].1), ("ipm4-big", WriteKind::Create));
         // Ten members out, ten in.
         let d = desired(n, 10);
         let t = Instant::now();
@@ -70,7 +71,8 @@ fn a_million_member_policy_applied_changed_and_resynced() {
         let diffed = t.elapsed();
         let o = b.apply_updates();
         let changed = t.elapsed();
-        assert_eq!(o.written, vec![("ipm4-big".into(), Plan::Delta)]);
+        assert_eq!(o.written.len(), 1);
+        assert_eq!((o.written[0].0.name.as_str(), o.written[0].1), ("ipm4-big", WriteKind::Delta));
         b.queue_resync();
         let t = Instant::now();
         let o = b.apply_updates();
@@ -78,7 +80,7 @@ fn a_million_member_policy_applied_changed_and_resynced() {
         assert!(o.written.is_empty());
         assert_eq!(b.report()[0].problems, 0);
         eprintln!(
-            "1M hash:ip via NftBackend<NetlinkNft>: set_desired (compile) {compiled:?}, first apply {applied:?}, 10-member change {changed:?} (set_desired {diffed:?}), full resync {resynced:?}"
+            "1M hash:ip via Reconciler<NftKernel<NetlinkNft>>: set_desired (compile) {compiled:?}, first apply {applied:?}, 10-member change {changed:?} (set_desired {diffed:?}), full resync {resynced:?}"
         );
     })
     .join()

@@ -1,12 +1,10 @@
 //! Desired sets into nft sets: the shape and elements of each, list:sets
-//! flattened, and nft errors in the manager's vocabulary so that every
-//! caller renders them as it renders the ipset side's.
+//! flattened, and how nft errors are classified for the reconciler.
 
 use std::collections::{BTreeSet, HashMap};
 
-use ipsetmgr_dataplane::DataplaneError;
 use ipsetmgr_ipset::{HeaderOptions, Member, MemberSet, SetHeader, SetKind, SetType};
-use ipsetmgr_manager::{DesiredSet, SetError};
+use ipsetmgr_sets::{DesiredSet, ErrorKind, KernelError, SetError};
 
 use crate::{Elements, NftError, NftSetSpec, SetShape, UnrepresentableMember};
 
@@ -74,9 +72,9 @@ pub(crate) fn compile(
     if !crate::is_valid_name(nft_name) {
         // A prefix that starts with a digit, say: refused before it costs a
         // failed transaction per apply.
-        return Err(SetError::Kernel(DataplaneError::Other(format!(
+        return Err(SetError::Unrepresentable(format!(
             "{nft_name} is not a set name nf_tables takes (a letter first, then letters, digits, _ - . /)"
-        ))));
+        )));
     }
     if d.header.kind.set_type == SetType::ListSet {
         return flatten(nft_name, d, by_ipset_name, held).map(room_for_ranges);
@@ -224,40 +222,27 @@ fn flatten(
     Ok(Compiled { shape, elements })
 }
 
-/// An nft error as the manager's callers know errors.
-pub(crate) fn to_dataplane(e: &NftError) -> DataplaneError {
-    match e.clone() {
-        NftError::SetMissing(s) => DataplaneError::SetMissing(s),
-        NftError::SetExists(s) => DataplaneError::SetExists(s),
-        NftError::InUse(s) => DataplaneError::InUse(s),
-        NftError::SetFull(s) => DataplaneError::SetFull(s),
-        NftError::ElementExists { set, element } => DataplaneError::InvalidElement {
-            set,
-            element,
-            reason: "overlaps another element of the interval set".into(),
-        },
-        NftError::ElementMissing { set, element } => DataplaneError::InvalidElement {
-            set,
-            element,
-            reason: "no such element to delete".into(),
-        },
-        NftError::InvalidElement {
-            set,
-            element,
-            reason,
-        } => DataplaneError::InvalidElement {
-            set,
-            element,
-            reason,
-        },
-        NftError::NotSupported(s) => DataplaneError::TypeNotSupported(s),
-        NftError::Unavailable(s) => DataplaneError::Unavailable(s),
-        NftError::Protocol(s) => DataplaneError::Protocol(s),
-        other @ (NftError::TableMissing(_)
-        | NftError::NotOwned(_)
-        | NftError::ElementType { .. }
-        | NftError::TableOwned { .. }
-        | NftError::Other(_)) => DataplaneError::Other(other.to_string()),
+/// What kind of refusal an nft error is, for the reconciler.
+impl From<NftError> for KernelError {
+    fn from(e: NftError) -> KernelError {
+        let kind = match &e {
+            // A table that is gone holds no set: deleting is done.
+            NftError::SetMissing(_) | NftError::TableMissing(_) => ErrorKind::SetMissing,
+            NftError::SetExists(_) => ErrorKind::SetExists,
+            NftError::InUse(_) => ErrorKind::InUse,
+            NftError::SetFull(_) => ErrorKind::SetFull,
+            NftError::ElementExists { .. }
+            | NftError::ElementMissing { .. }
+            | NftError::InvalidElement { .. } => ErrorKind::ElementRefused,
+            NftError::NotSupported(_) => ErrorKind::NotSupported,
+            NftError::Unavailable(_) => ErrorKind::Unavailable,
+            NftError::Protocol(_) => ErrorKind::Protocol,
+            NftError::NotOwned(_)
+            | NftError::ElementType { .. }
+            | NftError::TableOwned { .. }
+            | NftError::Other(_) => ErrorKind::Other,
+        };
+        KernelError::new(kind, e)
     }
 }
 

@@ -1,21 +1,20 @@
-//! The nf_tables sets backend: [`NftBackend`] keeps the owned nft sets of
-//! one table equal to the desired sets, as the ipset
-//! [`Manager`](ipsetmgr_manager::Manager) does for ipsets, behind the same
-//! [`SetsBackend`] seam.
+//! The nf_tables adapter: [`NftKernel`] holds the owned nft sets of one
+//! table for the neutral reconciler ([`ipsetmgr_sets::Reconciler`]), as the
+//! ipset adapter holds ipsets.
 //!
-//! What differs from the ipset side, and why:
+//! What only nf_tables needs lives here:
 //! - One nf_tables transaction per apply (all or nothing), so no temp set
 //!   and no swap: a new set is created and filled in the transaction, a
 //!   changed one gets its deletes and adds, a set whose key or flags must
 //!   change is deleted and created again in it (only while no rule
 //!   references it: the kernel refuses, and a rule must never lose its set).
-//! - The backend keeps what it believes each kernel set holds as packed
+//! - The adapter keeps what it believes each kernel set holds as packed
 //!   elements; a write is the difference between those and the desired
-//!   elements. A resync replaces the belief with what the kernel reports and
+//!   elements. A read replaces the belief with what the kernel reports and
 //!   counts the differences as drift.
 //! - A failed transaction applied nothing: the operation it names maps to
-//!   one set, which is isolated with backoff when the error is about it;
-//!   the others go again in a new transaction.
+//!   one set; an error that says the table changed under us asks for a
+//!   re-read rather than isolation.
 //! - list:sets have no nft equivalent: they are flattened into the union of
 //!   the sets they list (see `compile`).
 
@@ -24,19 +23,17 @@ mod names;
 #[cfg(all(test, feature = "model"))]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
 
-use ipsetmgr_dataplane::DataplaneError;
-use ipsetmgr_ipset::{MemberSet, Naming, SetHeader};
-use ipsetmgr_manager::{
-    ApplyError, ApplyOutcome, DeletionReport, DesiredSet, Drift, Failure, ListedSet, ManagerConfig,
-    NotReplaced, Plan, SetError, SetReport, SetsBackend,
+use ipsetmgr_ipset::{Family, MemberSet, Naming, SetHeader};
+use ipsetmgr_sets::{
+    BackendId, BatchFailure, Context, DesiredSet, Drift, Kernel, KernelError, ListedSet,
+    NotReplaced, Owned, Planned, Reconciler, ReconcilerConfig, SetError, SetRef, Sets, WriteKind,
 };
 
-use self::compile::{Compiled, compile, is_stale_belief, kind_of, to_dataplane};
-use crate::{Elements, NftBatchError, NftDataplane, NftError, NftOp, NftSetSpec, Table};
+use self::compile::{Compiled, compile, is_stale_belief, kind_of};
+use crate::{Elements, NftDataplane, NftError, NftOp, NftSetSpec, Table};
 
 /// The table the sets live in unless configured otherwise: `inet
 /// ipsetmgr` (an inet table's rules see IPv4 and IPv6 packets).
@@ -44,13 +41,40 @@ pub fn default_table() -> Table {
     Table::new(crate::TableFamily::Inet, "ipsetmgr")
 }
 
-/// Errors that are not clearly about one set isolate it when they repeat
-/// this often in one apply (as on the ipset side).
-const ISOLATE_AFTER_REPEATS: u32 = 3;
+/// The reconciler over the nft sets of one table.
+pub type NftReconciler<D> = Reconciler<NftKernel<D>>;
 
-/// What the backend believes the kernel holds for one set.
+/// The reconciler over the owned sets (by `config.naming`) of `table` (see
+/// [`default_table`]) through `dp`.
+pub fn reconciler<D: NftDataplane>(
+    dp: D,
+    table: Table,
+    config: ReconcilerConfig,
+) -> NftReconciler<D> {
+    let naming = config.naming.clone();
+    Reconciler::new(NftKernel::new(dp, table, naming), config)
+}
+
+/// Over native nf_tables netlink (`--backend nft`).
+pub fn netlink_reconciler(
+    table: Table,
+    config: ReconcilerConfig,
+) -> Result<NftReconciler<crate::netlink::NetlinkNft>, NftError> {
+    Ok(reconciler(
+        crate::netlink::NetlinkNft::new()?,
+        table,
+        config,
+    ))
+}
+
+/// Over `nft -j` (`--backend nft-cli`).
+pub fn cli_reconciler(table: Table, config: ReconcilerConfig) -> NftReconciler<crate::cli::CliNft> {
+    reconciler(crate::cli::CliNft::new(), table, config)
+}
+
+/// What the adapter believes the kernel holds for one set.
 #[derive(Clone, Debug)]
-enum Kernel {
+enum Belief {
     /// Never read: the coming resync decides.
     Unknown,
     Absent,
@@ -64,17 +88,15 @@ enum Kernel {
     },
 }
 
-/// One desired set.
+/// One desired set (opaque outside this crate).
 #[derive(Clone, Debug)]
-struct NftSet {
-    policy: String,
+pub struct NftSet {
     header: SetHeader,
     members_src: Arc<MemberSet>,
     desired: Result<Compiled, SetError>,
-    kernel: Kernel,
-    drift: Drift,
-    failure: Option<Failure>,
-    last_sync: Option<SystemTime>,
+    kernel: Belief,
+    /// The kernel has held the set as desired: its disappearance is drift.
+    held_once: bool,
 }
 
 /// The write one set needs.
@@ -127,8 +149,8 @@ impl NftSet {
     fn write(&self) -> Result<Option<Write>, SetError> {
         let c = self.desired.as_ref().map_err(Clone::clone)?;
         match &self.kernel {
-            Kernel::Unknown | Kernel::Absent => Ok(Some(Write::Create)),
-            Kernel::Present {
+            Belief::Unknown | Belief::Absent => Ok(Some(Write::Create)),
+            Belief::Present {
                 spec: Some(spec),
                 elements: Some(have),
                 references,
@@ -156,8 +178,8 @@ impl NftSet {
                     ),
                 )
             }
-            Kernel::Present { references: 0, .. } => Ok(Some(Write::Recreate)),
-            Kernel::Present {
+            Belief::Present { references: 0, .. } => Ok(Some(Write::Recreate)),
+            Belief::Present {
                 spec, references, ..
             } => Err(SetError::NotReplaced(NotReplaced {
                 kernel: spec.as_ref().and_then(kind_of),
@@ -167,502 +189,43 @@ impl NftSet {
         }
     }
 
-    fn synced(&self) -> bool {
-        self.failure.is_none() && matches!(self.write(), Ok(None))
-    }
-
-    fn waiting(&self, now: Instant) -> bool {
-        self.failure.as_ref().is_some_and(|f| f.retry_at > now)
-    }
-}
-
-/// A failed transaction and the set whose operation it names.
-struct TxFailure {
-    error: NftBatchError,
-    set: Option<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Resync {
-    None,
-    /// Re-read these sets (a transaction found them changed); not drift.
-    Sets(BTreeSet<String>),
-    Full,
-}
-
-/// The nf_tables sets backend over one table. See the module doc.
-pub struct NftBackend<D: NftDataplane> {
-    dp: D,
-    table: Table,
-    config: ManagerConfig,
-    /// Desired sets by nft name.
-    sets: BTreeMap<String, NftSet>,
-    /// ipset names of failed policies' sets: their nft sets are left alone.
-    held: BTreeSet<String>,
-    /// Owned nft sets seen in the table (last listing plus our creates).
-    existing: BTreeSet<String>,
-    pending_deletions: BTreeSet<String>,
-    deletion_errors: BTreeMap<String, DataplaneError>,
-    resync: Resync,
-    isolated_now: BTreeSet<String>,
-    sleep: Box<dyn FnMut(Duration) + Send>,
-}
-
-impl NftBackend<crate::netlink::NetlinkNft> {
-    /// Over native nf_tables netlink (`--backend nft`).
-    pub fn netlink(table: Table, config: ManagerConfig) -> Result<Self, NftError> {
-        Ok(NftBackend::new(
-            crate::netlink::NetlinkNft::new()?,
-            table,
-            config,
-        ))
-    }
-}
-
-impl NftBackend<crate::cli::CliNft> {
-    /// Over `nft -j` (`--backend nft-cli`).
-    pub fn cli(table: Table, config: ManagerConfig) -> Self {
-        NftBackend::new(crate::cli::CliNft::new(), table, config)
-    }
-}
-
-impl<D: NftDataplane> NftBackend<D> {
-    /// A backend for the owned sets (by `config.naming`) of `table` (see
-    /// [`default_table`]). Nothing is read or written until the first apply.
-    pub fn new(dp: D, table: Table, config: ManagerConfig) -> NftBackend<D> {
-        NftBackend {
-            dp,
-            table,
-            config,
-            sets: BTreeMap::new(),
-            held: BTreeSet::new(),
-            existing: BTreeSet::new(),
-            pending_deletions: BTreeSet::new(),
-            deletion_errors: BTreeMap::new(),
-            resync: Resync::Full,
-            isolated_now: BTreeSet::new(),
-            sleep: Box::new(std::thread::sleep),
-        }
-    }
-
-    /// Replace the sleep used for backoff (tests count instead of sleeping).
-    pub fn with_sleep(mut self, sleep: impl FnMut(Duration) + Send + 'static) -> Self {
-        self.sleep = Box::new(sleep);
-        self
-    }
-
-    pub fn table(&self) -> &Table {
-        &self.table
-    }
-
-    pub fn dataplane(&self) -> &D {
-        &self.dp
-    }
-
-    pub fn dataplane_mut(&mut self) -> &mut D {
-        &mut self.dp
-    }
-
-    /// The nft name the backend gives a desired set.
-    pub fn set_name(&self, d: &DesiredSet) -> String {
-        names::nft_set_name(&self.config.naming, &d.name, &d.policy)
-    }
-
-    fn is_held(&self, nft_name: &str) -> bool {
-        self.held
-            .contains(&names::ipset_name_of(&self.config.naming, nft_name))
-    }
-
-    fn queue_read(&mut self, name: &str) {
-        match &mut self.resync {
-            Resync::Full => {}
-            Resync::Sets(s) => {
-                s.insert(name.to_string());
-            }
-            Resync::None => self.resync = Resync::Sets([name.to_string()].into()),
-        }
-    }
-
-    fn resync_if_needed(&mut self) -> Result<(), NftError> {
-        match std::mem::replace(&mut self.resync, Resync::None) {
-            Resync::None => Ok(()),
-            Resync::Full => self
-                .full_resync()
-                .inspect_err(|_| self.resync = Resync::Full),
-            Resync::Sets(names) => {
-                let r = self.read_sets(&names, false);
-                if r.is_err() {
-                    self.resync = Resync::Sets(names);
-                }
-                r
-            }
-        }
-    }
-
-    /// List the owned sets, read the desired ones, queue deletions of the
-    /// rest. A missing table is no error: every set is then absent.
-    fn full_resync(&mut self) -> Result<(), NftError> {
-        let naming = self.config.naming.clone();
-        let owned = |n: &str| names::owns(&naming, n);
-        let listed = self.dp.list_sets(&self.table, &owned)?.unwrap_or_default();
-        self.existing = listed.into_iter().filter(|n| owned(n)).collect();
-        let desired: BTreeSet<String> = self.sets.keys().cloned().collect();
-        self.read_sets(&desired, true)?;
-        self.pending_deletions = self
-            .existing
-            .iter()
-            .filter(|n| !self.sets.contains_key(*n) && !self.is_held(n))
-            .cloned()
-            .collect();
-        self.deletion_errors
-            .retain(|n, _| self.existing.contains(n));
-        Ok(())
-    }
-
-    /// Read `names` and take the kernel's word for them; `count` says
-    /// whether the differences to what was believed are drift.
-    fn read_sets(&mut self, names: &BTreeSet<String>, count: bool) -> Result<(), NftError> {
-        for name in names {
-            if !self.sets.contains_key(name) {
-                continue;
-            }
-            // After a full listing, sets it did not show need no read; a
-            // re-read after a failed transaction asks the kernel.
-            let k = if !count || self.existing.contains(name) {
-                self.dp.read_set(&self.table, name)?
-            } else {
-                None
-            };
-            match &k {
-                Some(_) => self.existing.insert(name.clone()),
-                None => self.existing.remove(name),
-            };
-            let Some(s) = self.sets.get_mut(name) else {
-                continue;
-            };
-            let drift = reconcile(s, k);
-            if count {
-                s.drift = drift;
-            }
-        }
-        Ok(())
-    }
-
-    fn isolate(&mut self, name: &str, error: SetError) {
-        let Some(s) = self.sets.get_mut(name) else {
-            return;
-        };
-        let (failure, backoff) = Failure::after(s.failure.as_ref(), error, &self.config);
-        tracing::warn!(set = name, policy = %s.policy, error = %failure.error, retry_in = ?backoff, "nft set isolated");
-        self.isolated_now.insert(name.to_string());
-        s.failure = Some(failure);
-    }
-
-    /// The sets to write now with what each needs; the ones that cannot be
-    /// written (nft cannot hold them, a referenced set would have to be
-    /// replaced) are isolated here, without a round trip to the kernel.
-    fn due_writes(&mut self) -> Vec<(String, Write)> {
-        let now = Instant::now();
-        let mut writes = Vec::new();
-        let mut refused = Vec::new();
-        for (name, s) in &self.sets {
-            if s.waiting(now) || self.isolated_now.contains(name) {
-                continue;
-            }
-            match s.write() {
-                Ok(Some(w)) => writes.push((name.clone(), w)),
-                Ok(None) => {}
-                Err(e) => refused.push((name.clone(), e)),
-            }
-        }
-        for (name, e) in refused {
-            self.isolate(&name, e);
-        }
-        writes
-    }
-
-    /// One transaction of every due write (after one that grows the sets
-    /// that must: see [`Resize::Grow`]). `Ok` names the sets written.
-    fn try_updates(&mut self) -> Result<Vec<(String, Plan)>, Box<TxFailure>> {
-        let writes = self.due_writes();
-        if writes.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.grow_first(&writes)?;
-        let mut ops: Vec<NftOp<'_>> = vec![NftOp::EnsureTable];
-        let mut spans: Vec<(std::ops::Range<usize>, &str)> = Vec::new();
-        for (name, w) in &writes {
-            let start = ops.len();
-            let Ok(c) = &self.sets[name].desired else {
-                continue; // write() refuses these
-            };
-            let create = NftOp::CreateSet {
-                name,
-                spec: &c.shape.spec,
-            };
-            let fill = NftOp::AddElements {
-                set: name,
-                elements: &c.elements,
-            };
-            match w {
-                Write::Create => ops.push(create),
-                Write::Recreate => ops.extend([NftOp::DeleteSet { set: name }, create]),
-                Write::Delta {
-                    del,
-                    add,
-                    resize,
-                    flush,
-                } => {
-                    if *resize == Resize::Shrink {
-                        // `add set` on an existing set of the same key and
-                        // flags only takes the new size.
-                        ops.push(create);
-                    }
-                    if *flush {
-                        ops.push(NftOp::FlushSet { set: name });
-                    } else if !del.is_empty() {
-                        ops.push(NftOp::DelElements {
-                            set: name,
-                            elements: del,
-                        });
-                    }
-                    if !add.is_empty() {
-                        ops.push(NftOp::AddElements {
-                            set: name,
-                            elements: add,
-                        });
-                    }
-                }
-            }
-            if matches!(w, Write::Create | Write::Recreate) && !c.elements.is_empty() {
-                ops.push(fill);
-            }
-            spans.push((start..ops.len(), name));
-        }
-        let naming = &self.config.naming;
-        let result = self
-            .dp
-            .apply(&self.table, &ops, &|n| names::owns(naming, n));
-        match result {
-            Ok(()) => {
-                drop(ops);
-                let written: Vec<(String, Plan)> = writes
-                    .iter()
-                    .map(|(name, w)| {
-                        let plan = match w {
-                            Write::Create => Plan::Create,
-                            Write::Delta { .. } => Plan::Delta,
-                            Write::Recreate => Plan::Recreate,
-                        };
-                        (name.clone(), plan)
-                    })
-                    .collect();
-                for (name, _) in &written {
-                    self.committed(name);
-                }
-                Ok(written)
-            }
-            Err(e) => {
-                let set = e.op_index.and_then(|i| {
-                    spans
-                        .iter()
-                        .find(|(r, _)| r.contains(&i))
-                        .map(|(_, n)| n.to_string())
-                });
-                Err(Box::new(TxFailure { error: e, set }))
-            }
-        }
-    }
-
-    /// Commit the new size of every set in `writes` that must grow, in one
-    /// transaction of its own, and believe it.
-    fn grow_first(&mut self, writes: &[(String, Write)]) -> Result<(), Box<TxFailure>> {
-        let grows: Vec<(&str, NftSetSpec)> = writes
-            .iter()
-            .filter(|(_, w)| {
-                matches!(
-                    w,
-                    Write::Delta {
-                        resize: Resize::Grow,
-                        ..
-                    }
-                )
-            })
-            .filter_map(|(name, _)| {
-                let c = self.sets[name].desired.as_ref().ok()?;
-                Some((name.as_str(), c.shape.spec))
-            })
-            .collect();
-        if grows.is_empty() {
-            return Ok(());
-        }
-        let ops: Vec<NftOp<'_>> = grows
-            .iter()
-            .map(|(name, spec)| NftOp::CreateSet { name, spec })
-            .collect();
-        let naming = &self.config.naming;
-        if let Err(e) = self
-            .dp
-            .apply(&self.table, &ops, &|n| names::owns(naming, n))
-        {
-            let set = e
-                .op_index
-                .and_then(|i| grows.get(i))
-                .map(|(n, _)| n.to_string());
-            return Err(Box::new(TxFailure { error: e, set }));
-        }
-        drop(ops);
-        let grown: Vec<(String, Option<u32>)> = grows
-            .iter()
-            .map(|(n, spec)| (n.to_string(), spec.size))
-            .collect();
-        for (name, size) in grown {
-            if let Some(Kernel::Present {
-                spec: Some(spec), ..
-            }) = self.sets.get_mut(&name).map(|s| &mut s.kernel)
-            {
-                spec.size = size;
-            }
-        }
-        Ok(())
-    }
-
-    /// The transaction holding `name` succeeded: the kernel holds it.
-    fn committed(&mut self, name: &str) {
-        self.existing.insert(name.to_string());
-        let Some(s) = self.sets.get_mut(name) else {
-            return;
-        };
-        let Ok(c) = &s.desired else {
-            return;
-        };
-        let references = match s.kernel {
-            Kernel::Present { references, .. } => references,
-            _ => 0,
-        };
-        s.kernel = Kernel::Present {
-            spec: Some(c.shape.spec),
-            references,
-            elements: Some(c.elements.clone()),
-        };
-        s.failure = None;
-        s.last_sync = Some(SystemTime::now());
-    }
-
-    /// A failed transaction: isolate the set it names when the error is
-    /// about that set (or keeps coming back), re-read it when the error says
-    /// the table changed under us. Returns whether a set was isolated.
-    fn handle_failure(
-        &mut self,
-        e: &NftBatchError,
-        set: Option<String>,
-        repeats: &mut BTreeMap<String, u32>,
-    ) -> bool {
-        let Some(set) = set else {
-            return false;
-        };
-        let count = repeats.entry(set.clone()).or_default();
-        *count += 1;
-        let stale = is_stale_belief(&e.error);
-        if stale {
-            self.queue_read(&set);
-        }
-        let error = to_dataplane(&e.error);
-        if (!stale && error.is_set_specific()) || *count >= ISOLATE_AFTER_REPEATS {
-            if matches!(e.error, NftError::InUse(_)) {
-                // A rule appeared since the last read: the belief about
-                // references is wrong too.
-                self.queue_read(&set);
-            }
-            self.isolate(&set, SetError::Kernel(error));
-            return true;
-        }
-        false
-    }
-
-    /// Delete owned sets nobody wants, in one transaction. A set the
-    /// kernel refuses to delete (a rule references it: EBUSY) is reported
-    /// and left for the next resync; the rest go again without it, so one
-    /// referenced set never keeps the others.
-    fn apply_deletions(&mut self) -> Vec<String> {
-        if !self.config.prune {
-            return Vec::new();
-        }
-        let mut todo: Vec<String> = std::mem::take(&mut self.pending_deletions)
-            .into_iter()
-            .filter(|n| !self.sets.contains_key(n) && !self.is_held(n))
-            .collect();
-        let naming = self.config.naming.clone();
-        while !todo.is_empty() {
-            let ops: Vec<NftOp<'_>> = todo.iter().map(|set| NftOp::DeleteSet { set }).collect();
-            let result = self
-                .dp
-                .apply(&self.table, &ops, &|n| names::owns(&naming, n));
-            drop(ops);
-            let e = match result {
-                Ok(()) => break,
-                Err(e) => e,
-            };
-            let Some(i) = e.op_index.filter(|i| *i < todo.len()) else {
-                // Refused as a whole: every one is retried at the next resync.
-                let error = to_dataplane(&e.error);
-                tracing::warn!(%error, "nft sets not deleted; retried at the next resync");
-                for name in todo {
-                    self.deletion_errors.insert(name, error.clone());
-                }
-                return Vec::new();
-            };
-            let name = todo.remove(i);
-            if matches!(e.error, NftError::SetMissing(_) | NftError::TableMissing(_)) {
-                // Gone already: nothing to report.
-                self.existing.remove(&name);
-                self.deletion_errors.remove(&name);
-            } else {
-                let error = to_dataplane(&e.error);
-                tracing::warn!(set = %name, %error, "nft set not deleted; retried at the next resync");
-                self.deletion_errors.insert(name, error);
-            }
-        }
-        for name in &todo {
-            self.existing.remove(name);
-            self.deletion_errors.remove(name);
-        }
-        todo
+    fn in_sync(&self) -> bool {
+        matches!(self.write(), Ok(None))
     }
 }
 
 /// Take the kernel's word for one set; the differences to what was
 /// believed are the drift (against the desired set for a first read).
-fn reconcile(s: &mut NftSet, k: Option<crate::NftKernelSet>) -> Drift {
-    let before = std::mem::replace(&mut s.kernel, Kernel::Absent);
-    let believed_present = matches!(before, Kernel::Present { .. });
+fn absorb(s: &mut NftSet, k: Option<crate::NftKernelSet>) -> Drift {
+    let before = std::mem::replace(&mut s.kernel, Belief::Absent);
+    let believed_present = matches!(before, Belief::Present { .. });
     let Some(k) = k else {
         return Drift {
-            rewritten: believed_present && s.last_sync.is_some(),
+            rewritten: believed_present && s.held_once,
             ..Drift::default()
         };
     };
     let clean = k.unmanaged.is_empty() && k.unreadable_elements == 0;
     let spec = k.spec.filter(|_| clean);
-    s.kernel = Kernel::Present {
+    s.kernel = Belief::Present {
         spec,
         references: k.references,
         elements: k.elements.filter(|_| spec.is_some()),
     };
     // Against what was believed; on a first read, against what is wanted.
     let expected: Option<(NftSetSpec, &Elements)> = match &before {
-        Kernel::Present {
+        Belief::Present {
             spec: Some(spec),
             elements: Some(e),
             ..
         } => Some((*spec, e)),
-        Kernel::Present { .. } => return Drift::default(), // known to be replaced
+        Belief::Present { .. } => return Drift::default(), // known to be replaced
         _ => match &s.desired {
             Ok(c) => Some((c.shape.spec, &c.elements)),
             Err(_) => None,
         },
     };
-    let (Some((want, want_elems)), Kernel::Present { spec, elements, .. }) = (expected, &s.kernel)
+    let (Some((want, want_elems)), Belief::Present { spec, elements, .. }) = (expected, &s.kernel)
     else {
         return Drift::default();
     };
@@ -682,255 +245,369 @@ fn reconcile(s: &mut NftSet, k: Option<crate::NftKernelSet>) -> Drift {
             ..Drift::default()
         },
     };
-    if s.failure.is_none() && matches!(s.write(), Ok(None)) {
-        s.last_sync = Some(SystemTime::now());
-    }
+    s.held_once |= s.in_sync();
     drift
 }
 
-impl<D: NftDataplane> SetsBackend for NftBackend<D> {
-    /// "nft" over netlink, "nft-cli" over `nft -j`, "nft-" and the
-    /// dataplane's name otherwise (the model).
-    fn name(&self) -> &'static str {
-        match self.dp.name() {
+/// The nf_tables sets of one table through an [`NftDataplane`].
+pub struct NftKernel<D: NftDataplane> {
+    dp: D,
+    table: Table,
+    naming: Naming,
+}
+
+impl<D: NftDataplane> NftKernel<D> {
+    /// The owned sets (by `naming`) of `table`. Nothing is read or written
+    /// until the reconciler's first apply.
+    pub fn new(dp: D, table: Table, naming: Naming) -> NftKernel<D> {
+        NftKernel { dp, table, naming }
+    }
+
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    pub fn dataplane(&self) -> &D {
+        &self.dp
+    }
+
+    pub fn dataplane_mut(&mut self) -> &mut D {
+        &mut self.dp
+    }
+
+    /// The nft name the adapter gives a desired set.
+    pub fn set_name(&self, d: &DesiredSet) -> String {
+        names::nft_set_name(&self.naming, &d.name, &d.policy)
+    }
+
+    /// The project names of held policies' sets (what list:set members
+    /// name them by).
+    fn held_names(&self, cx: &Context<'_>) -> BTreeSet<String> {
+        cx.held_policies
+            .iter()
+            .flat_map(|p| {
+                [Some(Family::V4), Some(Family::V6), None].map(|f| self.naming.main_set_name(p, f))
+            })
+            .collect()
+    }
+
+    fn apply_ops(&mut self, ops: &[NftOp<'_>]) -> Result<(), crate::NftBatchError> {
+        let naming = &self.naming;
+        self.dp.apply(&self.table, ops, &|n| names::owns(naming, n))
+    }
+
+    /// Commit the new size of every set in `writes` that must grow, in one
+    /// transaction of its own, and believe it.
+    fn grow_first(
+        &mut self,
+        sets: &mut Sets<NftSet>,
+        writes: &[(String, Write)],
+    ) -> Result<(), Box<BatchFailure>> {
+        let grows: Vec<(&str, NftSetSpec)> = writes
+            .iter()
+            .filter(|(_, w)| {
+                matches!(
+                    w,
+                    Write::Delta {
+                        resize: Resize::Grow,
+                        ..
+                    }
+                )
+            })
+            .filter_map(|(name, _)| {
+                let c = sets[name].set.desired.as_ref().ok()?;
+                Some((name.as_str(), c.shape.spec))
+            })
+            .collect();
+        if grows.is_empty() {
+            return Ok(());
+        }
+        let ops: Vec<NftOp<'_>> = grows
+            .iter()
+            .map(|(name, spec)| NftOp::CreateSet { name, spec })
+            .collect();
+        if let Err(e) = self.apply_ops(&ops) {
+            let set = e
+                .op_index
+                .and_then(|i| grows.get(i))
+                .map(|(n, _)| n.to_string());
+            return Err(failure(e, set));
+        }
+        drop(ops);
+        for (name, size) in grows.iter().map(|(n, spec)| (n.to_string(), spec.size)) {
+            if let Some(Belief::Present {
+                spec: Some(spec), ..
+            }) = sets.get_mut(&name).map(|e| &mut e.set.kernel)
+            {
+                spec.size = size;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A failed transaction as the reconciler needs it: nothing of it was
+/// applied. An error that says the table changed under us (a set or
+/// element that is or is not there) asks for a re-read, not isolation; a
+/// rule that appeared (in use) makes the belief about references stale too.
+fn failure(e: crate::NftBatchError, set: Option<String>) -> Box<BatchFailure> {
+    let stale = is_stale_belief(&e.error);
+    let reread = match &set {
+        Some(s) if stale || matches!(e.error, NftError::InUse(_)) => vec![s.clone()],
+        _ => Vec::new(),
+    };
+    let error = KernelError::from(e.error);
+    Box::new(BatchFailure {
+        about_set: !stale && error.kind().is_set_specific(),
+        error,
+        set,
+        element: None,
+        reread,
+        partly_written: Vec::new(),
+        leftovers: Vec::new(),
+    })
+}
+
+impl Write {
+    fn kind(&self) -> WriteKind {
+        match self {
+            Write::Create => WriteKind::Create,
+            Write::Delta { .. } => WriteKind::Delta,
+            Write::Recreate => WriteKind::Recreate,
+        }
+    }
+}
+
+impl<D: NftDataplane> Kernel for NftKernel<D> {
+    type Set = NftSet;
+    type Read = crate::NftKernelSet;
+
+    /// "nft" over netlink, "nft-cli" over `nft -j`, "nft-model" otherwise.
+    fn id(&self) -> BackendId {
+        let name = match self.dp.name() {
             "netlink" => "nft",
             "cli" => "nft-cli",
             _ => "nft-model",
-        }
+        };
+        BackendId { name, kind: "nft" }
     }
 
     fn naming(&self) -> &Naming {
-        &self.config.naming
+        &self.naming
     }
 
-    fn set_desired(&mut self, desired: Vec<DesiredSet>, held: Vec<String>) {
-        self.held = held.into_iter().collect();
-        let by_ipset_name: HashMap<&str, &DesiredSet> =
-            desired.iter().map(|d| (d.name.as_str(), d)).collect();
-        let mut wanted = BTreeSet::new();
-        for d in &desired {
-            let name = self.set_name(d);
-            wanted.insert(name.clone());
-            self.pending_deletions.remove(&name);
-            let list = d.header.kind.set_type == ipsetmgr_ipset::SetType::ListSet;
-            if let Some(s) = self.sets.get_mut(&name) {
-                // An unchanged policy keeps its compiled elements (a million
-                // members are not compiled again); a list:set depends on the
-                // sets it lists, so it is always flattened again.
-                let same = !list && Arc::ptr_eq(&s.members_src, &d.members) && s.header == d.header;
-                s.policy = d.policy.clone();
-                if !same {
-                    // A few members changed in a set of exact elements:
-                    // patch the elements rather than compile them all.
-                    let patched = match &s.desired {
-                        Ok(c) if !list => compile::patch(c, &s.members_src, d).map(Ok),
-                        _ => None,
-                    };
-                    let desired =
-                        patched.unwrap_or_else(|| compile(&name, d, &by_ipset_name, &self.held));
-                    if desired != s.desired {
-                        // New content deserves a try now, whatever failed.
-                        if let Some(f) = &mut s.failure {
-                            f.retry_at = Instant::now();
-                        }
-                    }
-                    s.desired = desired;
-                    s.header = d.header.clone();
-                    s.members_src = d.members.clone();
-                }
-                continue;
-            }
-            let kernel = if self.resync == Resync::Full {
-                Kernel::Unknown
-            } else if self.existing.contains(&name) {
-                self.queue_read(&name);
-                Kernel::Unknown
-            } else {
-                Kernel::Absent
-            };
-            let s = NftSet {
-                policy: d.policy.clone(),
-                header: d.header.clone(),
-                members_src: d.members.clone(),
-                desired: compile(&name, d, &by_ipset_name, &self.held),
-                kernel,
-                drift: Drift::default(),
-                failure: None,
-                last_sync: None,
-            };
-            self.sets.insert(name, s);
-        }
-        let gone: Vec<String> = self
-            .sets
-            .keys()
-            .filter(|n| !wanted.contains(*n))
-            .cloned()
-            .collect();
-        for name in gone {
-            self.sets.remove(&name);
-            if !self.is_held(&name) && self.existing.contains(&name) {
-                self.pending_deletions.insert(name);
-            }
-        }
-        let held: Vec<String> = self
-            .pending_deletions
-            .iter()
-            .filter(|n| self.is_held(n))
-            .cloned()
-            .collect();
-        for n in held {
-            self.pending_deletions.remove(&n);
-        }
+    fn kernel_name(&self, desired: &DesiredSet) -> String {
+        self.set_name(desired)
     }
 
-    fn queue_resync(&mut self) {
-        self.resync = Resync::Full;
-    }
-
-    fn retry_due(&self) -> bool {
-        let now = Instant::now();
-        self.sets
-            .values()
-            .any(|s| s.failure.as_ref().is_some_and(|f| f.retry_at <= now))
-    }
-
-    fn next_retry(&self) -> Option<Instant> {
-        self.sets
-            .values()
-            .filter_map(|s| s.failure.as_ref().map(|f| f.retry_at))
-            .min()
-    }
-
-    /// Resync when required, then one transaction of every due write,
-    /// again without the set a failed one names; then the deletions.
-    fn apply_updates(&mut self) -> ApplyOutcome {
-        let started = Instant::now();
-        let mut outcome = ApplyOutcome::default();
-        let mut delay = self.config.initial_backoff;
-        let mut repeats = BTreeMap::new();
-        self.isolated_now.clear();
-        for attempt in 1..=self.config.max_attempts {
-            outcome.attempts = attempt;
-            if let Err(e) = self.resync_if_needed() {
-                outcome.error = Some(ApplyError::Resync(to_dataplane(&e)));
-                (self.sleep)(delay);
-                delay *= 2;
-                continue;
-            }
-            match self.try_updates() {
-                Ok(written) => {
-                    outcome.written = written;
-                    outcome.applied = true;
-                    outcome.error = None;
-                    break;
-                }
-                Err(f) => {
-                    let TxFailure { error: e, set } = *f;
-                    let error = to_dataplane(&e.error);
-                    outcome.error = Some(match &set {
-                        Some(set) => ApplyError::BatchAtSet {
-                            set: set.clone(),
-                            error,
-                        },
-                        None => ApplyError::Batch(error),
-                    });
-                    // Isolating a set is progress: the rest go again at
-                    // once. Anything else waits a little first.
-                    if !self.handle_failure(&e, set, &mut repeats) {
-                        (self.sleep)(delay);
-                        delay *= 2;
-                    }
-                }
-            }
-        }
-        outcome.deleted = self.apply_deletions();
-        outcome.duration = started.elapsed();
-        outcome
-    }
-
-    fn report(&self) -> Vec<SetReport> {
-        self.sets
-            .iter()
-            .map(|(name, s)| SetReport {
-                name: name.clone(),
-                policy: s.policy.clone(),
-                synced: s.synced(),
-                members: s.members_src.len(),
-                problems: s.drift.total(),
-                drift: s.drift,
-                error: s.failure.as_ref().map(|f| f.error.clone()),
-                last_sync: s.last_sync,
+    fn policy_names(&self, policy: &str) -> Vec<String> {
+        [Some(Family::V4), Some(Family::V6), None]
+            .into_iter()
+            .map(|f| {
+                let canonical = self.naming.main_set_name(policy, f);
+                names::nft_set_name(&self.naming, &canonical, policy)
             })
             .collect()
     }
 
-    fn unwanted(&self) -> Vec<String> {
-        if self.config.prune {
-            Vec::new()
-        } else {
-            self.pending_deletions.iter().cloned().collect()
+    /// A missing table is no error: every set is then absent.
+    fn list_owned(&mut self) -> Result<Vec<Owned>, KernelError> {
+        let naming = &self.naming;
+        let owned = |n: &str| names::owns(naming, n);
+        let listed = self.dp.list_sets(&self.table, &owned)?.unwrap_or_default();
+        Ok(listed
+            .into_iter()
+            .filter(|n| owned(n))
+            .map(|name| Owned {
+                name,
+                leftover: false,
+            })
+            .collect())
+    }
+
+    fn read(&mut self, name: &str) -> Result<Option<crate::NftKernelSet>, KernelError> {
+        Ok(self.dp.read_set(&self.table, name)?)
+    }
+
+    fn new_set(&mut self, name: &str, d: &DesiredSet, cx: &Context<'_>) -> NftSet {
+        NftSet {
+            header: d.header.clone(),
+            members_src: d.members.clone(),
+            desired: compile(name, d, cx.desired, &self.held_names(cx)),
+            kernel: Belief::Unknown,
+            held_once: false,
         }
     }
 
-    fn deletion_report(&self) -> Vec<DeletionReport> {
-        self.deletion_errors
-            .iter()
-            .map(|(name, error)| DeletionReport {
-                name: name.clone(),
-                error: error.clone(),
-            })
-            .collect()
+    /// An unchanged policy keeps its compiled elements (a million members
+    /// are not compiled again); a list:set depends on the sets it lists, so
+    /// it is always flattened again; a few members changed in a set of
+    /// exact elements patch the elements rather than compile them all.
+    fn update_set(&mut self, s: &mut NftSet, name: &str, d: &DesiredSet, cx: &Context<'_>) -> bool {
+        let list = d.header.kind.set_type == ipsetmgr_ipset::SetType::ListSet;
+        if !list && Arc::ptr_eq(&s.members_src, &d.members) && s.header == d.header {
+            return false;
+        }
+        let patched = match &s.desired {
+            Ok(c) if !list => compile::patch(c, &s.members_src, d).map(Ok),
+            _ => None,
+        };
+        let desired = patched.unwrap_or_else(|| compile(name, d, cx.desired, &self.held_names(cx)));
+        let changed = desired != s.desired;
+        s.desired = desired;
+        s.header = d.header.clone();
+        s.members_src = d.members.clone();
+        changed
     }
 
-    /// A read-only resync, then what the next apply would send.
-    fn plan(&mut self) -> Result<Vec<String>, DataplaneError> {
-        self.resync_if_needed().map_err(|e| to_dataplane(&e))?;
-        let mut lines = Vec::new();
-        for (name, s) in &self.sets {
-            let at = self.shown_name(name);
-            match s.write() {
+    fn believe_absent(&self, s: &mut NftSet) {
+        s.kernel = Belief::Absent;
+    }
+
+    fn absorb(&self, _name: &str, s: &mut NftSet, read: Option<crate::NftKernelSet>) -> Drift {
+        absorb(s, read)
+    }
+
+    fn in_sync(&self, s: &NftSet) -> bool {
+        s.in_sync()
+    }
+
+    fn member_count(&self, s: &NftSet) -> usize {
+        s.members_src.len()
+    }
+
+    /// What each due set needs; the ones that cannot be written (nft
+    /// cannot hold them, a referenced set would have to be replaced) are
+    /// refused, without a round trip to the kernel.
+    fn plan(&mut self, sets: &mut Sets<NftSet>, due: Vec<String>) -> Planned {
+        let mut planned = Planned::default();
+        for name in due {
+            match sets[&name].set.write() {
+                Ok(Some(w)) => planned.writes.push((name, w.kind())),
                 Ok(None) => {}
-                Ok(Some(Write::Create)) => lines.push(format!(
-                    "create {at} with {} elements",
-                    s.desired.as_ref().map_or(0, |c| c.elements.len())
-                )),
-                Ok(Some(Write::Delta { del, add, .. })) => lines.push(format!(
-                    "update {at}: add {}, delete {} elements",
-                    add.len(),
-                    del.len()
-                )),
-                Ok(Some(Write::Recreate)) => lines.push(format!(
-                    "recreate {at} (type changed, not referenced) with {} elements",
-                    s.desired.as_ref().map_or(0, |c| c.elements.len())
-                )),
-                Err(why) => lines.push(format!("cannot update {at}: {why}")),
+                Err(e) => planned.refused.push((name, e)),
             }
         }
-        for name in &self.pending_deletions {
-            let at = self.shown_name(name);
-            if self.config.prune {
-                lines.push(format!("delete {at} (no policy wants it)"));
-            } else {
-                lines.push(format!(
-                    "keep {at}: no policy wants it (use --prune to delete)"
-                ));
-            }
-        }
-        Ok(lines)
+        planned
     }
 
-    fn list(&mut self) -> Result<Vec<ListedSet>, DataplaneError> {
-        let naming = self.config.naming.clone();
-        let owned = |n: &str| names::owns(&naming, n);
-        let err = |e: NftError| to_dataplane(&e);
-        let names = self.dp.list_sets(&self.table, &owned).map_err(err)?;
+    /// One transaction of every write (after one that grows the sets that
+    /// must: see [`Resize::Grow`]).
+    fn write(
+        &mut self,
+        sets: &mut Sets<NftSet>,
+        writes: &[(String, WriteKind)],
+    ) -> Result<(), Box<BatchFailure>> {
+        let writes: Vec<(String, Write)> = writes
+            .iter()
+            .filter_map(|(name, _)| Some((name.clone(), sets[name].set.write().ok()??)))
+            .collect();
+        self.grow_first(sets, &writes)?;
+        let mut ops: Vec<NftOp<'_>> = vec![NftOp::EnsureTable];
+        let mut spans: Vec<(std::ops::Range<usize>, &str)> = Vec::new();
+        for (name, w) in &writes {
+            let start = ops.len();
+            let Ok(c) = &sets[name].set.desired else {
+                continue; // write() refuses these
+            };
+            push_ops(&mut ops, name, c, w);
+            spans.push((start..ops.len(), name));
+        }
+        let result = self.apply_ops(&ops);
+        drop(ops);
+        result.map_err(|e| {
+            let set = e.op_index.and_then(|i| {
+                spans
+                    .iter()
+                    .find(|(r, _)| r.contains(&i))
+                    .map(|(_, n)| n.to_string())
+            });
+            failure(e, set)
+        })
+    }
+
+    fn committed(&self, s: &mut NftSet) {
+        let Ok(c) = &s.desired else {
+            return;
+        };
+        let references = match s.kernel {
+            Belief::Present { references, .. } => references,
+            _ => 0,
+        };
+        s.kernel = Belief::Present {
+            spec: Some(c.shape.spec),
+            references,
+            elements: Some(c.elements.clone()),
+        };
+        s.held_once = true;
+    }
+
+    /// Deletes in one transaction. A set the kernel refuses to delete (a
+    /// rule references it: EBUSY) is reported and the rest go again without
+    /// it, so one referenced set never keeps the others.
+    fn delete(&mut self, names: &[String]) -> Vec<Result<(), KernelError>> {
+        let mut results: Vec<Option<Result<(), KernelError>>> = vec![None; names.len()];
+        let mut todo: Vec<usize> = (0..names.len()).collect();
+        while !todo.is_empty() {
+            let ops: Vec<NftOp<'_>> = todo
+                .iter()
+                .map(|&i| NftOp::DeleteSet { set: &names[i] })
+                .collect();
+            let result = self.apply_ops(&ops);
+            drop(ops);
+            let e = match result {
+                Ok(()) => break,
+                Err(e) => e,
+            };
+            let Some(at) = e.op_index.filter(|i| *i < todo.len()) else {
+                // Refused as a whole: every one is retried at the next resync.
+                let error = KernelError::from(e.error);
+                for i in todo.drain(..) {
+                    results[i] = Some(Err(error.clone()));
+                }
+                break;
+            };
+            let i = todo.remove(at);
+            results[i] = Some(Err(KernelError::from(e.error)));
+        }
+        results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect()
+    }
+
+    fn describe(&mut self, sets: &Sets<NftSet>, name: &str) -> String {
+        let s = &sets[name].set;
+        let at = self.shown_name(name);
+        let elements = || s.desired.as_ref().map_or(0, |c| c.elements.len());
+        match s.write() {
+            Ok(None) => format!("keep {at}"),
+            Ok(Some(Write::Create)) => format!("create {at} with {} elements", elements()),
+            Ok(Some(Write::Delta { del, add, .. })) => format!(
+                "update {at}: add {}, delete {} elements",
+                add.len(),
+                del.len()
+            ),
+            Ok(Some(Write::Recreate)) => format!(
+                "recreate {at} (type changed, not referenced) with {} elements",
+                elements()
+            ),
+            Err(why) => format!("cannot update {at}: {why}"),
+        }
+    }
+
+    fn list(&mut self) -> Result<Vec<ListedSet>, KernelError> {
+        let id = self.id();
+        let naming = &self.naming;
+        let owned = |n: &str| names::owns(naming, n);
+        let names = self.dp.list_sets(&self.table, &owned)?;
         let mut listed = Vec::new();
         for name in names.unwrap_or_default() {
-            let Some(k) = self.dp.read_set(&self.table, &name).map_err(err)? else {
+            let Some(k) = self.dp.read_set(&self.table, &name)? else {
                 continue;
             };
             listed.push(ListedSet {
-                name: self.shown_name(&name),
+                set: SetRef {
+                    backend: id,
+                    name: self.shown_name(&name),
+                },
                 kind: match (&k.spec, k.unmanaged.is_empty()) {
                     (Some(spec), true) => spec.to_string(),
                     _ => "(unmanaged type)".into(),
@@ -946,7 +623,51 @@ impl<D: NftDataplane> SetsBackend for NftBackend<D> {
 
     /// A set as nft names it (`inet ipsetmgr ipm4-a`): how `sets`, `apply`
     /// and the plan show it.
-    fn shown_name(&self, set: &str) -> String {
-        format!("{} {set}", self.table)
+    fn shown_name(&self, name: &str) -> String {
+        format!("{} {name}", self.table)
+    }
+}
+
+/// The operations of one write, appended to `ops`.
+fn push_ops<'a>(ops: &mut Vec<NftOp<'a>>, name: &'a str, c: &'a Compiled, w: &'a Write) {
+    let create = NftOp::CreateSet {
+        name,
+        spec: &c.shape.spec,
+    };
+    match w {
+        Write::Create => ops.push(create),
+        Write::Recreate => ops.extend([NftOp::DeleteSet { set: name }, create]),
+        Write::Delta {
+            del,
+            add,
+            resize,
+            flush,
+        } => {
+            if *resize == Resize::Shrink {
+                // `add set` on an existing set of the same key and flags
+                // only takes the new size.
+                ops.push(create);
+            }
+            if *flush {
+                ops.push(NftOp::FlushSet { set: name });
+            } else if !del.is_empty() {
+                ops.push(NftOp::DelElements {
+                    set: name,
+                    elements: del,
+                });
+            }
+            if !add.is_empty() {
+                ops.push(NftOp::AddElements {
+                    set: name,
+                    elements: add,
+                });
+            }
+        }
+    }
+    if matches!(w, Write::Create | Write::Recreate) && !c.elements.is_empty() {
+        ops.push(NftOp::AddElements {
+            set: name,
+            elements: &c.elements,
+        });
     }
 }

@@ -6,8 +6,8 @@
 //! is shortened with a hash; the nft name is derived again from the policy
 //! and the family letter (which the shortened name keeps). Only when the
 //! full name would pass nf_tables' 255 bytes is the ipset name used as it
-//! is (it is owned too). Held sets and list:set members are named by their
-//! ipset names; [`ipset_name_of`] maps an owned nft name back to one.
+//! is (it is owned too). list:set members name the sets they list by
+//! their project names, which the compiler maps to desired sets.
 
 use ipsetmgr_ipset::{Family, Naming};
 
@@ -48,21 +48,6 @@ pub(crate) fn owns(naming: &Naming, name: &str) -> bool {
         && name.len() > naming.prefix().len() + 2
 }
 
-/// The ipset name the policy behind the owned nft set `name` has (what
-/// held sets and list:set members are named by).
-pub(crate) fn ipset_name_of(naming: &Naming, name: &str) -> String {
-    let rest = &name[naming.prefix().len().min(name.len())..];
-    let mut chars = rest.chars();
-    let family = chars
-        .next()
-        .and_then(|c| LETTERS.iter().find(|(l, _)| *l == c))
-        .map(|(_, f)| *f);
-    match (family, rest.get(2..)) {
-        (Some(f), Some(policy)) if owns(naming, name) => naming.main_set_name(policy, f),
-        _ => name.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,8 +65,6 @@ mod tests {
         let full = nft_set_name(&n, &short, long);
         assert_eq!(full, format!("ipm6-{long}"));
         assert!(owns(&n, &full) && owns(&n, &short));
-        assert_eq!(ipset_name_of(&n, &full), short);
-        assert_eq!(ipset_name_of(&n, "ipmx-macs"), "ipmx-macs");
         // Past nf_tables' limit the ipset name serves.
         let huge = "p".repeat(253);
         let short = n.main_set_name(&huge, Some(Family::V4));

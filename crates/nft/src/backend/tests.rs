@@ -1,16 +1,17 @@
-//! NftBackend on the in-memory nf_tables model (which the conformance suite
+//! The reconciler over nft sets on the in-memory nf_tables model (which the conformance suite
 //! holds to the kernel's behaviour), with faults and out-of-band changes.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ipsetmgr_dataplane::DataplaneError;
 use ipsetmgr_ipset::{
     DEFAULT_MAX_ELEM, Family, HeaderOptions, Member, MemberSet, Naming, SetHeader, SetKind, SetType,
 };
-use ipsetmgr_manager::{DesiredSet, ManagerConfig, Plan, SetError, SetsBackend};
+use ipsetmgr_sets::{
+    ApplyOutcome, DesiredSet, ErrorKind, ReconcilerConfig, SetError, SetRef, SetsBackend, WriteKind,
+};
 
-use super::{NftBackend, default_table};
+use super::{NftReconciler, default_table, reconciler};
 use crate::model::{Fault, ModelNft};
 use crate::{NftBatchError, NftError, SetShape, TableFamily};
 
@@ -56,13 +57,13 @@ fn desired_fam(p: &str, t: SetType, f: Option<Family>, items: &[&str]) -> Desire
     }
 }
 
-fn backend() -> (NftBackend<ModelNft>, ModelNft) {
+fn backend() -> (NftReconciler<ModelNft>, ModelNft) {
     let m = ModelNft::new();
-    let config = ManagerConfig {
+    let config = ReconcilerConfig {
         set_retry_base: Duration::from_secs(60),
-        ..ManagerConfig::default()
+        ..ReconcilerConfig::default()
     };
-    let b = NftBackend::new(m.clone(), default_table(), config).with_sleep(|_| {});
+    let b = reconciler(m.clone(), default_table(), config).with_sleep(|_| {});
     (b, m)
 }
 
@@ -84,16 +85,29 @@ fn expected(t: SetType, f: Option<Family>, items: &[&str]) -> Vec<String> {
         .collect()
 }
 
-fn apply(b: &mut NftBackend<ModelNft>) -> ipsetmgr_manager::ApplyOutcome {
+/// The names of a list of sets.
+fn names(sets: &[SetRef]) -> Vec<&str> {
+    sets.iter().map(|s| s.name.as_str()).collect()
+}
+
+/// The sets an apply wrote, by name, and how.
+fn written(o: &ApplyOutcome) -> Vec<(&str, WriteKind)> {
+    o.written
+        .iter()
+        .map(|(s, k)| (s.name.as_str(), *k))
+        .collect()
+}
+
+fn apply(b: &mut NftReconciler<ModelNft>) -> ipsetmgr_sets::ApplyOutcome {
     let o = b.apply_updates();
     assert!(o.applied, "{:?}", o.error);
     o
 }
 
-fn report_of(b: &NftBackend<ModelNft>, name: &str) -> ipsetmgr_manager::SetReport {
+fn report_of(b: &NftReconciler<ModelNft>, name: &str) -> ipsetmgr_sets::SetReport {
     b.report()
         .into_iter()
-        .find(|r| r.name == name)
+        .find(|r| r.set.name == name)
         .unwrap_or_else(|| panic!("no report for {name}"))
 }
 
@@ -111,14 +125,14 @@ fn creates_in_one_transaction_then_writes_nothing() {
     );
     let o = apply(&mut b);
     assert_eq!(m.stats().transactions, 1);
-    let mut written = o.written.clone();
-    written.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut written = written(&o);
+    written.sort();
     assert_eq!(
         written,
-        vec![
-            ("ipm4-a".to_string(), Plan::Create),
-            ("ipm4-p".to_string(), Plan::Create),
-            ("ipm6-a".to_string(), Plan::Create),
+        [
+            ("ipm4-a", WriteKind::Create),
+            ("ipm4-p", WriteKind::Create),
+            ("ipm6-a", WriteKind::Create),
         ]
     );
     assert_eq!(
@@ -148,7 +162,7 @@ fn member_change_is_a_delta() {
         vec![],
     );
     let o = apply(&mut b);
-    assert_eq!(o.written, vec![("ipm4-a".into(), Plan::Delta)]);
+    assert_eq!(written(&o), [("ipm4-a", WriteKind::Delta)]);
     assert_eq!(
         shown(&m, "ipm4-a").unwrap(),
         expected(SetType::HashIp, Some(Family::V4), &["10.0.0.2", "10.0.0.3"])
@@ -162,7 +176,7 @@ fn member_change_is_a_delta() {
     // Every element replaced: a flush and the new ones, still one delta.
     b.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.9"])], vec![]);
     let o = apply(&mut b);
-    assert_eq!(o.written, vec![("ipm4-a".into(), Plan::Delta)]);
+    assert_eq!(written(&o), [("ipm4-a", WriteKind::Delta)]);
     assert_eq!(shown(&m, "ipm4-a").unwrap(), vec!["10.0.0.9".to_string()]);
 }
 
@@ -178,10 +192,9 @@ fn held_sets_are_left_exactly_as_they_are() {
     );
     apply(&mut b);
     // The policy of h fails: it is held, not deleted nor changed.
-    let held = Naming::default().main_set_name("h", Some(Family::V4));
     b.set_desired(
         vec![desired("a", SetType::HashIp, &["10.0.0.1"])],
-        vec![held.clone()],
+        vec!["h".to_string()],
     );
     let o = apply(&mut b);
     assert!(o.deleted.is_empty());
@@ -189,7 +202,8 @@ fn held_sets_are_left_exactly_as_they_are() {
     let o = apply(&mut b);
     assert!(o.deleted.is_empty(), "{:?}", o.deleted);
     assert_eq!(shown(&m, "ipm4-h").unwrap(), vec!["10.0.0.9".to_string()]);
-    // Held by its long policy's shortened ipset name, too.
+    // A long policy's nft set (named in full, unlike its shortened ipset
+    // name) is held by its policy's name too.
     let long = "a-policy-with-a-name-too-long-for-ipset";
     b.set_desired(vec![desired(long, SetType::HashIp, &["1.1.1.1"])], vec![]);
     apply(&mut b);
@@ -197,7 +211,7 @@ fn held_sets_are_left_exactly_as_they_are() {
     assert!(shown(&m, &full).is_some(), "the full policy name in nft");
     let short = Naming::default().main_set_name(long, Some(Family::V4));
     assert_ne!(short, full);
-    b.set_desired(vec![], vec![short, held]);
+    b.set_desired(vec![], vec![long.to_string(), "h".to_string()]);
     let o = apply(&mut b);
     assert!(o.deleted.is_empty(), "{:?}", o.deleted);
     assert!(shown(&m, &full).is_some());
@@ -230,7 +244,7 @@ fn one_bad_set_is_isolated_and_the_others_applied() {
     let r = report_of(&b, "ipm4-full");
     assert!(!r.synced);
     assert!(
-        matches!(r.error, Some(SetError::Kernel(DataplaneError::SetFull(_)))),
+        matches!(&r.error, Some(SetError::Kernel(e)) if e.kind() == ErrorKind::SetFull),
         "{:?}",
         r.error
     );
@@ -263,7 +277,7 @@ fn type_change_recreates_unless_a_rule_references_the_set() {
         vec![],
     );
     let o = apply(&mut b);
-    assert_eq!(o.written, vec![("ipm4-a".into(), Plan::Recreate)]);
+    assert_eq!(written(&o), [("ipm4-a", WriteKind::Recreate)]);
     let t = m.table(&default_table()).unwrap();
     assert!(t.sets["ipm4-a"].spec.interval);
     assert!(m.add_rule_referencing(&default_table(), "ipm4-a"));
@@ -287,7 +301,7 @@ fn type_change_recreates_unless_a_rule_references_the_set() {
         vec![],
     );
     let o = apply(&mut b);
-    assert_eq!(o.written, vec![("ipm4-a".into(), Plan::Delta)]);
+    assert_eq!(written(&o), [("ipm4-a", WriteKind::Delta)]);
 }
 
 #[test]
@@ -370,11 +384,11 @@ fn deletions_in_use_are_reported_and_retried() {
     assert!(m.add_rule_referencing(&t, "ipm4-b"));
     b.set_desired(vec![], vec![]);
     let o = apply(&mut b);
-    assert_eq!(o.deleted, vec!["ipm4-a".to_string()]);
+    assert_eq!(names(&o.deleted), ["ipm4-a"]);
     let d = b.deletion_report();
     assert_eq!(d.len(), 1);
-    assert_eq!(d[0].name, "ipm4-b");
-    assert!(matches!(d[0].error, DataplaneError::InUse(_)), "{:?}", d[0]);
+    assert_eq!(d[0].set.name, "ipm4-b");
+    assert_eq!(d[0].error.kind(), ErrorKind::InUse, "{:?}", d[0]);
     assert!(shown(&m, "ipm4-b").is_some(), "the set stays");
     // The rule is removed: the next resync deletes the set.
     m.tamper(&t, |tt| {
@@ -383,16 +397,16 @@ fn deletions_in_use_are_reported_and_retried() {
     });
     b.queue_resync();
     let o = apply(&mut b);
-    assert_eq!(o.deleted, vec!["ipm4-b".to_string()]);
+    assert_eq!(names(&o.deleted), ["ipm4-b"]);
     assert!(b.deletion_report().is_empty());
     assert!(m.table(&t).is_some(), "the table is never deleted");
     // Without pruning, unwanted sets are only reported.
-    let mut keep = NftBackend::new(
+    let mut keep = reconciler(
         m.clone(),
         t.clone(),
-        ManagerConfig {
+        ReconcilerConfig {
             prune: false,
-            ..ManagerConfig::default()
+            ..ReconcilerConfig::default()
         },
     );
     b.set_desired(vec![desired("k", SetType::HashIp, &["10.0.0.7"])], vec![]);
@@ -400,7 +414,7 @@ fn deletions_in_use_are_reported_and_retried() {
     keep.set_desired(vec![], vec![]);
     let o = keep.apply_updates();
     assert!(o.deleted.is_empty());
-    assert_eq!(keep.unwanted(), vec!["ipm4-k".to_string()]);
+    assert_eq!(names(&keep.unwanted()), ["ipm4-k"]);
 }
 
 #[test]
@@ -444,8 +458,14 @@ fn nomatch_becomes_intervals() {
     );
     let listed = b.list().unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].name, "inet ipsetmgr ipm4-n");
-    assert_eq!(b.shown_name("ipm4-n"), listed[0].name, "as apply shows it");
+    assert_eq!(listed[0].set.name, "inet ipsetmgr ipm4-n");
+    let reported = &b.report()[0].set;
+    assert_eq!(reported.name, "ipm4-n");
+    assert_eq!(
+        b.shown_name(reported),
+        listed[0].set.name,
+        "as apply shows it"
+    );
     assert_eq!(listed[0].role, "main");
     assert_eq!(listed[0].members, 2);
 }
@@ -456,7 +476,7 @@ fn nomatch_becomes_intervals() {
 fn sets_are_shown_after_their_table() {
     let m = ModelNft::new();
     let filter = crate::Table::new(TableFamily::Ip, "filter");
-    let mut b = NftBackend::new(m.clone(), filter.clone(), ManagerConfig::default());
+    let mut b = reconciler(m.clone(), filter.clone(), ReconcilerConfig::default());
     b.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.1"])], vec![]);
     assert_eq!(
         b.plan().unwrap(),
@@ -467,8 +487,8 @@ fn sets_are_shown_after_their_table() {
     assert!(m.table(&default_table()).is_none());
     let listed = b.list().unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].name, "ip filter ipm4-a");
-    let reported: Vec<String> = b.report().iter().map(|r| b.shown_name(&r.name)).collect();
+    assert_eq!(listed[0].set.name, "ip filter ipm4-a");
+    let reported: Vec<String> = b.report().iter().map(|r| b.shown_name(&r.set)).collect();
     assert_eq!(reported, ["ip filter ipm4-a"]);
 }
 
@@ -501,7 +521,7 @@ fn list_set_is_flattened_or_refused() {
     b.set_desired(vec![x.clone(), y2, l], vec![]);
     let o = apply(&mut b);
     assert!(
-        o.written.contains(&("ipm4-l".into(), Plan::Delta)),
+        written(&o).contains(&("ipm4-l", WriteKind::Delta)),
         "{:?}",
         o.written
     );
@@ -552,7 +572,7 @@ fn plan_is_read_only_and_stale_beliefs_are_reread() {
     assert!(report_of(&b, "ipm4-a").error.is_none());
     // Another table family and name work the same.
     let other = crate::Table::new(TableFamily::Ip, "filter");
-    let mut b2 = NftBackend::new(m.clone(), other.clone(), ManagerConfig::default());
+    let mut b2 = reconciler(m.clone(), other.clone(), ReconcilerConfig::default());
     b2.set_desired(vec![desired("a", SetType::HashIp, &["10.0.0.1"])], vec![]);
     assert!(b2.apply_updates().applied);
     assert!(m.table(&other).unwrap().sets.contains_key("ipm4-a"));
@@ -573,9 +593,7 @@ fn a_failed_resync_changes_nothing_and_is_retried() {
     assert!(
         matches!(
             o.error,
-            Some(ipsetmgr_manager::ApplyError::Resync(
-                DataplaneError::Unavailable(_)
-            ))
+            Some(ipsetmgr_sets::ApplyError::Resync(ref e)) if e.kind() == ErrorKind::Unavailable
         ),
         "{:?}",
         o.error
@@ -587,7 +605,7 @@ fn a_failed_resync_changes_nothing_and_is_retried() {
     );
     // The kernel answers again: the resync and the change go through.
     let o = apply(&mut b);
-    assert_eq!(o.written, vec![("ipm4-a".into(), Plan::Delta)]);
+    assert_eq!(written(&o), [("ipm4-a", WriteKind::Delta)]);
     assert_eq!(shown(&m, "ipm4-a").unwrap(), vec!["10.0.0.2".to_string()]);
 }
 
@@ -603,7 +621,7 @@ fn comments_and_size_changes_are_deltas() {
     d2.header.max_elem = 10;
     b.set_desired(vec![d2], vec![]);
     let o = apply(&mut b);
-    assert_eq!(o.written, vec![("ipm4-c".into(), Plan::Delta)]);
+    assert_eq!(written(&o), [("ipm4-c", WriteKind::Delta)]);
     let t = m.table(&default_table()).unwrap();
     let s = &t.sets["ipm4-c"];
     assert_eq!(s.spec.size, Some(10));
@@ -623,11 +641,11 @@ fn comments_and_size_changes_are_deltas() {
 fn a_prefix_nft_cannot_name_is_a_per_set_error() {
     let m = ModelNft::new();
     let naming = Naming::new("1pm").unwrap();
-    let config = ManagerConfig {
+    let config = ReconcilerConfig {
         naming: naming.clone(),
-        ..ManagerConfig::default()
+        ..ReconcilerConfig::default()
     };
-    let mut b = NftBackend::new(m.clone(), default_table(), config).with_sleep(|_| {});
+    let mut b = reconciler(m.clone(), default_table(), config).with_sleep(|_| {});
     let mut d = desired("a", SetType::HashIp, &["10.0.0.1"]);
     d.name = naming.main_set_name("a", Some(Family::V4));
     b.set_desired(vec![d], vec![]);
@@ -653,7 +671,7 @@ fn a_set_at_its_limit_grows_and_shrinks_with_its_members() {
     let eight = [&five[..], &["10.0.0.6", "10.0.0.7", "10.0.0.8"]].concat();
     b.set_desired(vec![sized(&eight, 16)], vec![]);
     let o = apply(&mut b);
-    assert_eq!(o.written, vec![("ipm4-grow".to_string(), Plan::Recreate)]);
+    assert_eq!(written(&o), [("ipm4-grow", WriteKind::Recreate)]);
     assert!(report_of(&b, "ipm4-grow").synced);
     assert_eq!(
         shown(&m, "ipm4-grow"),
@@ -677,7 +695,7 @@ fn a_set_at_its_limit_grows_and_shrinks_with_its_members() {
     b.queue_resync();
     b.set_desired(vec![sized(&eight, 16)], vec![]);
     let o = apply(&mut b);
-    assert_eq!(o.written, vec![("ipm4-grow".to_string(), Plan::Delta)]);
+    assert_eq!(written(&o), [("ipm4-grow", WriteKind::Delta)]);
     assert!(report_of(&b, "ipm4-grow").synced);
     assert_eq!(
         shown(&m, "ipm4-grow"),
@@ -696,7 +714,7 @@ fn a_list_set_over_a_held_policy_is_kept_as_the_kernel_holds_it() {
     let before = shown(&m, "ipm4-all").expect("the list");
     assert_eq!(before.len(), 2, "{before:?}");
     // The feed fails: its policy is held, the list still names it.
-    b.set_desired(vec![local, all], vec!["ipm4-feed".into()]);
+    b.set_desired(vec![local, all], vec!["feed".into()]);
     apply(&mut b);
     assert_eq!(shown(&m, "ipm4-all"), Some(before));
     assert!(shown(&m, "ipm4-feed").is_some(), "a held set stays");

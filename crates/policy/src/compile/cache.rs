@@ -16,7 +16,7 @@ use super::errors::PolicyError;
 use super::parse::ParsedSource;
 use ipsetmgr_api::policy::{FamilySpec, IPSetPolicy};
 use ipsetmgr_ipset::SetType;
-use ipsetmgr_manager::DesiredSet;
+use ipsetmgr_sets::DesiredSet;
 
 /// Where members come from, with the version of that content.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

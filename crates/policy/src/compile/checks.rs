@@ -50,13 +50,6 @@ pub(crate) fn max_elem(policy: &IPSetPolicy) -> u32 {
     }
 }
 
-/// Hold every kernel set a failed policy may have (any family).
-pub(crate) fn hold(held: &mut Vec<String>, naming: &Naming, policy: &str) {
-    for fam in [Some(Family::V4), Some(Family::V6), None] {
-        held.push(naming.main_set_name(policy, fam));
-    }
-}
-
 /// Policies whose kernel set names coincide with another policy's: the
 /// shortened form of a long name keeps only a hash of the rest, so two
 /// names can meet. Both policies fail (neither may silently take the other's

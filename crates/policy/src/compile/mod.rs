@@ -26,7 +26,7 @@ use std::sync::Arc;
 use self::cache::{PolicyKey, SourceKey};
 pub use self::checks::check_name;
 use self::checks::{
-    check_header_fields, families, hold, max_elem, name_collisions, nomatch_conflict_errors,
+    check_header_fields, families, max_elem, name_collisions, nomatch_conflict_errors,
 };
 use self::parse::{ParsedSource, parse_source};
 use super::selector;
@@ -38,7 +38,7 @@ use ipsetmgr_ipset::{
 pub use self::cache::MemberCache;
 pub use self::checks::{MAX_HASH_SIZE, MAX_MAX_ELEM, MIN_HASH_SIZE};
 pub use self::errors::{PolicyError, PolicyErrorKind};
-pub use ipsetmgr_manager::DesiredSet;
+pub use ipsetmgr_sets::DesiredSet;
 
 /// Default size of a list:set (the kernel's default).
 pub const DEFAULT_LIST_SIZE: u32 = 8;
@@ -245,7 +245,8 @@ pub struct Compiled {
     pub sets: Vec<DesiredSet>,
     /// Policies with errors; their kernel sets are held untouched.
     pub errors: Vec<PolicyError>,
-    /// Kernel names of failed policies' sets: never modified nor deleted.
+    /// Policies with errors: their kernel sets (every family, in every
+    /// kernel) are never modified nor deleted.
     pub held: Vec<String>,
     /// Policies whose nodeSelector does not select this node.
     pub not_selected: Vec<String>,
@@ -290,7 +291,7 @@ pub fn compile_inputs(
 ) -> Compiled {
     cache.begin();
     let mut out = Compiled::default();
-    let (selected, candidates) = select(inputs, naming, node_labels, &mut out);
+    let (selected, candidates) = select(inputs, node_labels, &mut out);
     let collisions = name_collisions(&candidates, naming);
     // list:sets last: a member naming a policy that is held stays in the
     // list (and said so), rather than failing the whole list: the backend
@@ -304,7 +305,7 @@ pub fn compile_inputs(
         let name = p.metadata.name.as_deref().unwrap_or("");
         if let Some(errs) = collisions.get(name) {
             out.errors.extend(errs.iter().cloned());
-            hold(&mut out.held, naming, name);
+            out.held.push(name.to_string());
             failed.insert(name.to_string());
             continue;
         }
@@ -318,7 +319,7 @@ pub fn compile_inputs(
             Ok(sets) => out.sets.extend(sets),
             Err(errs) => {
                 out.errors.extend(errs);
-                hold(&mut out.held, naming, name);
+                out.held.push(name.to_string());
                 failed.insert(name.to_string());
             }
         }
@@ -332,7 +333,6 @@ pub fn compile_inputs(
 /// fail here; unselected policies are noted.
 fn select<'i, 'a>(
     inputs: &'i [PolicyInput<'a>],
-    naming: &Naming,
     node_labels: Option<&BTreeMap<String, String>>,
     out: &mut Compiled,
 ) -> (HashMap<&'a str, &'a IPSetPolicy>, Vec<&'i PolicyInput<'a>>) {
@@ -350,7 +350,7 @@ fn select<'i, 'a>(
         let mut fail = |kind, held: bool| {
             out.errors.push(PolicyError::of_policy(name, kind));
             if held {
-                hold(&mut out.held, naming, name);
+                out.held.push(name.to_string());
             }
         };
         if let Err(why) = check_name(name) {

@@ -76,7 +76,7 @@ fn a_bad_member_fails_the_whole_policy_only() {
         msgs[1]
     );
     assert!(msgs[2].contains("host name"), "{}", msgs[2]);
-    assert!(c.held.contains(&"ipm4-bad".to_string()));
+    assert!(c.held.contains(&"bad".to_string()));
 }
 
 #[test]
@@ -141,7 +141,7 @@ fn a_network_with_and_without_nomatch_is_rejected_naming_both() {
         assert!(msg.contains(&format!("member \"{plain}\"")), "{msg}");
         assert!(msg.contains(&format!("{flagged:?}")), "{msg}");
         assert!(msg.contains(&format!("network {network}")), "{msg}");
-        assert!(c.held.contains(&"ipm4-flip".to_string()));
+        assert!(c.held.contains(&"flip".to_string()));
     }
     // Different networks, one excluded from the other, are the point of nomatch.
     let ok = policy(
@@ -172,7 +172,8 @@ fn policies_sharing_a_kernel_set_name_both_fail() {
     for e in &c.errors {
         assert!(e.to_string().contains(&shortened), "{e}");
     }
-    assert!(c.held.contains(&shortened));
+    // Both policies are held: every set either may have stays as it is.
+    assert!(c.held.iter().any(|h| h == long) && c.held.iter().any(|h| h == short));
 }
 
 #[test]
@@ -462,7 +463,7 @@ fn slices_add_their_members_under_the_same_rules() {
         msg,
         "policy \"big\": slice \"big-2\": member \"not-an-ip\" rejected: looks like a host name; only literal addresses are accepted (host names would need DNS)"
     );
-    assert!(c.held.contains(&"ipm4-big".to_string()));
+    assert!(c.held.contains(&"big".to_string()));
 
     // A slice that could not be read at all holds the policy too.
     let inputs = [PolicyInput {
@@ -489,7 +490,7 @@ fn slices_add_their_members_under_the_same_rules() {
             .to_string()
             .contains("slice \"big-3\": could not be read")
     );
-    assert!(c.held.contains(&"ipm4-big".to_string()));
+    assert!(c.held.contains(&"big".to_string()));
 }
 
 #[test]

@@ -1,13 +1,16 @@
-//! What the manager is asked to hold.
+//! What a node is asked to hold.
 
 use std::sync::Arc;
 
 use ipsetmgr_ipset::{MemberSet, SetHeader};
 
-/// One kernel set this node should hold, as a policy compiler produces it.
+/// One set this node should hold, as a policy compiler produces it, in no
+/// kernel's words: each kernel adapter derives its own name and form.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DesiredSet {
-    /// The kernel name (owned by the manager's naming scheme).
+    /// The set's name in the project's naming scheme (`ipm4-blocklist`):
+    /// what list:set members and reports call it. A kernel whose names
+    /// differ maps it (see [`Kernel::kernel_name`](crate::Kernel::kernel_name)).
     pub name: String,
     /// The policy it comes from, for reports.
     pub policy: String,
