@@ -5,6 +5,8 @@
 //!   kube client through their normal dependencies, however indirectly;
 //! - the agent and the controller never depend on each other;
 //! - nothing depends on the binary's package;
+//! - every declared dependency is named by the package's code
+//!   (`crate_graph/deps.rs`);
 //! - within each crate, no two modules import each other, directly or
 //!   around a circle, also when they name each other's items through
 //!   re-exports (`crate_graph/modules.rs`).
@@ -22,6 +24,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+#[path = "crate_graph/deps.rs"]
+mod deps;
 #[path = "crate_graph/modules.rs"]
 mod modules;
 
@@ -464,4 +468,68 @@ fn the_circle_check_follows_nested_re_exports_and_ancestor_items() {
     );
     // outer calls inner, inner uses outer's own type: a circle.
     assert_eq!(circles(&graph), vec![names(&["outer", "outer::inner"])]);
+}
+
+// ---- every declared dependency is used (crate_graph/deps.rs) ----
+
+#[test]
+fn every_declared_dependency_is_used() {
+    let meta = metadata();
+    let members = strings(&meta["workspace_members"]);
+    let mut unused = Vec::new();
+    let mut allowed_seen = Vec::new();
+    let mut checked = 0;
+    for p in meta["packages"].as_array().unwrap() {
+        if !members.iter().any(|m| m == p["id"].as_str().unwrap()) {
+            continue;
+        }
+        let package = p["name"].as_str().unwrap();
+        let manifest = PathBuf::from(p["manifest_path"].as_str().unwrap());
+        let dir = manifest.parent().unwrap();
+        for d in p["dependencies"].as_array().unwrap() {
+            let name = d["rename"].as_str().or(d["name"].as_str()).unwrap();
+            let kind = deps::Kind::of(d["kind"].as_str());
+            checked += 1;
+            if deps::FEATURE_ONLY
+                .iter()
+                .any(|(p, n, _)| *p == package && *n == name)
+            {
+                allowed_seen.push((package, name));
+                continue;
+            }
+            if !deps::names_crate(&deps::sources(dir, kind), name) {
+                unused.push(format!("{package}: {kind:?} dependency {name}"));
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} dependencies read");
+    // The allow-list holds nothing stale.
+    for (p, n, _) in deps::FEATURE_ONLY {
+        assert!(
+            allowed_seen.contains(&(p, n)),
+            "{p} no longer declares {n}: drop it from FEATURE_ONLY"
+        );
+    }
+    assert!(
+        unused.is_empty(),
+        "dependencies no code of the package names:\n{}",
+        unused.join("\n")
+    );
+}
+
+#[test]
+fn the_dependency_check_sees_uses_and_not_lookalikes() {
+    use deps::names_crate;
+    assert!(names_crate("use serde_json::Value;", "serde-json"));
+    assert!(names_crate("let x = kube::Client::new();", "kube"));
+    assert!(names_crate("#[derive(thiserror::Error)]", "thiserror"));
+    assert!(names_crate("use tokio;", "tokio"));
+    assert!(names_crate("extern crate libc;", "libc"));
+    assert!(names_crate("use foo::{a, b};", "foo"));
+    // Another crate whose name ends or starts the same, a path segment.
+    assert!(!names_crate("use kube_runtime::x;", "kube"));
+    assert!(!names_crate("use my_kube::x;", "kube"));
+    assert!(!names_crate("crate::kube::x()", "kube"));
+    assert!(!names_crate("use tokio_rustls;", "tokio"));
+    assert!(!names_crate("let json = 1;", "json-patch"));
 }
