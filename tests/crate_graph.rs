@@ -7,6 +7,8 @@
 //! - nothing depends on the binary's package;
 //! - every declared dependency is named by the package's code
 //!   (`crate_graph/deps.rs`);
+//! - outside the kernel crates, every crate root forbids `unsafe` and no
+//!   test, bench or example contains it;
 //! - within each crate, no two modules import each other, directly or
 //!   around a circle, also when they name each other's items through
 //!   re-exports (`crate_graph/modules.rs`).
@@ -532,4 +534,67 @@ fn the_dependency_check_sees_uses_and_not_lookalikes() {
     assert!(!names_crate("crate::kube::x()", "kube"));
     assert!(!names_crate("use tokio_rustls;", "tokio"));
     assert!(!names_crate("let json = 1;", "json-patch"));
+}
+
+// ---- `unsafe` only in the kernel crates ----
+
+/// The crates that may contain `unsafe` (docs/architecture.md, "Crates").
+const UNSAFE_ALLOWED: [&str; 2] = ["ipsetmgr-dataplane", "ipsetmgr-nft"];
+
+/// Unsafe code as written, spelt so that this file does not contain it.
+const UNSAFE_CODE: [&str; 3] = [
+    concat!("unsafe", " {"),
+    concat!("unsafe", " fn"),
+    concat!("unsafe", " impl"),
+];
+
+/// Does a crate root forbid `unsafe` for its whole crate? (An inner
+/// attribute at the top level of the file, not in a comment.)
+fn forbids_unsafe(text: &str) -> bool {
+    text.lines()
+        .map(str::trim)
+        .any(|l| l.replace(' ', "") == "#![forbid(unsafe_code)]")
+}
+
+#[test]
+fn every_crate_root_outside_the_kernel_crates_forbids_unsafe() {
+    let meta = metadata();
+    let members = strings(&meta["workspace_members"]);
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for p in meta["packages"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        if !members.iter().any(|m| m == p["id"].as_str().unwrap()) || UNSAFE_ALLOWED.contains(&name)
+        {
+            continue;
+        }
+        for t in p["targets"].as_array().unwrap() {
+            let kinds = strings(&t["kind"]);
+            let file = t["src_path"].as_str().unwrap();
+            let text = std::fs::read_to_string(file).unwrap();
+            // The code that is built for use: libraries, binaries and build
+            // scripts carry the attribute. Tests, benches and examples
+            // simply contain no unsafe code (checked in the text).
+            if kinds
+                .iter()
+                .any(|k| matches!(k.as_str(), "lib" | "bin" | "proc-macro" | "custom-build"))
+            {
+                checked += 1;
+                if !forbids_unsafe(&text) {
+                    missing.push(format!("{name}: {file} has no #![forbid(unsafe_code)]"));
+                }
+            } else if UNSAFE_CODE.iter().any(|u| text.contains(u)) {
+                missing.push(format!("{name}: {file} contains unsafe code"));
+            }
+        }
+    }
+    assert!(checked >= 10, "only {checked} crate roots read");
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
+#[test]
+fn the_unsafe_check_reads_the_attribute_not_a_comment() {
+    assert!(forbids_unsafe("//! Docs.\n\n#![forbid(unsafe_code)]\n"));
+    assert!(!forbids_unsafe("// #![forbid(unsafe_code)]\n"));
+    assert!(!forbids_unsafe("#![deny(unsafe_code)]\n"));
 }
