@@ -386,9 +386,9 @@ pub fn cannot_run(test: &str, why: &dyn std::fmt::Display) {
     eprintln!("{msg}");
 }
 
-static NEWEST: tokio::sync::OnceCell<Result<ControlPlane, String>> =
+static NEWEST: tokio::sync::OnceCell<Result<ControlPlane, Error>> =
     tokio::sync::OnceCell::const_new();
-static OLDEST: tokio::sync::OnceCell<Result<ControlPlane, String>> =
+static OLDEST: tokio::sync::OnceCell<Result<ControlPlane, Error>> =
     tokio::sync::OnceCell::const_new();
 
 /// The control plane shared by every test of this test binary (one per
@@ -407,7 +407,7 @@ pub async fn shared(test: &str, server: Server) -> Option<&'static ControlPlane>
     };
     let started = cell
         .get_or_init(|| async {
-            let started = ControlPlane::start(server).await.map_err(|e| e.to_string());
+            let started = ControlPlane::start(server).await;
             if let Ok(p) = &started {
                 eprintln!(
                     "envtest: {} API server {} at {} (shared by this test binary)",
