@@ -4,6 +4,8 @@
 //! "unknown". Here, with the telemetry that reports it (this crate is at
 //! `crates/cluster`, two levels below the repository's root).
 
+#![forbid(unsafe_code)]
+
 use std::process::Command;
 
 fn main() {

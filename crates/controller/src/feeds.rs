@@ -57,29 +57,53 @@ pub struct HeaderSource {
     pub namespace: String,
 }
 
+/// Why a url source's request headers could not be read from its Secret
+/// (a failed fetch: its text is the source's error in the status).
+#[derive(Debug, thiserror::Error)]
+enum HeadersError {
+    #[error("no API client to read the Secret")]
+    NoClient,
+    #[error("reading Secret {namespace}/{secret}: {}", ipsetmgr_cluster::api_error::describe(.error))]
+    Read {
+        namespace: String,
+        secret: String,
+        error: kube::Error,
+    },
+    #[error("Secret {namespace}/{secret} not found")]
+    NotFound { namespace: String, secret: String },
+    #[error("Secret {secret}: key {key:?} is not a header name")]
+    Name { secret: String, key: String },
+    #[error("Secret {secret}: the value of {key:?} is not a header value")]
+    Value { secret: String, key: String },
+}
+
 impl HeaderSource {
-    async fn headers(&self, secret: &str) -> Result<HeaderMap, String> {
+    async fn headers(&self, secret: &str) -> Result<HeaderMap, HeadersError> {
         let Some(client) = &self.client else {
-            return Err("no API client to read the Secret".into());
+            return Err(HeadersError::NoClient);
         };
         let api: Api<Secret> = Api::namespaced(client.clone(), &self.namespace);
         let s = api
             .get_opt(secret)
             .await
-            .map_err(|e| {
-                format!(
-                    "reading Secret {}/{secret}: {}",
-                    self.namespace,
-                    ipsetmgr_cluster::api_error::describe(&e)
-                )
+            .map_err(|error| HeadersError::Read {
+                namespace: self.namespace.clone(),
+                secret: secret.to_string(),
+                error,
             })?
-            .ok_or_else(|| format!("Secret {}/{secret} not found", self.namespace))?;
+            .ok_or_else(|| HeadersError::NotFound {
+                namespace: self.namespace.clone(),
+                secret: secret.to_string(),
+            })?;
         let mut out = HeaderMap::new();
         for (k, v) in s.data.unwrap_or_default() {
-            let name = HeaderName::from_bytes(k.as_bytes())
-                .map_err(|_| format!("Secret {secret}: key {k:?} is not a header name"))?;
-            let value = HeaderValue::from_bytes(&v.0).map_err(|_| {
-                format!("Secret {secret}: the value of {k:?} is not a header value")
+            let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| HeadersError::Name {
+                secret: secret.to_string(),
+                key: k.clone(),
+            })?;
+            let value = HeaderValue::from_bytes(&v.0).map_err(|_| HeadersError::Value {
+                secret: secret.to_string(),
+                key: k.clone(),
             })?;
             out.insert(name, value);
         }
@@ -100,8 +124,8 @@ async fn refresh(
             Ok(h) => h,
             Err(e) => {
                 let failure = FeedFailure {
-                    public: e.clone(),
-                    detail: e,
+                    public: e.to_string(),
+                    detail: e.to_string(),
                 };
                 return feed.settle(Err(failure), job.spec.interval);
             }

@@ -117,12 +117,33 @@ fn shape(s: &IPSetPolicyStatus) -> Shape<'_> {
     (s.observed_generation, conditions, failing_sources)
 }
 
+/// Why one write failed. Logged as the API server's own reason and
+/// message (`api_error::describe`).
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    #[error("{}", ipsetmgr_cluster::api_error::describe(.0))]
+    Api(kube::Error),
+    #[error("timed out")]
+    TimedOut,
+}
+
+impl WriteError {
+    /// A delete that failed because the object is already gone: the API
+    /// server's 404, nothing else.
+    fn already_gone(&self) -> bool {
+        matches!(self, WriteError::Api(kube::Error::Api(s)) if s.code == 404)
+    }
+}
+
 impl Writer {
-    async fn timed<T>(&self, f: impl Future<Output = Result<T, kube::Error>>) -> Result<T, String> {
+    async fn timed<T>(
+        &self,
+        f: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, WriteError> {
         match tokio::time::timeout(self.settings.request_timeout, f).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(ipsetmgr_cluster::api_error::describe(&e)),
-            Err(_) => Err("timed out".into()),
+            Ok(Err(e)) => Err(WriteError::Api(e)),
+            Err(_) => Err(WriteError::TimedOut),
         }
     }
 
@@ -255,7 +276,7 @@ impl Writer {
                         tracing::info!(node = %name, "deleted the node state of a Node that is gone");
                         self.shared.metrics.node_states_deleted.inc();
                     }
-                    Err(e) if e.contains("NotFound") || e.contains("404") => {}
+                    Err(e) if e.already_gone() => {}
                     Err(e) => {
                         tracing::warn!(node = %name, error = %e, "could not delete a node state")
                     }
@@ -376,5 +397,50 @@ mod event_name_tests {
             );
         }
         assert_eq!(event_name("blocklist", 255), "blocklist.ff");
+    }
+}
+
+#[cfg(test)]
+mod already_gone_tests {
+    use super::*;
+
+    fn api_error(code: u16, reason: &str, message: &str) -> kube::Error {
+        let mut status = kube::core::Status::failure(message, reason);
+        status.code = code;
+        kube::Error::Api(status.boxed())
+    }
+
+    /// Only the API server's 404 means the node state is already gone; a
+    /// failure whose text merely mentions 404 or NotFound (a node named
+    /// `rack-404`, a webhook's message) is a failed delete, logged.
+    #[test]
+    fn only_a_404_status_is_already_gone() {
+        let gone = WriteError::Api(api_error(
+            404,
+            "NotFound",
+            "ipsetnodestates \"n1\" not found",
+        ));
+        assert!(gone.already_gone());
+        for e in [
+            api_error(
+                500,
+                "InternalError",
+                "etcd: deleting ipsetnodestates/rack-404: timeout",
+            ),
+            api_error(
+                403,
+                "Forbidden",
+                "admission webhook: NotFound is not a reason to delete",
+            ),
+        ] {
+            let e = WriteError::Api(e);
+            assert!(!e.already_gone(), "{e}");
+        }
+        assert!(!WriteError::TimedOut.already_gone());
+        // What the log says is the API server's reason and message.
+        assert_eq!(
+            gone.to_string(),
+            "NotFound (HTTP 404): ipsetnodestates \"n1\" not found"
+        );
     }
 }

@@ -11,7 +11,7 @@
 pub mod adapter;
 pub mod cli;
 pub mod memory;
-#[cfg(feature = "model")]
+#[cfg(any(test, feature = "model"))]
 pub mod model;
 pub mod netlink;
 pub mod netns;

@@ -9,18 +9,23 @@
 //! What it must never do: leave processes or files behind. An owned
 //! [`ControlPlane`] stops both processes and removes its directory when
 //! dropped (also when a test panics); the per-binary [`shared`] one is
-//! stopped when the test process exits.
+//! stopped when the test process exits, however it exits, by a watchdog
+//! process (`watchdog.rs`), which also stops an owned one
+//! whose test process was killed.
 //!
 //! Binaries are found as [`assets`] says; when they are absent a test
 //! skips with a message, except under `CI=true`, where it fails
 //! ([`cannot_run`]). See docs/architecture.md (Tests).
 
+#![forbid(unsafe_code)]
+
 pub mod assets;
 mod pki;
 mod process;
+mod watchdog;
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::Client;
@@ -28,6 +33,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 pub use assets::{Binaries, Missing, Server};
 use process::Proc;
+use watchdog::Watchdog;
 
 /// How long the API server may take to become ready (about 3 s here; the
 /// first start after boot reads its binary from disk).
@@ -60,6 +66,9 @@ pub struct ControlPlane {
     path: PathBuf,
     etcd: Mutex<Option<Proc>>,
     apiserver: Mutex<Option<Proc>>,
+    /// Stops both and removes the directory if this process ends without
+    /// [`ControlPlane::stop`] (the shared planes, a killed test).
+    watchdog: Arc<Mutex<Watchdog>>,
     etcd_url: String,
     port: u16,
     token: String,
@@ -83,7 +92,7 @@ fn random_token() -> Result<String, Error> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -96,6 +105,7 @@ impl ControlPlane {
             .tempdir()
             .map_err(io("creating a temporary directory"))?;
         let path = dir.path().to_path_buf();
+        let watchdog = Watchdog::start(&path).map_err(io("starting the watchdog (sh)"))?;
         let pki = pki::make().map_err(|e| Error::Io(format!("making certificates: {e}")))?;
         let token = random_token()?;
         let write = |name: &str, text: &str| {
@@ -119,6 +129,7 @@ impl ControlPlane {
             dir: Mutex::new(Some(dir)),
             etcd: Mutex::new(None),
             apiserver: Mutex::new(None),
+            watchdog: Arc::new(Mutex::new(watchdog)),
             etcd_url,
             port,
             token,
@@ -147,8 +158,13 @@ impl ControlPlane {
             "--unsafe-no-fsync".to_string(),
             "--log-level=warn".to_string(),
         ];
-        let mut p = Proc::spawn(&self.binaries.etcd, &args, self.path.join("etcd.log"))
-            .map_err(io(format!("starting {}", self.binaries.etcd.display())))?;
+        let mut p = Proc::spawn(
+            &self.binaries.etcd,
+            &args,
+            self.path.join("etcd.log"),
+            self.watchdog.clone(),
+        )
+        .map_err(io(format!("starting {}", self.binaries.etcd.display())))?;
         let addr = self.etcd_url.trim_start_matches("http://").to_string();
         let start = Instant::now();
         loop {
@@ -205,6 +221,7 @@ impl ControlPlane {
             &self.apiserver_args(),
             self.path
                 .join(format!("kube-apiserver-{}.log", free_port()?)),
+            self.watchdog.clone(),
         )
         .map_err(io(format!(
             "starting {}",
@@ -339,6 +356,7 @@ impl ControlPlane {
         if let Some(mut p) = lock(&self.etcd).take() {
             p.stop(Duration::from_secs(5));
         }
+        lock(&self.watchdog).done();
         drop(lock(&self.dir).take());
     }
 }
@@ -368,36 +386,10 @@ pub fn cannot_run(test: &str, why: &dyn std::fmt::Display) {
     eprintln!("{msg}");
 }
 
-static NEWEST: tokio::sync::OnceCell<Result<ControlPlane, String>> =
+static NEWEST: tokio::sync::OnceCell<Result<ControlPlane, Error>> =
     tokio::sync::OnceCell::const_new();
-static OLDEST: tokio::sync::OnceCell<Result<ControlPlane, String>> =
+static OLDEST: tokio::sync::OnceCell<Result<ControlPlane, Error>> =
     tokio::sync::OnceCell::const_new();
-
-/// Stops the shared control planes when the test process exits. libtest
-/// returns from `main` (or calls `exit`) after the last test; both run
-/// `atexit` handlers. Statics are never dropped, so this is the one way to
-/// stop processes that outlive every test of the binary.
-extern "C" fn stop_shared() {
-    for cell in [&NEWEST, &OLDEST] {
-        if let Some(Ok(plane)) = cell.get() {
-            plane.stop();
-        }
-    }
-}
-
-fn register_stop_at_exit() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: `stop_shared` is a plain `extern "C" fn()` that does not
-        // unwind (its work is kill, wait and remove_dir, none of which
-        // panics on failure).
-        #[allow(unsafe_code)]
-        let rc = unsafe { libc::atexit(stop_shared) };
-        if rc != 0 {
-            eprintln!("envtest: atexit failed; the shared control plane may outlive the tests");
-        }
-    });
-}
 
 /// The control plane shared by every test of this test binary (one per
 /// [`Server`]), started on first use. `None` (after [`cannot_run`]) when its
@@ -415,8 +407,7 @@ pub async fn shared(test: &str, server: Server) -> Option<&'static ControlPlane>
     };
     let started = cell
         .get_or_init(|| async {
-            register_stop_at_exit();
-            let started = ControlPlane::start(server).await.map_err(|e| e.to_string());
+            let started = ControlPlane::start(server).await;
             if let Ok(p) = &started {
                 eprintln!(
                     "envtest: {} API server {} at {} (shared by this test binary)",

@@ -6,6 +6,8 @@
 //! kubectl --kubeconfig /tmp/kc get --raw /version
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 
 use clap::Parser;

@@ -4,18 +4,28 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use crate::watchdog::Watchdog;
+
 pub(crate) struct Proc {
     pub log: PathBuf,
     child: Child,
+    /// Stops it should this process end first; told when it is stopped.
+    watchdog: Arc<Mutex<Watchdog>>,
 }
 
 impl Proc {
-    pub fn spawn(program: &Path, args: &[String], log: PathBuf) -> std::io::Result<Proc> {
+    pub fn spawn(
+        program: &Path,
+        args: &[String],
+        log: PathBuf,
+        watchdog: Arc<Mutex<Watchdog>>,
+    ) -> std::io::Result<Proc> {
         let out = File::create(&log)?;
         let err = out.try_clone()?;
         let child = Command::new(program)
@@ -24,7 +34,12 @@ impl Proc {
             .stdout(out)
             .stderr(err)
             .spawn()?;
-        Ok(Proc { log, child })
+        crate::lock(&watchdog).watch(child.id());
+        Ok(Proc {
+            log,
+            child,
+            watchdog,
+        })
     }
 
     pub fn pid(&self) -> u32 {
@@ -41,8 +56,14 @@ impl Proc {
         tail(&self.log, lines)
     }
 
-    /// End it: SIGTERM, up to `grace` to exit, then SIGKILL.
+    /// End it: SIGTERM, up to `grace` to exit, then SIGKILL; once it is
+    /// reaped, the watchdog forgets its pid.
     pub fn stop(&mut self, grace: Duration) {
+        self.end(grace);
+        crate::lock(&self.watchdog).forget(self.child.id());
+    }
+
+    fn end(&mut self, grace: Duration) {
         if self.exited().is_some() {
             return;
         }

@@ -7,11 +7,11 @@
 
 #![forbid(unsafe_code)]
 
+mod error;
 pub mod lock;
 pub mod registry;
 pub mod side;
 
+pub use error::KernelError;
 pub use registry::{BackendList, BackendListError, KernelBackend, Opened};
-pub use side::{
-    KernelError, KernelOptions, KernelSide, parse_table_family, parse_table_name, run_once,
-};
+pub use side::{KernelOptions, KernelSide, parse_table_family, parse_table_name, run_once};

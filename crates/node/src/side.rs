@@ -9,14 +9,14 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ipsetmgr_dataplane::OpenError;
 use ipsetmgr_dataplane::netns::{self, NetnsError};
 use ipsetmgr_ipset::Naming;
-use ipsetmgr_nft::{NftError, Table, TableFamily};
+use ipsetmgr_nft::{Table, TableFamily};
 use ipsetmgr_sets::driver::{self, Command, DriverConfig, Observer};
 use ipsetmgr_sets::{ReconcilerConfig, SetsBackend};
 
-use crate::lock::{self, LockError, LockGuard};
+use crate::KernelError;
+use crate::lock::{self, LockGuard};
 use crate::registry::{BackendList, Opened};
 
 /// `--nft-family`: the table family, as `nft` spells it.
@@ -56,22 +56,6 @@ pub struct KernelOptions {
     /// under `nft`, nft sets under `netlink`), each once its policy is held
     /// by the ones it uses: the agent's, after a backend switch.
     pub retire_other_backend: bool,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum KernelError {
-    #[error(transparent)]
-    Netns(#[from] NetnsError),
-    #[error(transparent)]
-    Lock(#[from] LockError),
-    #[error(transparent)]
-    Open(#[from] OpenError),
-    #[error("cannot open nf_tables netlink: {0}")]
-    Nft(#[from] NftError),
-    #[error("cannot start the kernel thread: {0}")]
-    Thread(std::io::Error),
-    #[error("the kernel thread stopped before it was ready")]
-    Died,
 }
 
 /// Open what `opts.backend` needs (on the calling thread: in the namespace).

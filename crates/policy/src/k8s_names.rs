@@ -42,32 +42,46 @@ fn name_part(s: &str) -> bool {
             .all(|&c| alnum(c) || matches!(c, b'-' | b'_' | b'.'))
 }
 
+/// Why a label key or value is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    #[error("label key {key:?}: its prefix {why}")]
+    KeyPrefix { key: String, why: &'static str },
+    #[error(
+        "label key {0:?}: the name must be 1 to 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit (an optional DNS-subdomain prefix and '/' before it)"
+    )]
+    KeyName(String),
+    #[error(
+        "label value {0:?}: must be empty or 1 to 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+    )]
+    Value(String),
+}
+
 /// A label key: `[prefix/]name`, the prefix a DNS subdomain, the name as
 /// [`name_part`] says.
-pub(crate) fn label_key(s: &str) -> Result<(), String> {
+pub(crate) fn label_key(s: &str) -> Result<(), LabelError> {
     let (prefix, name) = match s.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, s),
     };
     if let Some(p) = prefix {
-        dns1123_subdomain(p).map_err(|e| format!("label key {s:?}: its prefix {e}"))?;
+        dns1123_subdomain(p).map_err(|why| LabelError::KeyPrefix {
+            key: s.to_string(),
+            why,
+        })?;
     }
     if !name_part(name) {
-        return Err(format!(
-            "label key {s:?}: the name must be 1 to 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit (an optional DNS-subdomain prefix and '/' before it)"
-        ));
+        return Err(LabelError::KeyName(s.to_string()));
     }
     Ok(())
 }
 
 /// A label value: empty, or as [`name_part`] says.
-pub(crate) fn label_value(s: &str) -> Result<(), String> {
+pub(crate) fn label_value(s: &str) -> Result<(), LabelError> {
     if s.is_empty() || name_part(s) {
         Ok(())
     } else {
-        Err(format!(
-            "label value {s:?}: must be empty or 1 to 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
-        ))
+        Err(LabelError::Value(s.to_string()))
     }
 }
 

@@ -7,13 +7,13 @@
 //! pending adds plus pending deletes (one copy of a million members).
 
 mod batch;
-#[cfg(all(test, feature = "model"))]
+#[cfg(test)]
 mod driver_tests;
 mod read;
-#[cfg(all(test, feature = "model"))]
+#[cfg(test)]
 mod retire_tests;
 mod state;
-#[cfg(all(test, feature = "model"))]
+#[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
