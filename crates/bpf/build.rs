@@ -17,7 +17,8 @@ fn main() {
     println!("cargo::rerun-if-env-changed=CI");
     println!("cargo::rustc-check-cfg=cfg(xdp_object)");
     let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".to_string());
-    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("drop_from.o");
+    let out =
+        PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("drop_from.o");
     let dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
     // -g: BTF, which the map-in-map definitions need. The prefix map keeps
     // the checkout's path out of the object, so it is the same everywhere.

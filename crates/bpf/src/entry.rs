@@ -170,6 +170,9 @@ mod tests {
             prefix: 8,
             nomatch: true,
         };
-        assert_eq!(Entry::try_from(&m).unwrap().to_string(), "10.0.0.0/8 nomatch");
+        assert_eq!(
+            Entry::try_from(&m).unwrap().to_string(),
+            "10.0.0.0/8 nomatch"
+        );
     }
 }

@@ -20,6 +20,9 @@
 //! runs on the agent's kernel thread), and is not yet a backend on the
 //! sets seam (issue 35).
 
+// Only sys.rs may use unsafe (one bpf(2) call), and says so itself.
+#![deny(unsafe_code)]
+
 mod entry;
 mod error;
 mod set;

@@ -42,13 +42,12 @@ impl BpfSet {
         let kname = kernel_name(name);
         let mut trie = Trie::create(name, &kname, family, max_entries)?;
         fill(name, &mut trie, entries)?;
-        let fd = sys::create_array_of_maps(&kname, trie.fd(), 1).map_err(|errno| {
-            BpfError::Kernel {
+        let fd =
+            sys::create_array_of_maps(&kname, trie.fd(), 1).map_err(|errno| BpfError::Kernel {
                 set: name.to_string(),
                 op: "create outer map",
                 errno,
-            }
-        })?;
+            })?;
         let data = MapData::from_fd(fd).map_err(|e| kernel(name, "open outer map", e))?;
         let outer = Map::from_map_data(data).map_err(|e| kernel(name, "open outer map", e))?;
         let mut set = BpfSet {
@@ -79,7 +78,9 @@ impl BpfSet {
         })?;
         let outer = Map::from_map_data(data).map_err(|e| not_a_set(e.to_string()))?;
         let inner: MapData = match ArrayOfMaps::<&MapData, MapData>::try_from(&outer) {
-            Ok(a) => a.get(&0, 0).map_err(|e| not_a_set(format!("slot 0: {e}")))?,
+            Ok(a) => a
+                .get(&0, 0)
+                .map_err(|e| not_a_set(format!("slot 0: {e}")))?,
             Err(e) => return Err(not_a_set(e.to_string())),
         };
         let key_size = inner
@@ -90,7 +91,8 @@ impl BpfSet {
             .into_iter()
             .find(|f| trie::key_size(*f) == key_size)
             .ok_or_else(|| not_a_set(format!("slot 0 holds a map with {key_size}-byte keys")))?;
-        let trie = Trie::from_map_data(name, family, inner).map_err(|e| not_a_set(e.to_string()))?;
+        let trie =
+            Trie::from_map_data(name, family, inner).map_err(|e| not_a_set(e.to_string()))?;
         Ok(BpfSet {
             name: name.to_string(),
             path,

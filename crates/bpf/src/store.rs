@@ -54,7 +54,8 @@ impl Bpffs {
             .map_err(fail("mount bpffs"))?;
         }
         let sets = mount_point.join(SETS_DIR);
-        std::fs::create_dir_all(&sets).map_err(|e| fail("create ipsetmgr directory")(io_errno(&e)))?;
+        std::fs::create_dir_all(&sets)
+            .map_err(|e| fail("create ipsetmgr directory")(io_errno(&e)))?;
         Ok(Bpffs {
             mount: mount_point.to_path_buf(),
             sets,

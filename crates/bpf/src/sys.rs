@@ -5,6 +5,8 @@
 //! outer map is created here and handed to aya (`MapData::from_fd`) for
 //! everything after: slot updates, lookups, pins (docs/bpf.md, "Library").
 
+#![allow(unsafe_code)]
+
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 

@@ -91,9 +91,7 @@ impl Trie {
         LpmTrie::try_from(&self.map)
     }
 
-    fn view_mut<const N: usize>(
-        &mut self,
-    ) -> Result<LpmTrie<&mut MapData, [u8; N], u8>, MapError> {
+    fn view_mut<const N: usize>(&mut self) -> Result<LpmTrie<&mut MapData, [u8; N], u8>, MapError> {
         LpmTrie::try_from(&mut self.map)
     }
 
@@ -132,9 +130,7 @@ impl Trie {
     /// entry does.
     pub(crate) fn lookup(&self, set: &str, addr: IpAddr) -> Result<Option<u8>, BpfError> {
         let r = match addr {
-            IpAddr::V4(a) => self
-                .view::<4>()
-                .and_then(|t| t.get(&entry::key4(a, 32), 0)),
+            IpAddr::V4(a) => self.view::<4>().and_then(|t| t.get(&entry::key4(a, 32), 0)),
             IpAddr::V6(a) => self
                 .view::<16>()
                 .and_then(|t| t.get(&entry::key6(a, 128), 0)),
@@ -149,8 +145,8 @@ impl Trie {
     /// Every entry, as the kernel holds it, sorted.
     pub(crate) fn dump(&self, set: &str) -> Result<Vec<Entry>, BpfError> {
         let mut out = match self.family {
-            Family::V4 => dump_as::<4>(self.view::<4>(), |b| IpAddr::from(b)),
-            Family::V6 => dump_as::<16>(self.view::<16>(), |b| IpAddr::from(b)),
+            Family::V4 => dump_as::<4>(self.view::<4>(), IpAddr::from),
+            Family::V6 => dump_as::<16>(self.view::<16>(), IpAddr::from),
         }
         .map_err(|e| kernel(set, "dump", e))?;
         out.sort();

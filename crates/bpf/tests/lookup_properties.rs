@@ -48,7 +48,11 @@ fn num(a: IpAddr) -> u128 {
 
 fn host_mask(family: Family, prefix: u8) -> u128 {
     let host = bits(family) - u32::from(prefix);
-    if host == 128 { u128::MAX } else { (1u128 << host) - 1 }
+    if host == 128 {
+        u128::MAX
+    } else {
+        (1u128 << host) - 1
+    }
 }
 
 /// The pure model: ipset hash:net's answer for `addr`.
@@ -67,7 +71,11 @@ fn case(family: Family) -> impl Strategy<Value = (Vec<Entry>, Vec<u128>)> {
         Family::V6 => (0x2001_0db8u128 << 96, 112u8, u128::MAX),
     };
     let width = bits(family) as u8;
-    let inner = (0..=host_mask(family, region_len), region_len..=width, any::<bool>());
+    let inner = (
+        0..=host_mask(family, region_len),
+        region_len..=width,
+        any::<bool>(),
+    );
     let outer = (0..=all, 1u8..region_len, any::<bool>());
     (
         proptest::collection::vec(inner, 1..40),
@@ -89,12 +97,21 @@ fn case(family: Family) -> impl Strategy<Value = (Vec<Entry>, Vec<u128>)> {
 }
 
 fn probes(family: Family, entries: &[Entry], random: &[u128]) -> Vec<u128> {
-    let max = if family == Family::V4 { u128::from(u32::MAX) } else { u128::MAX };
+    let max = if family == Family::V4 {
+        u128::from(u32::MAX)
+    } else {
+        u128::MAX
+    };
     let mut out: Vec<u128> = random.to_vec();
     for e in entries {
         let first = num(e.addr());
         let last = first | host_mask(family, e.prefix());
-        out.extend([first, last, first.saturating_sub(1), last.saturating_add(1).min(max)]);
+        out.extend([
+            first,
+            last,
+            first.saturating_sub(1),
+            last.saturating_add(1).min(max),
+        ]);
     }
     out.sort();
     out.dedup();
@@ -114,7 +131,9 @@ fn run(fs: &Bpffs, family: Family, cases: u32) {
         .run(&case(family), |(entries, random)| {
             n.set(n.get() + 1);
             let name = format!("ipm-case{}", n.get());
-            let set = fs.create(&name, family, entries.len() as u32, &entries).unwrap();
+            let set = fs
+                .create(&name, family, entries.len() as u32, &entries)
+                .unwrap();
             let mut sorted = entries.clone();
             sorted.sort();
             prop_assert_eq!(&set.read().unwrap(), &sorted, "the crate's dump");

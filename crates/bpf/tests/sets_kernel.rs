@@ -49,12 +49,22 @@ fn writes_deltas_and_replacement_read_back_exactly() {
 
         // Deltas in place: the same trie, so its id in slot 0 stays.
         let slot = |p: &std::path::Path| {
-            bpftool(&["map", "lookup", "pinned", p.to_str().unwrap(), "key", "0", "0", "0", "0"])
-                ["value"]
+            bpftool(&[
+                "map",
+                "lookup",
+                "pinned",
+                p.to_str().unwrap(),
+                "key",
+                "0",
+                "0",
+                "0",
+                "0",
+            ])["value"]
                 .clone()
         };
         let before = slot(set.path());
-        set.add(&nets(&["10.1.2.0/24", "10.0.0.0/8 nomatch"])).unwrap();
+        set.add(&nets(&["10.1.2.0/24", "10.0.0.0/8 nomatch"]))
+            .unwrap();
         set.delete(&nets(&["192.0.2.7/32"])).unwrap();
         let now = nets(&["10.0.0.0/8 nomatch", "10.1.0.0/16 nomatch", "10.1.2.0/24"]);
         assert_eq!(set.read().unwrap(), now);
@@ -96,10 +106,24 @@ fn foreign_pins_are_never_listed_opened_or_removed() {
         // only lacks our prefix.
         let foreign = fs.mount_point().join("ipsetmgr/foreign-map");
         bpftool(&[
-            "map", "create", foreign.to_str().unwrap(), "type", "hash", "key", "4", "value", "4",
-            "entries", "1", "name", "foreign",
+            "map",
+            "create",
+            foreign.to_str().unwrap(),
+            "type",
+            "hash",
+            "key",
+            "4",
+            "value",
+            "4",
+            "entries",
+            "1",
+            "name",
+            "foreign",
         ]);
-        drop(fs.create("other-set", Family::V4, 4, &nets(&["10.0.0.0/8"])).unwrap());
+        drop(
+            fs.create("other-set", Family::V4, 4, &nets(&["10.0.0.0/8"]))
+                .unwrap(),
+        );
 
         assert_eq!(fs.list("ipm").unwrap(), ["ipm4-mine"]);
         let err = fs.delete("foreign-map").unwrap_err();
@@ -124,9 +148,18 @@ fn kernel_errors_name_the_errno_and_the_entry() {
         set.add(&nets(&["10.0.0.0/8", "10.1.0.0/16"])).unwrap();
         // Full: the trie holds max_entries (maxElem) entries.
         let err = set.add(&nets(&["10.2.0.0/16"])).unwrap_err().to_string();
-        assert!(err.contains("add 10.2.0.0/16") && err.contains("ENOSPC"), "{err}");
-        let err = set.delete(&nets(&["192.0.2.0/24"])).unwrap_err().to_string();
-        assert!(err.contains("del 192.0.2.0/24") && err.contains("ENOENT"), "{err}");
+        assert!(
+            err.contains("add 10.2.0.0/16") && err.contains("ENOSPC"),
+            "{err}"
+        );
+        let err = set
+            .delete(&nets(&["192.0.2.0/24"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("del 192.0.2.0/24") && err.contains("ENOENT"),
+            "{err}"
+        );
         let err = set.add(&nets(&["2001:db8::/32"])).unwrap_err();
         assert!(matches!(err, BpfError::WrongFamily { .. }), "{err}");
         let err = fs.create("ipm4-small", Family::V4, 2, &[]).unwrap_err();

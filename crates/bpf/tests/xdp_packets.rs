@@ -71,7 +71,8 @@ impl Sender {
             for src in sources {
                 let sock = UdpSocket::bind((src, 0)).expect("binding a source address");
                 for _ in 0..3 {
-                    sock.send_to(src.to_string().as_bytes(), (dst, port)).unwrap();
+                    sock.send_to(src.to_string().as_bytes(), (dst, port))
+                        .unwrap();
                 }
             }
         })
@@ -107,7 +108,15 @@ fn wire(sender: &Sender) {
         "ip", "link", "add", "vrecv", "type", "veth", "peer", "name", "vsend", "netns", &sender.0,
     ]);
     ok(&["ip", "addr", "add", "10.200.0.1/24", "dev", "vrecv"]);
-    ok(&["ip", "addr", "add", "fd00:200::1/64", "dev", "vrecv", "nodad"]);
+    ok(&[
+        "ip",
+        "addr",
+        "add",
+        "fd00:200::1/64",
+        "dev",
+        "vrecv",
+        "nodad",
+    ]);
     ok(&["ip", "link", "set", "vrecv", "up"]);
     for a in [LISTED4, NOMATCH4, UNLISTED4] {
         sender.ip(&["addr", "add", &format!("{a}/24"), "dev", "vsend"]);
@@ -171,7 +180,10 @@ fn scenario(fs: &Bpffs) {
             "ipm6-drop",
             Family::V6,
             8,
-            &[net("fd00:200::", 120, false), net("fd00:200::10", 124, true)],
+            &[
+                net("fd00:200::", 120, false),
+                net("fd00:200::10", 124, true),
+            ],
         )
         .unwrap(),
     );

@@ -97,7 +97,11 @@ pub fn bpftool_entries(pin: &Path) -> Vec<Entry> {
                 16 => <[u8; 16]>::try_from(&key[4..]).unwrap().into(),
                 n => panic!("a {n}-byte address"),
             };
-            assert!(value[0] <= 1, "value {} is neither match nor nomatch", value[0]);
+            assert!(
+                value[0] <= 1,
+                "value {} is neither match nor nomatch",
+                value[0]
+            );
             Entry::new(addr, prefix as u8, value[0] == 0).unwrap()
         })
         .collect();
