@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use ipsetmgr_ipset::Family;
 use nix::errno::Errno;
 
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +60,46 @@ pub enum BpfError {
     #[error("invalid prefix {addr}/{prefix}: longer than the address")]
     BadPrefix { addr: std::net::IpAddr, prefix: u8 },
     #[error(transparent)]
-    Xdp(#[from] crate::xdp::XdpError),
+    Xdp(#[from] XdpError),
+}
+
+/// What attaching or detaching the XDP program (crate::xdp) can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum XdpError {
+    #[error(
+        "this ipsetmgr was built without its XDP program (clang was missing at build time; docs/bpf.md, \"How the XDP object is built\")"
+    )]
+    ObjectMissing,
+    #[error("at most {max} {family} sets per interface; {given} were named")]
+    TooManySets {
+        family: Family,
+        max: usize,
+        given: usize,
+    },
+    #[error("an XDP program of ipsetmgr is already attached to {interface} (pinned at {path})")]
+    AlreadyAttached { interface: String, path: PathBuf },
+    #[error("no XDP program of ipsetmgr is attached to {interface} (no pin at {path})")]
+    NotAttached { interface: String, path: PathBuf },
+    #[error("invalid interface name {0:?}")]
+    BadInterface(String),
+    #[error("loading the XDP program: {0}")]
+    Load(#[source] Box<aya::EbpfError>),
+    #[error("attaching the XDP program to {interface}: {source}")]
+    Attach {
+        interface: String,
+        #[source]
+        source: Box<aya::programs::ProgramError>,
+    },
+    #[error(
+        "the XDP program on {interface} was attached without a bpf_link (kernel older than 5.9?), which cannot be pinned"
+    )]
+    NoLink { interface: String },
+    #[error("{op} {path}: {errno}")]
+    Pin {
+        op: &'static str,
+        path: PathBuf,
+        errno: nix::errno::Errno,
+    },
 }
 
 /// The errno of an aya map error, when the kernel gave one.

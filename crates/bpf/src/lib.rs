@@ -32,6 +32,6 @@ mod trie;
 pub mod xdp;
 
 pub use entry::{Entry, MATCH, NOMATCH};
-pub use error::BpfError;
+pub use error::{BpfError, XdpError};
 pub use set::BpfSet;
 pub use store::{Bpffs, DEFAULT_MOUNT, SETS_DIR};

@@ -17,7 +17,7 @@ use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{Xdp, XdpMode};
 use ipsetmgr_ipset::Family;
 
-use crate::error::BpfError;
+use crate::error::{BpfError, XdpError};
 use crate::store::{Bpffs, io_errno};
 
 /// How many sets of one family one attached program consults.
@@ -38,44 +38,6 @@ static OBJECT: Option<&[u8]> = Some(aya::include_bytes_aligned!(concat!(
 /// Built without clang (outside CI): sets work, the program does not.
 #[cfg(not(xdp_object))]
 static OBJECT: Option<&[u8]> = None;
-
-#[derive(Debug, thiserror::Error)]
-pub enum XdpError {
-    #[error(
-        "this ipsetmgr was built without its XDP program (clang was missing at build time; docs/bpf.md, \"How the XDP object is built\")"
-    )]
-    ObjectMissing,
-    #[error("at most {max} {family} sets per interface; {given} were named")]
-    TooManySets {
-        family: Family,
-        max: usize,
-        given: usize,
-    },
-    #[error("an XDP program of ipsetmgr is already attached to {interface} (pinned at {path})")]
-    AlreadyAttached { interface: String, path: PathBuf },
-    #[error("no XDP program of ipsetmgr is attached to {interface} (no pin at {path})")]
-    NotAttached { interface: String, path: PathBuf },
-    #[error("invalid interface name {0:?}")]
-    BadInterface(String),
-    #[error("loading the XDP program: {0}")]
-    Load(#[source] Box<aya::EbpfError>),
-    #[error("attaching the XDP program to {interface}: {source}")]
-    Attach {
-        interface: String,
-        #[source]
-        source: Box<aya::programs::ProgramError>,
-    },
-    #[error(
-        "the XDP program on {interface} was attached without a bpf_link (kernel older than 5.9?), which cannot be pinned"
-    )]
-    NoLink { interface: String },
-    #[error("{op} {path}: {errno}")]
-    Pin {
-        op: &'static str,
-        path: PathBuf,
-        errno: nix::errno::Errno,
-    },
-}
 
 /// Where the link of `interface` is pinned.
 pub fn link_path(fs: &Bpffs, interface: &str) -> Result<PathBuf, BpfError> {
