@@ -9,11 +9,11 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::commands::slice::{self, OutputFormat, parse_policy_name};
-use crate::commands::{apply, run};
 use ipsetmgr_agent::node_state::Pacing;
 use ipsetmgr_cluster::logging::LogFormat;
 use ipsetmgr_cluster::slices::ClusterLimits;
 use ipsetmgr_feeds::egress::{Cidr, EgressGuard, Setting as EgressSetting};
+use ipsetmgr_filemode::{apply, run};
 use ipsetmgr_ipset::{Naming, SetType};
 use ipsetmgr_nft::TableFamily;
 use ipsetmgr_node::{BackendList, KernelOptions, parse_table_family, parse_table_name};
@@ -164,7 +164,7 @@ pub struct ApplyFlags {
     /// member per line, `#` comments; or YAML/JSON) to a policy's
     /// members, as a slice would (repeatable).
     #[arg(long = "members", value_name = "POLICY=FILE", value_parser = parse_members_file)]
-    pub members: Vec<crate::files::MembersFile>,
+    pub members: Vec<ipsetmgr_filemode::files::MembersFile>,
     #[command(flatten)]
     pub labels: NodeLabels,
     #[command(flatten)]
@@ -207,6 +207,10 @@ impl RunFlags {
             resync_interval: self.resync.interval,
             labels: self.labels.labels(),
             egress: self.egress.guard(EgressSetting::Files),
+            build: (
+                ipsetmgr_cluster::telemetry::build_info::VERSION,
+                ipsetmgr_cluster::telemetry::build_info::REVISION,
+            ),
         }
     }
 }
@@ -520,14 +524,14 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 }
 
 /// `POLICY=FILE`: the policy a member list belongs to, and the list's path.
-fn parse_members_file(s: &str) -> Result<crate::files::MembersFile, String> {
+fn parse_members_file(s: &str) -> Result<ipsetmgr_filemode::files::MembersFile, String> {
     let (policy, path) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?}: expected POLICY=FILE"))?;
     if policy.is_empty() || path.is_empty() {
         return Err(format!("{s:?}: expected POLICY=FILE, both non-empty"));
     }
-    Ok(crate::files::MembersFile {
+    Ok(ipsetmgr_filemode::files::MembersFile {
         policy: policy.to_string(),
         path: PathBuf::from(path),
     })

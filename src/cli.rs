@@ -10,8 +10,9 @@ use anyhow::{Context, Result};
 use clap::Parser;
 
 use crate::args::{Cli, Command};
-use crate::commands::{self, apply, run, sets, slice};
+use crate::commands::{self, slice};
 use ipsetmgr_cluster::logging;
+use ipsetmgr_filemode::{apply, run, sets};
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_node::{self as kernel, KernelOptions, KernelSide};
 use ipsetmgr_sets::ReconcilerConfig;

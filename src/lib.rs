@@ -16,7 +16,6 @@ mod args;
 pub mod bench_support;
 mod cli;
 mod commands;
-mod files;
 mod metric_names;
 
 pub use cli::main;

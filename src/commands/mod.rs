@@ -1,15 +1,10 @@
-//! The commands. File mode (`apply`, `run`, `sets`): policy files to kernel
-//! sets through the manager, without a cluster; `slice`, which turns a
-//! member list into IPSetMemberSlice objects for a cluster; and the wiring
-//! of the cluster roles (`agent`, `controller`, `hollow`), whose parts are
-//! the `ipsetmgr-agent` and `ipsetmgr-controller` crates. Reading policy
-//! files and file mode's member sources are `crate::files`.
+//! The commands that are not file mode's (`apply`, `run` and `sets` are the
+//! `ipsetmgr-filemode` crate's): `slice`, which turns a member list into
+//! IPSetMemberSlice objects for a cluster, and the wiring of the cluster
+//! roles (`agent`, `controller`, `hollow`), whose parts are the
+//! `ipsetmgr-agent` and `ipsetmgr-controller` crates.
 
 pub(crate) mod agent;
-pub mod apply;
 pub(crate) mod controller;
 pub(crate) mod hollow;
-pub mod run;
-pub mod sets;
 pub(crate) mod slice;
-pub mod table;

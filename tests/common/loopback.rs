@@ -2,7 +2,7 @@
 //! mode fetches on its own runtime, which cannot nest in a test's, and the
 //! binary under test fetches from the test's network namespace. Included
 //! with `#[path]` by tests/cli_netns.rs and by the unit tests of
-//! `src/files/sources.rs`.
+//! `crates/filemode/src/files/sources.rs`.
 
 /// Serve `app` on 127.0.0.1 (a free port) until the process ends; returns
 /// its address once it listens.

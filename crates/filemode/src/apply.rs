@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use super::table;
 use crate::files::{FilePolicies, load};
+use crate::table;
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_node::Opened;
 use ipsetmgr_policy::PolicyError;

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use super::table;
+use crate::table;
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_sets::{KernelError, SetsBackend};
 

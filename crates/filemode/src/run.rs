@@ -4,7 +4,7 @@
 //! recreated, and keeps the kernel as it is while the files do not load
 //! (fail static). Resyncs and retries are the driver's.
 //!
-//! `membersFrom` sources are kept across reloads (`src/files/sources.rs`): a
+//! `membersFrom` sources are kept across reloads (`crates/filemode/src/files/sources.rs`): a
 //! `file` is read again when it changes (watched, and stat'ed at every
 //! resync and every `interval`), a `url` on its own interval. A url that
 //! fails keeps its last good members in force; a file that fails holds its
@@ -33,6 +33,9 @@ pub struct RunArgs {
     pub labels: Option<BTreeMap<String, String>>,
     /// Where url sources may connect.
     pub egress: ipsetmgr_feeds::egress::EgressGuard,
+    /// The build's version and revision, for the first log line (the
+    /// binary's, recorded by the cluster crate's build script).
+    pub build: (&'static str, &'static str),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -216,8 +219,8 @@ pub fn run(kernel: &KernelSide, naming: &Naming, args: &RunArgs) -> Result<(), R
     let mut next_check = Instant::now() + args.resync_interval;
     let mut reload = true;
     tracing::info!(
-        version = ipsetmgr_cluster::telemetry::build_info::VERSION,
-        revision = ipsetmgr_cluster::telemetry::build_info::REVISION,
+        version = args.build.0,
+        revision = args.build.1,
         dir = %args.policy_dir.display(),
         interval = ?args.resync_interval,
         "running"

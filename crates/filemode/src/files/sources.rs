@@ -628,7 +628,7 @@ fn fetch_side(egress: &EgressGuard) -> Result<FetchSide, String> {
 
 /// The loopback HTTP server tests/cli_netns.rs serves its feeds with.
 #[cfg(test)]
-#[path = "../../tests/common/loopback.rs"]
+#[path = "../../../../tests/common/loopback.rs"]
 mod loopback;
 
 #[cfg(test)]
