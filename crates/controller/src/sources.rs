@@ -175,7 +175,7 @@ pub(crate) fn evaluate_sources(
                 store.policy_store.slices.items(),
                 &mut out.plan,
             ) {
-                error = Some(e);
+                error = Some(e.to_string());
             }
             statuses.push(status_entry(
                 name,
