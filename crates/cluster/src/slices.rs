@@ -192,7 +192,7 @@ fn source_holds(
             .map(|e| {
                 error(PolicyErrorKind::SourceRefused(format!(
                     "membersFrom[{}] ({}): {}",
-                    e.index, e.kind, e.reason
+                    e.index, e.kind, e.problem
                 )))
             })
             .collect(),

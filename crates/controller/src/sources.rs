@@ -214,18 +214,18 @@ fn refused_entries(
 ) -> Vec<SourceStatus> {
     let from = &policy.spec.members_from;
     let listed = from.len().min(MAX_SOURCES);
-    let whole: Vec<&str> = errors
+    let whole: Vec<String> = errors
         .iter()
         .filter(|e| e.index >= listed)
-        .map(|e| e.reason.as_str())
+        .map(|e| e.problem.to_string())
         .collect();
     (0..listed)
         .map(|index| {
-            let reasons: Vec<&str> = errors
+            let reasons: Vec<String> = errors
                 .iter()
                 .filter(|e| e.index == index)
-                .map(|e| e.reason.as_str())
-                .chain(whole.iter().copied())
+                .map(|e| e.problem.to_string())
+                .chain(whole.iter().cloned())
                 .collect();
             let error = (!reasons.is_empty()).then(|| reasons.join("; "));
             status_entry(name, index, from[index].kind(), None, error, memory, now)
