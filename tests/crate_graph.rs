@@ -14,7 +14,9 @@
 //!   test, bench or example contains it;
 //! - within each crate, no two modules import each other, directly or
 //!   around a circle, also when they name each other's items through
-//!   re-exports (`crate_graph/modules.rs`).
+//!   re-exports (`crate_graph/modules.rs`);
+//! - no production code returns `Result<_, String>` outside an allow-list
+//!   of clap value parsers (`crate_graph/text_errors.rs`).
 //!
 //! The crate graph is read from `cargo metadata`, with each dependency's
 //! features followed as cargo enables them for that crate alone (the
@@ -33,6 +35,8 @@ use serde_json::Value;
 mod deps;
 #[path = "crate_graph/modules.rs"]
 mod modules;
+#[path = "crate_graph/text_errors.rs"]
+mod text_errors;
 
 use modules::{Crate, circles};
 
@@ -645,4 +649,89 @@ fn the_unsafe_check_reads_the_attribute_not_a_comment() {
     assert!(forbids_unsafe("//! Docs.\n\n#![forbid(unsafe_code)]\n"));
     assert!(!forbids_unsafe("// #![forbid(unsafe_code)]\n"));
     assert!(!forbids_unsafe("#![deny(unsafe_code)]\n"));
+}
+
+// ---- typed errors: no `Result<_, String>` (crate_graph/text_errors.rs) ----
+
+/// Clap value parsers (`value_parser = f`): clap shows their text after
+/// the flag. They may keep a String, though clap takes a typed error as
+/// well (`ipsetmgr_policy::duration` does).
+const CLAP_PARSERS: [&str; 9] = [
+    "crates/node/src/side.rs: parse_table_family", // --nft-family
+    "crates/node/src/side.rs: parse_table_name",   // --nft-table
+    "crates/feeds/src/egress.rs: parse",           // Cidr::parse, --feed-allow/deny-cidr
+    "src/args.rs: parse_backend_list",             // --backend
+    "src/args.rs: parse_slice_type",               // slice --type
+    "src/args.rs: parse_family",                   // slice --family
+    "src/args.rs: parse_label",                    // --node-label
+    "src/args.rs: parse_members_file",             // --members
+    "src/commands/slice/mod.rs: parse_policy_name", // slice --policy
+];
+
+/// Not clap parsers, and not converted yet: each in code this change
+/// could not touch. Empty this list; never add to it.
+const NOT_YET_TYPED: [&str; 2] = [
+    // File mode (src/files/**, worked on elsewhere): the fetch thread's
+    // setup error.
+    "src/files/sources.rs: fetch_side",
+    // nft's text listing reader; outside issue 31's list.
+    "crates/nft/src/cli/text.rs: set_flags",
+];
+
+fn text_error_hits(roots: &[PathBuf], base: &std::path::Path) -> Vec<String> {
+    let mut files = Vec::new();
+    for r in roots {
+        text_errors::production_files(r, &mut files);
+    }
+    files.sort();
+    let mut found = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let rel = f.strip_prefix(base).unwrap_or(&f).display().to_string();
+        for name in text_errors::hits(&text) {
+            found.push(format!("{rel}: {name}"));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_production_code_returns_a_text_error() {
+    let base = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let roots: Vec<PathBuf> = crate_sources().into_iter().map(|(_, src)| src).collect();
+    assert!(roots.len() >= 10, "only {} crates read", roots.len());
+    let found = text_error_hits(&roots, &base);
+    let unlisted: Vec<&String> = found
+        .iter()
+        .filter(|h| !CLAP_PARSERS.contains(&h.as_str()) && !NOT_YET_TYPED.contains(&h.as_str()))
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "Result<_, String> in production code (use a thiserror type; only clap value parsers may keep text):\n{}",
+        unlisted
+            .iter()
+            .map(|h| h.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // The lists stay true: every entry still names a hit.
+    for listed in CLAP_PARSERS.iter().chain(&NOT_YET_TYPED) {
+        assert!(
+            found.iter().any(|h| h == listed),
+            "{listed} is listed but no longer a hit"
+        );
+    }
+}
+
+#[test]
+fn the_text_error_check_sees_nested_and_split_signatures_not_tests_or_comments() {
+    let text = "fn a() -> Result<Vec<Option<u8>>, String> { todo!() }\n\
+        fn b(\n    x: u8,\n) -> Result<\n    (u8, u8),\n    String,\n> { todo!() }\n\
+        struct S { f: Option<Result<u8, String>> }\n\
+        fn c() -> Result<String, Error> { todo!() }\n\
+        fn d() -> ParseResult<u8, String> { todo!() }\n\
+        // fn e() -> Result<u8, String>\n\
+        #[cfg(test)]\nmod tests {\n    fn f() -> Result<u8, String> { todo!() }\n}\n\
+        fn g() -> io::Result<u8> { todo!() }\n";
+    assert_eq!(text_errors::hits(text), ["a", "b", "b"]);
 }

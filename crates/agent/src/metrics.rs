@@ -17,6 +17,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use ipsetmgr_api::IPSetNodeStateStatus;
+use ipsetmgr_cluster::server::{LoopStalled, Unhealthy};
 use ipsetmgr_cluster::telemetry::ApiMetrics;
 use ipsetmgr_cluster::telemetry::labels::{BackendLabel, OutcomeLabel, PolicyLabel, ResultLabel};
 use ipsetmgr_cluster::telemetry::watch_health::WatchHealth;
@@ -268,53 +269,64 @@ impl Shared {
 
     /// Live: the kernel thread looped within 3x the resync interval, and
     /// the event loop within a minute.
-    pub fn live(&self) -> Result<(), String> {
+    pub fn live(&self) -> Result<(), Unhealthy> {
         let last = self.heartbeat_ms.load(Ordering::Relaxed);
         let limit = 3 * self.resync_interval.as_millis() as u64;
         if last == 0 || now_ms().saturating_sub(last) > limit {
-            return Err("the kernel thread has stalled".into());
+            return Err(Unhealthy::of(KernelStalled));
         }
         let turned = *self.loop_turn.lock().unwrap_or_else(|e| e.into_inner());
         if turned.elapsed() > LOOP_STALL {
-            return Err(format!(
-                "the event loop has not turned for {} s",
-                turned.elapsed().as_secs()
-            ));
+            return Err(Unhealthy::of(LoopStalled {
+                secs: turned.elapsed().as_secs(),
+            }));
         }
         Ok(())
     }
 
     /// Ready: everything was seen once, the kernel was synced once, and
     /// every watch works now. `Err` names each thing missing.
-    pub fn ready(&self) -> Result<(), String> {
-        let mut why = Vec::new();
+    pub fn ready(&self) -> Result<(), Unhealthy> {
+        let mut why = Unhealthy::default();
         if let Some(what) = self
             .waiting_for
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
         {
-            why.push(format!("waiting for {what}"));
+            why.push(NotReady::WaitingFor(what));
         } else if !self.first_sync.load(Ordering::Relaxed) {
-            why.push("waiting for the first kernel sync".into());
+            why.push(NotReady::FirstKernelSync);
         }
-        for (resource, error) in self.watches.failing() {
-            why.push(format!("watch of {resource} failing: {error}"));
+        for failing in self.watches.problems() {
+            why.push(failing);
         }
-        if why.is_empty() {
-            Ok(())
-        } else {
-            Err(why.join("; "))
-        }
+        why.into_result()
     }
 }
 
+/// The kernel thread has not looped within 3x the resync interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the kernel thread has stalled")]
+pub struct KernelStalled;
+
+/// What the agent still waits for before it counts as ready.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// The store's inputs (`Store::waiting_for`: the CRDs, an initial
+    /// list, this node's Node), as it names them.
+    #[error("waiting for {0}")]
+    WaitingFor(String),
+    #[error("waiting for the first kernel sync")]
+    FirstKernelSync,
+}
+
 impl ipsetmgr_cluster::server::Health for Shared {
-    fn live(&self) -> Result<(), String> {
+    fn live(&self) -> Result<(), Unhealthy> {
         Shared::live(self)
     }
 
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), Unhealthy> {
         Shared::ready(self)
     }
 
@@ -355,18 +367,18 @@ mod tests {
         assert!(shared.live().is_err(), "no kernel heartbeat yet");
         shared.heartbeat();
         assert!(shared.live().is_ok());
-        let e = Health::ready(&*shared).unwrap_err();
+        let e = Health::ready(&*shared).unwrap_err().to_string();
         assert!(e.contains("initial lists"), "{e}");
         shared.set_waiting_for(Some("this node's Node object".into()));
-        let e = Health::ready(&*shared).unwrap_err();
+        let e = Health::ready(&*shared).unwrap_err().to_string();
         assert!(e.contains("Node object"), "{e}");
         shared.set_waiting_for(None);
-        let e = Health::ready(&*shared).unwrap_err();
+        let e = Health::ready(&*shared).unwrap_err().to_string();
         assert!(e.contains("first kernel sync"), "{e}");
         shared.set_first_sync();
         assert!(Health::ready(&*shared).is_ok());
         shared.watches.failed("ipsetpolicies", "HTTP 500");
-        let e = Health::ready(&*shared).unwrap_err();
+        let e = Health::ready(&*shared).unwrap_err().to_string();
         assert_eq!(e, "watch of ipsetpolicies failing: HTTP 500");
         assert!(Health::metrics(&*shared).contains("ipsetmgr_ready 0"));
         shared.watches.delivered("ipsetpolicies");
@@ -374,7 +386,7 @@ mod tests {
         assert!(Health::metrics(&*shared).contains("ipsetmgr_ready 1"));
 
         tokio::time::advance(LOOP_STALL + Duration::from_secs(1)).await;
-        let e = shared.live().unwrap_err();
+        let e = shared.live().unwrap_err().to_string();
         assert!(e.contains("event loop"), "{e}");
         shared.loop_turned();
         assert!(shared.live().is_ok());

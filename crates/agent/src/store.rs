@@ -19,7 +19,7 @@ use ipsetmgr_cluster::kind_guard::KindGuard;
 use ipsetmgr_cluster::listing::Change;
 use ipsetmgr_cluster::policy_store::{PolicyStore, StoredPolicy};
 use ipsetmgr_cluster::slices::ClusterLimits;
-use ipsetmgr_cluster::tolerant::Tolerant;
+use ipsetmgr_cluster::tolerant::{Tolerant, Unreadable};
 use ipsetmgr_ipset::Naming;
 use ipsetmgr_policy::compile::{
     Compiled, MemberCache, PolicyError, PolicyErrorKind, compile_inputs,
@@ -31,7 +31,7 @@ pub struct PolicyEntry {
     pub generation: i64,
     pub uid: Option<String>,
     /// `Err(why)` for an object that does not fit the types: held.
-    pub policy: Result<IPSetPolicy, String>,
+    pub policy: Result<IPSetPolicy, Unreadable>,
 }
 
 impl StoredPolicy for PolicyEntry {
@@ -43,8 +43,8 @@ impl StoredPolicy for PolicyEntry {
         self.uid.as_deref()
     }
 
-    fn policy(&self) -> Result<&IPSetPolicy, &str> {
-        self.policy.as_ref().map_err(String::as_str)
+    fn policy(&self) -> Result<&IPSetPolicy, &Unreadable> {
+        self.policy.as_ref()
     }
 }
 

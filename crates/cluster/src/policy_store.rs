@@ -13,7 +13,7 @@ use crate::listing::{Change, Listing};
 use crate::slices::{
     ClusterLimits, SliceEntry, by_policy, cluster_inputs, same_slice, slice_entry,
 };
-use crate::tolerant::Tolerant;
+use crate::tolerant::{Tolerant, Unreadable};
 use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy};
 use ipsetmgr_policy::compile::PolicyInput;
 use ipsetmgr_policy::revision::members_revision;
@@ -24,7 +24,7 @@ pub trait StoredPolicy {
     fn generation(&self) -> i64;
     fn uid(&self) -> Option<&str>;
     /// The policy, or why it could not be read (held).
-    fn policy(&self) -> Result<&IPSetPolicy, &str>;
+    fn policy(&self) -> Result<&IPSetPolicy, &Unreadable>;
 }
 
 /// The controller keeps each policy as it was read.
@@ -37,8 +37,8 @@ impl StoredPolicy for Tolerant<IPSetPolicy> {
         self.uid.as_deref()
     }
 
-    fn policy(&self) -> Result<&IPSetPolicy, &str> {
-        self.value.as_ref().map_err(String::as_str)
+    fn policy(&self) -> Result<&IPSetPolicy, &Unreadable> {
+        self.value.as_ref()
     }
 }
 
@@ -76,7 +76,7 @@ impl<P> PolicyStore<P> {
 impl<P: StoredPolicy> PolicyStore<P> {
     /// The compile inputs (readable policies, each with its slices) and
     /// the policies that could not be read, with why.
-    pub fn inputs(&self) -> (Vec<PolicyInput<'_>>, Vec<(&str, &str)>) {
+    pub fn inputs(&self) -> (Vec<PolicyInput<'_>>, Vec<(&str, &Unreadable)>) {
         let policies = self
             .policies
             .items()

@@ -21,14 +21,62 @@ use tokio::sync::watch;
 /// The facts the endpoints report.
 pub trait Health: Send + Sync + 'static {
     /// `Err(why)` when the process should be restarted.
-    fn live(&self) -> Result<(), String>;
+    fn live(&self) -> Result<(), Unhealthy>;
     /// `Err(what it waits for)` while it should not count as ready.
-    fn ready(&self) -> Result<(), String>;
+    fn ready(&self) -> Result<(), Unhealthy>;
     /// The OpenMetrics text exposition.
     fn metrics(&self) -> String;
 }
 
-fn text(result: Result<(), String>) -> Response {
+/// Why an endpoint answers 503: every reason the role found, in the order
+/// found, each its role's own typed error (this crate holds no role's
+/// logic); the body joins them with "; ".
+#[derive(Debug, Default, thiserror::Error)]
+#[error("{}", join(.reasons))]
+pub struct Unhealthy {
+    reasons: Vec<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+fn join(reasons: &[Box<dyn std::error::Error + Send + Sync>]) -> String {
+    let texts: Vec<String> = reasons.iter().map(ToString::to_string).collect();
+    texts.join("; ")
+}
+
+impl Unhealthy {
+    /// One more reason (a typed error: no free text).
+    pub fn push<E: std::error::Error + Send + Sync + 'static>(&mut self, reason: E) {
+        self.reasons.push(Box::new(reason));
+    }
+
+    /// A single reason.
+    pub fn of<E: std::error::Error + Send + Sync + 'static>(reason: E) -> Unhealthy {
+        let mut u = Unhealthy::default();
+        u.push(reason);
+        u
+    }
+
+    /// `Ok` when no reason was found.
+    pub fn into_result(self) -> Result<(), Unhealthy> {
+        if self.reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(self)
+        }
+    }
+
+    pub fn reasons(&self) -> &[Box<dyn std::error::Error + Send + Sync>] {
+        &self.reasons
+    }
+}
+
+/// A role's event loop has not turned for too long (both roles' liveness).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the event loop has not turned for {secs} s")]
+pub struct LoopStalled {
+    pub secs: u64,
+}
+
+fn text(result: Result<(), Unhealthy>) -> Response {
     let (code, body) = match result {
         Ok(()) => (StatusCode::OK, "ok\n".to_string()),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
@@ -146,17 +194,25 @@ mod tests {
 
     use super::*;
 
+    /// A reason as the fake role states it.
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct Why(&'static str);
+
     struct Fake {
-        live: Mutex<Result<(), String>>,
-        ready: Mutex<Result<(), String>>,
+        live: Mutex<Result<(), &'static str>>,
+        ready: Mutex<Result<(), &'static str>>,
     }
 
     impl Health for Fake {
-        fn live(&self) -> Result<(), String> {
-            self.live.lock().unwrap().clone()
+        fn live(&self) -> Result<(), Unhealthy> {
+            self.live.lock().unwrap().map_err(|w| Unhealthy::of(Why(w)))
         }
-        fn ready(&self) -> Result<(), String> {
-            self.ready.lock().unwrap().clone()
+        fn ready(&self) -> Result<(), Unhealthy> {
+            self.ready
+                .lock()
+                .unwrap()
+                .map_err(|w| Unhealthy::of(Why(w)))
         }
         fn metrics(&self) -> String {
             "# EOF\n".into()
@@ -176,8 +232,8 @@ mod tests {
     #[tokio::test]
     async fn endpoints_say_what_health_says() {
         let fake = Arc::new(Fake {
-            live: Mutex::new(Err("manager thread stalled".into())),
-            ready: Mutex::new(Err("waiting for the initial policy list".into())),
+            live: Mutex::new(Err("manager thread stalled")),
+            ready: Mutex::new(Err("waiting for the initial policy list")),
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

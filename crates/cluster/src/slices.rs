@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::tolerant::Tolerant;
+use crate::tolerant::{Tolerant, Unreadable};
 use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
 use ipsetmgr_policy::compile::{
     MAX_HASH_SIZE, MAX_MAX_ELEM, MemberList, NoMembers, OwnedMembers, PolicyError, PolicyErrorKind,
@@ -37,7 +37,7 @@ pub struct SliceEntry {
     /// The `membersFrom` source it materialises, for the controller's own.
     pub source: Option<usize>,
     pub version: String,
-    pub members: Result<OwnedMembers, String>,
+    pub members: Result<OwnedMembers, Unreadable>,
 }
 
 impl SliceEntry {
@@ -45,7 +45,7 @@ impl SliceEntry {
     pub fn member_list(&self) -> Result<MemberList<'_>, NoMembers<'_>> {
         match &self.members {
             Ok(m) => Ok(m.list()),
-            Err(why) => Err(NoMembers::Unreadable(why)),
+            Err(why) => Err(NoMembers::Unreadable(why.as_str())),
         }
     }
 }
@@ -145,10 +145,10 @@ impl ClusterLimits {
 /// for yet (never delivered: held, not invalid). Policies that could not be
 /// read come back by name, with why. A policy over `limits` is held too.
 pub fn cluster_inputs<'a>(
-    policies: impl IntoIterator<Item = (&'a str, Result<&'a IPSetPolicy, &'a str>)>,
+    policies: impl IntoIterator<Item = (&'a str, Result<&'a IPSetPolicy, &'a Unreadable>)>,
     slices: &'a BTreeMap<String, SliceEntry>,
     limits: &ClusterLimits,
-) -> (Vec<PolicyInput<'a>>, Vec<(&'a str, &'a str)>) {
+) -> (Vec<PolicyInput<'a>>, Vec<(&'a str, &'a Unreadable)>) {
     let mut by_policy = by_policy(slices);
     let mut delivered: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
     for s in slices.values() {
@@ -192,7 +192,7 @@ fn source_holds(
             .map(|e| {
                 error(PolicyErrorKind::SourceRefused(format!(
                     "membersFrom[{}] ({}): {}",
-                    e.index, e.kind, e.reason
+                    e.index, e.kind, e.problem
                 )))
             })
             .collect(),

@@ -25,7 +25,30 @@ pub struct Tolerant<K> {
     pub generation: Option<i64>,
     pub labels: BTreeMap<String, String>,
     /// `Err(why)` when the object does not deserialize into `K`.
-    pub value: Result<K, String>,
+    pub value: Result<K, Unreadable>,
+}
+
+/// Why a [`Tolerant`] object has no typed value. The compiler borrows the
+/// text ([`Unreadable::as_str`]) for its own error of the policy or slice.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unreadable {
+    /// It does not deserialize into the Rust type: serde's sentence,
+    /// bounded (it may quote the object; serde's error is not `Clone`).
+    #[error("{0}")]
+    Decode(String),
+    /// A deletion seen in metadata only: there is no object to decode.
+    #[error("deleted")]
+    Deleted,
+}
+
+impl Unreadable {
+    /// The Display text, borrowed.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Unreadable::Decode(why) => why,
+            Unreadable::Deleted => "deleted",
+        }
+    }
 }
 
 /// A watch event with its object turned into another type.
@@ -64,16 +87,20 @@ pub fn decode<K: DeserializeOwned>(mut obj: DynamicObject) -> Tolerant<K> {
     // Nobody reads them, and they are large.
     obj.metadata.managed_fields = None;
     // The identity first: decoding consumes the object.
-    let mut t = Tolerant::of_meta(&obj.metadata, Err(String::new()));
+    let mut t = Tolerant::of_meta(&obj.metadata, Err(Unreadable::Deleted));
     t.value = serde_json::to_value(obj)
         .and_then(serde_json::from_value::<K>)
-        .map_err(|e| ipsetmgr_policy::text::bounded(&e.to_string(), MAX_ERROR_LEN).into_owned());
+        .map_err(|e| {
+            Unreadable::Decode(
+                ipsetmgr_policy::text::bounded(&e.to_string(), MAX_ERROR_LEN).into_owned(),
+            )
+        });
     t
 }
 
 impl<K> Tolerant<K> {
     /// The object's identity from its metadata, with `value` as read.
-    fn of_meta(m: &kube::api::ObjectMeta, value: Result<K, String>) -> Tolerant<K> {
+    fn of_meta(m: &kube::api::ObjectMeta, value: Result<K, Unreadable>) -> Tolerant<K> {
         Tolerant {
             // As ResourceExt::name_any reads it.
             name: m
@@ -162,7 +189,7 @@ where
                 Event::InitDone => return Some((Ok(Event::InitDone), st)),
                 Event::Delete(m) => {
                     st.known.remove(&m.name_any());
-                    let gone = Tolerant::of_meta(&m.metadata, Err("deleted".to_string()));
+                    let gone = Tolerant::of_meta(&m.metadata, Err(Unreadable::Deleted));
                     return Some((Ok(Event::Delete(gone)), st));
                 }
                 Event::Apply(m) => (m, false),
@@ -232,7 +259,7 @@ mod tests {
             "spec": {"type": "hash:ip", "maxElem": 8589934592u64}
         })));
         assert_eq!(bad.name, "old");
-        let e = bad.value.unwrap_err();
+        let e = bad.value.unwrap_err().to_string();
         assert!(e.contains("8589934592"), "{e}");
     }
 }

@@ -30,7 +30,7 @@ use ipsetmgr_api::{IPSetMemberSlice, IPSetPolicy, POLICY_LABEL};
 use ipsetmgr_cluster::slices::{MANAGED_BY, MANAGED_BY_LABEL, SOURCE_LABEL, SliceEntry};
 use ipsetmgr_policy::compile::OwnedMembers;
 use ipsetmgr_policy::slicing::objects::json_bytes;
-use ipsetmgr_policy::slicing::partition::{Limits, partition};
+use ipsetmgr_policy::slicing::partition::{Limits, TooMany, partition};
 
 /// One slice holds at most this many members and bytes of JSON: far under
 /// etcd's 1.5 MB request limit and the 256 KB of a client-side apply.
@@ -105,6 +105,19 @@ fn same_members(existing: &SliceEntry, members: &[&str]) -> bool {
     }
 }
 
+/// Why a source's slices are not written (the source's status says it).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SourceSliceError {
+    /// More members than the slices may carry.
+    #[error(transparent)]
+    TooMany(#[from] TooMany),
+    /// A user's slice already has the name this source's slice needs.
+    #[error(
+        "the IPSetMemberSlice {slice:?} exists and is not this source's (no {MANAGED_BY_LABEL}={MANAGED_BY} and {SOURCE_LABEL}={index} labels); it is left alone and this source is not written"
+    )]
+    NotOurs { slice: String, index: usize },
+}
+
 /// Add to `plan` what brings source `index` of `policy` in line; returns an
 /// error to report for the source (a clash with a user's slice, too many
 /// members), in which case nothing of it is deleted.
@@ -114,7 +127,7 @@ pub(crate) fn plan_source(
     wanted: Wanted<'_>,
     slices: &BTreeMap<String, SliceEntry>,
     plan: &mut SlicePlan,
-) -> Result<(), String> {
+) -> Result<(), SourceSliceError> {
     let name = policy.metadata.name.as_deref().unwrap_or("");
     let Wanted::Members(members) = wanted else {
         return Ok(());
@@ -130,17 +143,17 @@ pub(crate) fn plan_source(
             LIMITS,
             |count, i, part| slice_body(policy, index, &slice_name(name, index, i, count), part),
             json_bytes,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         let mut writes = Vec::new();
         for slice in built.slices {
             let slice_name = slice.metadata.name.clone().unwrap_or_default();
             let part: Vec<&str> = slice.spec.members.iter().map(String::as_str).collect();
             match slices.get(&slice_name) {
                 Some(s) if !ours(s) => {
-                    return Err(format!(
-                        "the IPSetMemberSlice {slice_name:?} exists and is not this source's (no {MANAGED_BY_LABEL}={MANAGED_BY} and {SOURCE_LABEL}={index} labels); it is left alone and this source is not written"
-                    ));
+                    return Err(SourceSliceError::NotOurs {
+                        slice: slice_name,
+                        index,
+                    });
                 }
                 Some(s) if same_members(s, &part) => {}
                 _ => writes.push((slice_name.clone(), slice)),
@@ -181,5 +194,37 @@ pub(crate) fn plan_orphans(
         if gone {
             plan.insert(slice_name.clone(), SliceOp::Delete);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A user's slice under the name this source needs: the source's
+    /// status says which slice and which labels, word for word.
+    #[test]
+    fn a_clash_with_a_users_slice_names_the_slice_and_the_labels() {
+        let policy = IPSetPolicy::new(
+            "bl",
+            serde_json::from_value(serde_json::json!({"type": "hash:ip"})).unwrap(),
+        );
+        let users = SliceEntry {
+            policy: Some("bl".into()),
+            source: None,
+            version: "3".into(),
+            members: Ok(OwnedMembers::Strings(vec!["10.0.0.9".into()])),
+        };
+        let slices = BTreeMap::from([("bl-src0-0-of-1".to_string(), users)]);
+        let members = ["10.0.0.1".to_string()];
+        let mut plan = SlicePlan::new();
+        let e = plan_source(&policy, 0, Wanted::Members(&members), &slices, &mut plan).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the IPSetMemberSlice \"bl-src0-0-of-1\" exists and is not this source's (no \
+             app.kubernetes.io/managed-by=ipsetmgr-controller and ipsetmgr.io/source=0 \
+             labels); it is left alone and this source is not written"
+        );
+        assert!(plan.is_empty(), "{plan:?}");
     }
 }

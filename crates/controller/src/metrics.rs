@@ -9,6 +9,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use ipsetmgr_cluster::server::{LoopStalled, Unhealthy};
 use ipsetmgr_cluster::telemetry::ApiMetrics;
 use ipsetmgr_cluster::telemetry::labels::ResultLabel;
 use ipsetmgr_cluster::telemetry::watch_health::WatchHealth;
@@ -137,39 +138,34 @@ impl ControllerShared {
         self.listed.store(listed, Ordering::Relaxed);
     }
 
-    fn readiness(&self) -> Result<(), String> {
-        let mut why = Vec::new();
+    fn readiness(&self) -> Result<(), Unhealthy> {
+        let mut why = Unhealthy::default();
         if !self.listed.load(Ordering::Relaxed) {
-            why.push(
-                "waiting for the initial lists of policies, slices, node states and Nodes"
-                    .to_string(),
-            );
+            why.push(InitialLists);
         }
-        for (resource, error) in self.watches.failing() {
-            why.push(format!("watch of {resource} failing: {error}"));
+        for failing in self.watches.problems() {
+            why.push(failing);
         }
-        if why.is_empty() {
-            Ok(())
-        } else {
-            Err(why.join("; "))
-        }
+        why.into_result()
     }
 }
 
+/// Not ready before every kind the controller compiles from was listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("waiting for the initial lists of policies, slices, node states and Nodes")]
+pub struct InitialLists;
+
 impl ipsetmgr_cluster::server::Health for ControllerShared {
-    fn live(&self) -> Result<(), String> {
+    fn live(&self) -> Result<(), Unhealthy> {
         let age = now_ms().saturating_sub(self.loop_ms.load(Ordering::Relaxed));
         if age <= 5 * self.tick.as_millis() as u64 {
             Ok(())
         } else {
-            Err(format!(
-                "the event loop has not turned for {} s",
-                age / 1000
-            ))
+            Err(Unhealthy::of(LoopStalled { secs: age / 1000 }))
         }
     }
 
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), Unhealthy> {
         self.readiness()
     }
 

@@ -94,15 +94,13 @@ pub(crate) fn evaluate_sources(
         let mut statuses = Vec::new();
         for (index, source) in sources.iter().enumerate() {
             let family = policy.spec.family;
-            let unlisted = |kinds: &[&str]| -> Result<Option<Vec<String>>, String> {
+            let unlisted = |kinds: &[&str]| -> Result<Option<Vec<String>>, Unavailable> {
                 match kinds.iter().find_map(|k| store.watch_errors.get(k)) {
-                    Some(e) => Err(format!(
-                        "{e} (if this is 403 Forbidden: the controller may list Pods and Services only when the chart's memberSources.pods / memberSources.services is true)"
-                    )),
+                    Some(e) => Err(Unavailable::Watch(e.clone())),
                     None => Ok(None),
                 }
             };
-            let computed: Result<Option<Vec<String>>, String> = match source {
+            let computed: Result<Option<Vec<String>>, Unavailable> = match source {
                 Source::Nodes(spec) => Ok(store
                     .nodes
                     .listed()
@@ -150,7 +148,7 @@ pub(crate) fn evaluate_sources(
                         Some(r) if r.spec != *spec => Ok(None),
                         Some(r) => match (&r.good, &r.error) {
                             (Some(good), None) => Ok(Some(good.to_vec())),
-                            (_, Some(e)) => Err(e.clone()),
+                            (_, Some(e)) => Err(Unavailable::Fetch(e.clone())),
                             (None, None) => Ok(None),
                         },
                         None => Ok(None),
@@ -161,7 +159,7 @@ pub(crate) fn evaluate_sources(
             };
             let (members, error) = match computed {
                 Ok(m) => (m, None),
-                Err(e) => (None, Some(e)),
+                Err(e) => (None, Some(e.to_string())),
             };
             let wanted = match &members {
                 Some(m) => Wanted::Members(m),
@@ -175,7 +173,7 @@ pub(crate) fn evaluate_sources(
                 store.policy_store.slices.items(),
                 &mut out.plan,
             ) {
-                error = Some(e);
+                error = Some(e.to_string());
             }
             statuses.push(status_entry(
                 name,
@@ -214,18 +212,18 @@ fn refused_entries(
 ) -> Vec<SourceStatus> {
     let from = &policy.spec.members_from;
     let listed = from.len().min(MAX_SOURCES);
-    let whole: Vec<&str> = errors
+    let whole: Vec<String> = errors
         .iter()
         .filter(|e| e.index >= listed)
-        .map(|e| e.reason.as_str())
+        .map(|e| e.problem.to_string())
         .collect();
     (0..listed)
         .map(|index| {
-            let reasons: Vec<&str> = errors
+            let reasons: Vec<String> = errors
                 .iter()
                 .filter(|e| e.index == index)
-                .map(|e| e.reason.as_str())
-                .chain(whole.iter().copied())
+                .map(|e| e.problem.to_string())
+                .chain(whole.iter().cloned())
                 .collect();
             let error = (!reasons.is_empty()).then(|| reasons.join("; "));
             status_entry(name, index, from[index].kind(), None, error, memory, now)
@@ -234,6 +232,20 @@ fn refused_entries(
 }
 
 /// The status entry of one source, remembering when its members changed.
+/// Why a source's members are not known now (its status says it).
+#[derive(Debug, thiserror::Error)]
+enum Unavailable {
+    /// A watch the source needs fails; its error's text as the watch
+    /// reported it.
+    #[error(
+        "{0} (if this is 403 Forbidden: the controller may list Pods and Services only when the chart's memberSources.pods / memberSources.services is true)"
+    )]
+    Watch(String),
+    /// The url source's last fetch failed (the feeds task's text).
+    #[error("{0}")]
+    Fetch(String),
+}
+
 fn status_entry(
     policy: &str,
     index: usize,

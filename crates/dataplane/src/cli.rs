@@ -652,8 +652,9 @@ fn read_line(r: &mut impl BufRead, buf: &mut Vec<u8>) -> Result<bool, DataplaneE
 #[derive(Default)]
 struct ListingHead {
     name: Option<String>,
-    /// `Err(name)` for a type this project does not manage.
-    set_type: Option<Result<SetType, String>>,
+    /// The `Type:` line: `Some(None)` for a type this project does not
+    /// manage (its name is not needed: such a set is listed, never read).
+    set_type: Option<Option<SetType>>,
     header: Option<HeaderWords>,
     references: Option<u32>,
     entries: Option<u64>,
@@ -688,7 +689,7 @@ fn read_head(r: &mut impl BufRead, buf: &mut Vec<u8>) -> Result<ListingHead, Dat
                 return Err(protocol("two Name: lines before Members:"));
             }
             "Name" => head.name = Some(value.to_string()),
-            "Type" => head.set_type = Some(value.parse::<SetType>().map_err(|_| value.to_string())),
+            "Type" => head.set_type = Some(value.parse::<SetType>().ok()),
             "Header" => head.header = Some(parse_header_words(value)?),
             "References" => head.references = Some(parse_number(key, value)?),
             "Number of entries" => head.entries = Some(parse_number(key, value)?),
@@ -701,10 +702,10 @@ fn read_head(r: &mut impl BufRead, buf: &mut Vec<u8>) -> Result<ListingHead, Dat
 
 /// The typed header of a managed type (`None` for an unmanaged one).
 fn typed_header(
-    set_type: Result<SetType, String>,
+    set_type: Option<SetType>,
     words: &HeaderWords,
 ) -> Result<Option<SetHeader>, DataplaneError> {
-    let Ok(t) = set_type else {
+    let Some(t) = set_type else {
         return Ok(None);
     };
     if t.is_bitmap() {

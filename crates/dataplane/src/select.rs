@@ -14,13 +14,18 @@ pub enum Backend {
     Cli,
 }
 
+/// A `--backend` word that names no backend.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown backend {0:?}: use netlink or cli")]
+pub struct UnknownBackend(pub String);
+
 impl std::str::FromStr for Backend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Backend, String> {
+    type Err = UnknownBackend;
+    fn from_str(s: &str) -> Result<Backend, UnknownBackend> {
         match s {
             "netlink" => Ok(Backend::Netlink),
             "cli" => Ok(Backend::Cli),
-            other => Err(format!("unknown backend {other:?}: use netlink or cli")),
+            other => Err(UnknownBackend(other.to_string())),
         }
     }
 }
@@ -61,5 +66,18 @@ fn open_cli() -> Result<Box<dyn Dataplane>, OpenError> {
     {
         Ok(_) => Ok(Box::new(cli)),
         Err(e) => Err(OpenError::NoBinary(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_backend_word_names_the_choices() {
+        assert_eq!("cli".parse::<Backend>(), Ok(Backend::Cli));
+        let e = "nft".parse::<Backend>().unwrap_err();
+        assert_eq!(e, UnknownBackend("nft".into()));
+        assert_eq!(e.to_string(), "unknown backend \"nft\": use netlink or cli");
     }
 }

@@ -123,9 +123,21 @@ struct AnySpec {
     bitmask: Option<String>,
 }
 
+/// A spec that is not its kind's (shown after the document's path and index).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum SpecError {
+    #[error("spec.type is required")]
+    NoType,
+    /// A policy's field in a slice.
+    #[error(
+        "spec.{0} is not a field of an IPSetMemberSlice (only members; the policy says the rest)"
+    )]
+    NotASliceField(&'static str),
+}
+
 impl AnySpec {
-    fn into_policy(self) -> Result<IPSetPolicySpec, String> {
-        let set_type = self.set_type.ok_or("spec.type is required")?;
+    fn into_policy(self) -> Result<IPSetPolicySpec, SpecError> {
+        let set_type = self.set_type.ok_or(SpecError::NoType)?;
         Ok(IPSetPolicySpec {
             node_selector: self.node_selector,
             max_elem: self.max_elem,
@@ -154,11 +166,9 @@ impl AnySpec {
         ]
     }
 
-    fn into_slice(self) -> Result<IPSetMemberSliceSpec, String> {
+    fn into_slice(self) -> Result<IPSetMemberSliceSpec, SpecError> {
         if let Some((field, _)) = self.policy_fields().iter().find(|(_, set)| *set) {
-            return Err(format!(
-                "spec.{field} is not a field of an IPSetMemberSlice (only members; the policy says the rest)"
-            ));
+            return Err(SpecError::NotASliceField(field));
         }
         Ok(IPSetMemberSliceSpec {
             members: self.members,
@@ -494,7 +504,7 @@ fn policies_of(docs: Vec<(Document, Option<String>)>, path: &Path) -> Result<Loa
             .spec
             .ok_or_else(|| bad(format!("{kind} {name:?} has no spec")))?;
         if kind == policy_kind {
-            let spec = spec.into_policy().map_err(&bad)?;
+            let spec = spec.into_policy().map_err(|e| bad(e.to_string()))?;
             out.policies.push(LoadedPolicy {
                 policy: IPSetPolicy::new(&name, spec),
                 lifted,
@@ -506,7 +516,7 @@ fn policies_of(docs: Vec<(Document, Option<String>)>, path: &Path) -> Result<Loa
                     "slice {name:?} has no label {POLICY_LABEL} naming its policy"
                 ))
             })?;
-            let spec = spec.into_slice().map_err(&bad)?;
+            let spec = spec.into_slice().map_err(|e| bad(e.to_string()))?;
             out.slices.push(LoadedSlice {
                 name,
                 policy,
@@ -1030,6 +1040,26 @@ mod tests {
             e.to_string()
                 .contains("spec.membersFrom is not a field of an IPSetMemberSlice"),
             "{e}"
+        );
+    }
+
+    /// A spec's own refusals, word for word.
+    #[test]
+    fn a_policy_needs_a_type_and_a_slice_only_members() {
+        let e = parse_policies(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetPolicy\nmetadata: {name: a}\nspec: {members: [10.0.0.1]}\n",
+            Path::new("p.yaml"),
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), "p.yaml: document 1: spec.type is required");
+        let e = parse_policies(
+            "apiVersion: ipsetmgr.io/v1alpha1\nkind: IPSetMemberSlice\nmetadata: {name: s, labels: {ipsetmgr.io/policy: a}}\nspec: {maxElem: 5}\n",
+            Path::new("s.yaml"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "s.yaml: document 1: spec.maxElem is not a field of an IPSetMemberSlice (only members; the policy says the rest)"
         );
     }
 

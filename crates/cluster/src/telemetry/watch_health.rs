@@ -17,6 +17,15 @@ use tokio::time::Instant;
 /// failing.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(90);
 
+/// A watch failing, as readiness reports it (both roles).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("watch of {resource} failing: {error}")]
+pub struct WatchFailing {
+    pub resource: String,
+    /// The last error's text, bounded (kept from the watch's own error).
+    pub error: String,
+}
+
 #[derive(Debug)]
 pub struct WatchHealth {
     window: Duration,
@@ -56,6 +65,14 @@ impl WatchHealth {
             .iter()
             .filter(|(_, (at, _))| now.duration_since(*at) <= self.window)
             .map(|(r, (_, e))| (r.clone(), e.clone()))
+            .collect()
+    }
+
+    /// The failing watches, as reasons not to be ready.
+    pub fn problems(&self) -> Vec<WatchFailing> {
+        self.failing()
+            .into_iter()
+            .map(|(resource, error)| WatchFailing { resource, error })
             .collect()
     }
 

@@ -4,10 +4,12 @@
 //! for its policy. Fetching (`ipsetmgr`'s `sources::feed`) and reading
 //! files are elsewhere.
 //!
-//! - [`spec`]: the sources parsed into typed values, or why not;
+//! - [`spec`]: the sources parsed into typed values, or why not
+//!   ([`reason`]);
 //! - [`cluster`]: members of the nodes, pods and services sources;
 //! - [`content`]: a fetched or read member list checked for the policy.
 
 pub mod cluster;
 pub mod content;
+pub mod reason;
 pub mod spec;

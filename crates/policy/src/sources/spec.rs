@@ -15,6 +15,8 @@ use ipsetmgr_api::member_source::{
 };
 use ipsetmgr_ipset::SetType;
 
+use super::reason::{FeedUrlError, SourceReason};
+
 /// Where a policy is read: what it may draw members from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Setting {
@@ -82,23 +84,23 @@ pub struct ServicesSpec {
 pub struct FeedUrl(http::Uri);
 
 impl FeedUrl {
-    pub fn parse(s: &str) -> Result<FeedUrl, String> {
-        let uri: http::Uri = s.parse().map_err(|e| format!("not a URL: {e}"))?;
+    pub fn parse(s: &str) -> Result<FeedUrl, FeedUrlError> {
+        let uri: http::Uri = s
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| FeedUrlError::NotAUrl(e.to_string()))?;
         match uri.scheme_str() {
             Some("http" | "https") => {}
-            Some(other) => return Err(format!("scheme {other:?} is not http or https")),
-            None => return Err("no scheme (http:// or https://)".into()),
+            Some(other) => return Err(FeedUrlError::Scheme(other.to_string())),
+            None => return Err(FeedUrlError::NoScheme),
         }
         let Some(authority) = uri.authority() else {
-            return Err("no host".into());
+            return Err(FeedUrlError::NoHost);
         };
         if authority.as_str().contains('@') {
-            return Err(
-                "user information in a URL is refused (use headersFrom for credentials)".into(),
-            );
+            return Err(FeedUrlError::UserInfo);
         }
         if authority.host().is_empty() {
-            return Err("no host".into());
+            return Err(FeedUrlError::NoHost);
         }
         Ok(FeedUrl(uri))
     }
@@ -143,12 +145,28 @@ pub const MIN_FILE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A source that cannot be used, and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("policy {policy:?}: membersFrom[{index}] ({kind}): {reason}")]
+#[error("policy {policy:?}: membersFrom[{index}] ({kind}): {problem}")]
 pub struct SourceError {
     pub policy: String,
     pub index: usize,
     pub kind: &'static str,
+    /// Why, typed.
+    pub problem: SourceReason,
+    /// `problem`'s text. Only file mode (`src/files/sources.rs`) still
+    /// takes it; drop it once that reads `problem`.
     pub reason: String,
+}
+
+impl SourceError {
+    fn new(policy: &str, index: usize, kind: &'static str, problem: SourceReason) -> SourceError {
+        SourceError {
+            policy: policy.to_string(),
+            index,
+            kind,
+            reason: problem.to_string(),
+            problem,
+        }
+    }
 }
 
 /// Parse every source of `policy`; any error makes the policy invalid.
@@ -161,33 +179,33 @@ pub fn parse_sources(
     let mut errors = Vec::new();
     let mut out = Vec::new();
     if from.len() > MAX_SOURCES {
-        errors.push(SourceError {
-            policy: name.to_string(),
-            index: MAX_SOURCES,
-            kind: "?",
-            reason: format!("at most {MAX_SOURCES} sources; found {}", from.len()),
-        });
+        errors.push(SourceError::new(
+            name,
+            MAX_SOURCES,
+            "?",
+            SourceReason::TooManySources {
+                max: MAX_SOURCES,
+                found: from.len(),
+            },
+        ));
         return Err(errors);
     }
     for (index, source) in from.iter().enumerate() {
         match parse_one(policy, source, setting) {
             Ok(s) => out.push(s),
-            Err(reason) => errors.push(SourceError {
-                policy: name.to_string(),
-                index,
-                kind: source.kind(),
-                reason,
-            }),
+            Err(problem) => errors.push(SourceError::new(name, index, source.kind(), problem)),
         }
     }
     if !from.is_empty() && setting == Setting::Cluster && name.len() > MAX_LABEL_VALUE {
         // Its slices name it in a label.
-        errors.push(SourceError {
-            policy: name.to_string(),
-            index: 0,
-            kind: from[0].kind(),
-            reason: format!("a policy with membersFrom has a name of at most {MAX_LABEL_VALUE} characters (its slices name it in the label ipsetmgr.io/policy)"),
-        });
+        errors.push(SourceError::new(
+            name,
+            0,
+            from[0].kind(),
+            SourceReason::NameTooLong {
+                max: MAX_LABEL_VALUE,
+            },
+        ));
     }
     if errors.is_empty() {
         Ok(out)
@@ -196,19 +214,23 @@ pub fn parse_sources(
     }
 }
 
-fn selector(sel: Option<&LabelSelector>, field: &str) -> Result<Option<Selector>, String> {
-    crate::selector::parse(sel).map_err(|e| format!("{field}: {}", e.0))
+fn selector(
+    sel: Option<&LabelSelector>,
+    field: &'static str,
+) -> Result<Option<Selector>, SourceReason> {
+    crate::selector::parse(sel).map_err(|e| SourceReason::Selector {
+        field,
+        problem: e.0,
+    })
 }
 
 /// Cluster sources give addresses: only address types may hold them.
-fn addresses_fit(policy: &IPSetPolicy) -> Result<(), String> {
+fn addresses_fit(policy: &IPSetPolicy) -> Result<(), SourceReason> {
     let t = policy.spec.set_type;
     if matches!(t, SetType::HashIp | SetType::HashNet) {
         return Ok(());
     }
-    Err(format!(
-        "gives IP addresses, which a {t} set cannot hold (use hash:ip or hash:net)"
-    ))
+    Err(SourceReason::NotAddresses(t))
 }
 
 /// The values listed, sorted and each once, or `default` when none are.
@@ -223,22 +245,24 @@ fn distinct_or<T: Ord + Clone>(listed: &[T], default: T) -> Vec<T> {
     v
 }
 
-fn cluster_only(setting: Setting) -> Result<(), String> {
+fn cluster_only(setting: Setting) -> Result<(), SourceReason> {
     match setting {
         Setting::Cluster => Ok(()),
-        Setting::Files => Err(
-            "a Kubernetes source works only in a cluster (the controller computes it); policy files can use url and file sources".into(),
-        ),
+        Setting::Files => Err(SourceReason::ClusterOnly),
     }
+}
+
+fn interval(s: &str) -> Result<Duration, SourceReason> {
+    crate::duration::parse_positive(s).map_err(SourceReason::Interval)
 }
 
 fn parse_one(
     policy: &IPSetPolicy,
     source: &MemberSource,
     setting: Setting,
-) -> Result<Source, String> {
+) -> Result<Source, SourceReason> {
     if source.kind() == "?" {
-        return Err("each entry needs exactly one of nodes, pods, services, url, file".into());
+        return Err(SourceReason::NoKind);
     }
     if let Some(n) = &source.nodes {
         cluster_only(setting)?;
@@ -267,28 +291,23 @@ fn parse_one(
         }));
     }
     if let Some(u) = &source.url {
-        let url = FeedUrl::parse(&u.url).map_err(|e| format!("url: {e}"))?;
+        let url = FeedUrl::parse(&u.url).map_err(SourceReason::Url)?;
         let interval = match &u.interval {
             None => DEFAULT_URL_INTERVAL,
-            Some(s) => crate::duration::parse_positive(s).map_err(|e| format!("interval: {e}"))?,
+            Some(s) => interval(s)?,
         };
         if interval < MIN_URL_INTERVAL {
-            return Err(format!(
-                "interval: {interval:?} is shorter than the minimum of {MIN_URL_INTERVAL:?}"
-            ));
+            return Err(SourceReason::IntervalTooShort {
+                interval,
+                min: MIN_URL_INTERVAL,
+            });
         }
         let headers_secret = match &u.headers_from {
             None => None,
-            Some(_) if setting == Setting::Files => {
-                return Err("headersFrom names a Secret, which works only in a cluster".into());
-            }
+            Some(_) if setting == Setting::Files => return Err(SourceReason::HeadersInFiles),
             // Reading a Secret needs a grant no component has (tests/
             // manifests.rs holds that line); refused clearly until then.
-            Some(_) => {
-                return Err(
-                    "headersFrom is not supported yet: the controller is not granted to read Secrets".into(),
-                );
-            }
+            Some(_) => return Err(SourceReason::HeadersUnsupported),
         };
         return Ok(Source::Url(UrlSpec {
             url,
@@ -300,24 +319,20 @@ fn parse_one(
     }
     let f = source.file.as_ref().expect("kind() said file");
     if setting == Setting::Cluster {
-        return Err(
-            "a file source works only in policy files (the controller reads no local files); use url".into(),
-        );
+        return Err(SourceReason::FilesOnly);
     }
     if f.path.is_empty() {
-        return Err("path: empty".into());
+        return Err(SourceReason::EmptyPath);
     }
     if f.path.contains('\0') {
-        return Err("path: contains a NUL byte".into());
+        return Err(SourceReason::NulInPath);
     }
-    let interval = match &f.interval {
-        None => None,
-        Some(s) => Some(crate::duration::parse_positive(s).map_err(|e| format!("interval: {e}"))?),
-    };
+    let interval = f.interval.as_deref().map(interval).transpose()?;
     if let Some(i) = interval.filter(|i| *i < MIN_FILE_INTERVAL) {
-        return Err(format!(
-            "interval: {i:?} is shorter than the minimum of {MIN_FILE_INTERVAL:?}"
-        ));
+        return Err(SourceReason::IntervalTooShort {
+            interval: i,
+            min: MIN_FILE_INTERVAL,
+        });
     }
     Ok(Source::File(FileSpec {
         path: f.path.clone().into(),
@@ -486,5 +501,114 @@ mod tests {
             }
         }
         assert_eq!(seen, 3);
+    }
+
+    /// Every reason a source is refused, word for word as statuses and
+    /// file mode show it (the ones the tests above check by part too).
+    #[test]
+    fn every_reason_reads_as_before() {
+        let one = |set_type: &str, from: serde_json::Value, setting: Setting| {
+            let e = errors(&policy(set_type, from), setting);
+            assert_eq!(e.len(), 1, "{e:?}");
+            e[0].clone()
+        };
+        let url = |u: serde_json::Value| one("hash:ip", json!([{ "url": u }]), Setting::Cluster);
+        let head = "policy \"p\": membersFrom[0]";
+        for (got, want) in [
+            (
+                url(json!({"url": "example.com/x"})),
+                "(url): url: not a URL: invalid format",
+            ),
+            (
+                url(json!({"url": "/x"})),
+                "(url): url: no scheme (http:// or https://)",
+            ),
+            (
+                url(json!({"url": "ftp://h/x"})),
+                "(url): url: scheme \"ftp\" is not http or https",
+            ),
+            (
+                url(json!({"url": "https://u@h/x"})),
+                "(url): url: user information in a URL is refused (use headersFrom for credentials)",
+            ),
+            (
+                url(json!({"url": "https://h/x", "interval": "30s"})),
+                "(url): interval: 30s is shorter than the minimum of 60s",
+            ),
+            (
+                url(json!({"url": "https://h/x", "interval": "0"})),
+                "(url): interval: invalid duration \"0\": must be more than zero",
+            ),
+            (
+                url(json!({"url": "https://h/x", "headersFrom": {"secretName": "s"}})),
+                "(url): headersFrom is not supported yet: the controller is not granted to read Secrets",
+            ),
+            (
+                one(
+                    "hash:ip",
+                    json!([{"url": {"url": "https://h/x", "headersFrom": {"secretName": "s"}}}]),
+                    Setting::Files,
+                ),
+                "(url): headersFrom names a Secret, which works only in a cluster",
+            ),
+            (
+                one(
+                    "hash:ip",
+                    json!([{"file": {"path": "a\u{0}b"}}]),
+                    Setting::Files,
+                ),
+                "(file): path: contains a NUL byte",
+            ),
+            (
+                one(
+                    "hash:ip",
+                    json!([{"file": {"path": "x", "interval": "0"}}]),
+                    Setting::Files,
+                ),
+                "(file): interval: invalid duration \"0\": must be more than zero",
+            ),
+            (
+                one("hash:ip", json!([{"nodes": {}}]), Setting::Files),
+                "(nodes): a Kubernetes source works only in a cluster (the controller computes it); policy files can use url and file sources",
+            ),
+            (
+                one("hash:ip,port", json!([{"pods": {}}]), Setting::Cluster),
+                "(pods): gives IP addresses, which a hash:ip,port set cannot hold (use hash:ip or hash:net)",
+            ),
+            (
+                one(
+                    "hash:ip",
+                    json!([{"services": {"selector": {"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}}}]),
+                    Setting::Cluster,
+                ),
+                "(services): selector: ",
+            ),
+        ] {
+            assert!(
+                got.starts_with(&format!("{head} {want}")),
+                "{got}\n  wanted {want}"
+            );
+            if !want.ends_with(": ") {
+                assert_eq!(got, format!("{head} {want}"));
+            }
+        }
+        let many = serde_json::Value::Array(vec![json!({"nodes": {}}); MAX_SOURCES + 1]);
+        assert_eq!(
+            one("hash:ip", many, Setting::Cluster),
+            format!(
+                "policy \"p\": membersFrom[{MAX_SOURCES}] (?): at most {MAX_SOURCES} sources; found {}",
+                MAX_SOURCES + 1
+            )
+        );
+        let mut long = policy("hash:ip", json!([{"nodes": {}}]));
+        long.metadata.name = Some("n".repeat(64));
+        let e = errors(&long, Setting::Cluster);
+        assert_eq!(
+            e,
+            [format!(
+                "policy \"{}\": membersFrom[0] (nodes): a policy with membersFrom has a name of at most 63 characters (its slices name it in the label ipsetmgr.io/policy)",
+                "n".repeat(64)
+            )]
+        );
     }
 }
