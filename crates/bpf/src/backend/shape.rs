@@ -56,12 +56,8 @@ pub(crate) fn shape(name: &str, d: &DesiredSet) -> Result<Shape, SetError> {
     let Some(family) = kind.family else {
         return Err(unrepresentable(kind, "the set has no address family"));
     };
-    if d.header.options.comment {
-        return Err(unrepresentable(
-            kind,
-            "a BPF map has no place for entry comments",
-        ));
-    }
+    // `options.comment` is no reason to refuse: comments are left out of
+    // the map (they change no lookup's answer; crate::entry).
     if d.header.options.mask.is_some() {
         return Err(unrepresentable(
             kind,
