@@ -147,6 +147,32 @@ pub enum Command {
     /// stream for `kubectl apply -f -`. A member's slice is chosen by a hash
     /// of the member, so a small change to the list changes few slices.
     Slice(SliceFlags),
+    /// Attach ipsetmgr's XDP program to an interface (in --netns) to drop
+    /// packets whose source address the named policies' BPF sets match
+    /// (kept by --backend bpf under --bpf-path), or detach it.
+    #[command(subcommand)]
+    Xdp(XdpAction),
+}
+
+/// `ipsetmgr xdp ...`.
+#[derive(Debug, Subcommand)]
+pub enum XdpAction {
+    /// Attach the program: one per interface, up to 4 IPv4 and 4 IPv6
+    /// sets. Later changes to the sets take effect without attaching again.
+    Attach {
+        /// The interface, in the target network namespace.
+        #[arg(long, value_name = "IF")]
+        interface: String,
+        /// Policies whose BPF sets (IPv4 and IPv6, those that exist) say
+        /// which sources to drop (repeatable, or several after one flag).
+        #[arg(long = "drop-from", value_name = "POLICY", required = true, num_args = 1..)]
+        drop_from: Vec<String>,
+    },
+    /// Detach the program; the sets stay.
+    Detach {
+        #[arg(long, value_name = "IF")]
+        interface: String,
+    },
 }
 
 /// Flags of `ipsetmgr apply`.
