@@ -88,7 +88,11 @@ fn peak_rss_mb() -> f64 {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ipsetmgr_dataplane::netns::enter(&args.netns)?;
-    let opened = Opened::open(&args.backend, ipsetmgr_nft::backend::default_table())?;
+    let opened = Opened::open(
+        &args.backend,
+        ipsetmgr_nft::backend::default_table(),
+        std::path::Path::new(ipsetmgr_bpf::DEFAULT_MOUNT),
+    )?;
     let mut mgr = opened.into_backend(ReconcilerConfig::default());
     let backend = mgr.name();
     let naming = Naming::default();

@@ -62,8 +62,9 @@ pub struct Cli {
     /// Kernel backends, comma-separated: ipsets over `netlink` (native, the
     /// default; falls back to cli when the kernel lacks it) or `cli` (the
     /// `ipset` binary); nf_tables named sets over `nft` (native netlink) or
-    /// `nft-cli` (`nft -j`). `netlink,nft` holds each set as an ipset and as
-    /// an nft set (`both` is the same).
+    /// `nft-cli` (`nft -j`); pinned BPF prefix maps with `bpf` (hash:ip and
+    /// hash:net only; docs/bpf.md). `netlink,nft` holds each set as an
+    /// ipset and as an nft set (`both` is the same).
     #[arg(
         long,
         global = true,
@@ -82,6 +83,10 @@ pub struct Cli {
     /// touched (chains, rules, maps and other sets never).
     #[arg(long, global = true, env = "IPSETMGR_NFT_TABLE", value_parser = parse_table_name, default_value = "ipsetmgr")]
     pub nft_table: String,
+    /// The bpffs the bpf backend keeps its sets in, as pins under
+    /// `<path>/ipsetmgr/` (mounted when nothing is mounted there).
+    #[arg(long, global = true, env = "IPSETMGR_BPF_PATH", value_name = "PATH", default_value = ipsetmgr_bpf::DEFAULT_MOUNT)]
+    pub bpf_path: std::path::PathBuf,
     /// Log format on stderr.
     #[arg(long, global = true, env = "IPSETMGR_LOG_FORMAT", value_enum, default_value_t = LogFormatArg::Text)]
     pub log_format: LogFormatArg,
@@ -108,6 +113,7 @@ impl Cli {
             netns: self.netns.clone(),
             backend: self.backend.clone(),
             nft_table: ipsetmgr_nft::Table::new(self.nft_family, self.nft_table.clone()),
+            bpf_path: self.bpf_path.clone(),
             naming,
             lock_wait: self.lock_wait,
             retire_other_backend: false,
@@ -141,6 +147,32 @@ pub enum Command {
     /// stream for `kubectl apply -f -`. A member's slice is chosen by a hash
     /// of the member, so a small change to the list changes few slices.
     Slice(SliceFlags),
+    /// Attach ipsetmgr's XDP program to an interface (in --netns) to drop
+    /// packets whose source address the named policies' BPF sets match
+    /// (kept by --backend bpf under --bpf-path), or detach it.
+    #[command(subcommand)]
+    Xdp(XdpAction),
+}
+
+/// `ipsetmgr xdp ...`.
+#[derive(Debug, Subcommand)]
+pub enum XdpAction {
+    /// Attach the program: one per interface, up to 4 IPv4 and 4 IPv6
+    /// sets. Later changes to the sets take effect without attaching again.
+    Attach {
+        /// The interface, in the target network namespace.
+        #[arg(long, value_name = "IF")]
+        interface: String,
+        /// Policies whose BPF sets (IPv4 and IPv6, those that exist) say
+        /// which sources to drop (repeatable, or several after one flag).
+        #[arg(long = "drop-from", value_name = "POLICY", required = true, num_args = 1..)]
+        drop_from: Vec<String>,
+    },
+    /// Detach the program; the sets stay.
+    Detach {
+        #[arg(long, value_name = "IF")]
+        interface: String,
+    },
 }
 
 /// Flags of `ipsetmgr apply`.
@@ -546,6 +578,7 @@ mod tests {
         let cli = Cli::try_parse_from(["ipsetmgr", "run", "--policy-dir", "/d"]).unwrap();
         assert_eq!(cli.set_prefix, "ipm");
         assert_eq!(cli.lock_wait, Duration::from_secs(30));
+        assert_eq!(cli.bpf_path, std::path::Path::new("/sys/fs/bpf"));
         let Command::Run(RunFlags { resync, labels, .. }) = cli.command else {
             panic!("run")
         };
@@ -557,12 +590,14 @@ mod tests {
             ("netlink,nft", "netlink,nft"),
             ("both", "netlink,nft"),
             ("nft-cli, cli", "nft-cli,cli"),
+            ("netlink,bpf", "netlink,bpf"),
+            ("both,bpf", "netlink,nft,bpf"),
         ] {
             let cli = Cli::try_parse_from(["ipsetmgr", "--backend", words, "sets"]).unwrap();
             assert_eq!(cli.backend.to_string(), parsed);
         }
         // Two backends of one kind would own the same sets.
-        for refused in ["netlink,cli", "nft,nft", "netlink,", "both,nft"] {
+        for refused in ["netlink,cli", "nft,nft", "netlink,", "both,nft", "bpf,bpf"] {
             assert!(
                 Cli::try_parse_from(["ipsetmgr", "--backend", refused, "sets"]).is_err(),
                 "{refused}"

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::Parser;
 
-use crate::args::{Cli, Command};
-use crate::commands::{self, slice};
+use crate::args::{Cli, Command, XdpAction};
+use crate::commands::{self, slice, xdp};
 use ipsetmgr_cluster::logging;
 use ipsetmgr_filemode::{apply, run, sets};
 use ipsetmgr_ipset::Naming;
@@ -48,7 +48,28 @@ fn real_main() -> Result<bool> {
         Command::Crd => crd_command(),
         // Files to objects: no kernel, no lock.
         Command::Slice(flags) => slice_command(&flags.into_args()),
+        Command::Xdp(action) => xdp_command(&opts, &naming, &action),
     }
+}
+
+/// `xdp attach|detach`: inside `--netns` (the interface is looked up
+/// there), the sets in `--bpf-path`. No writer lock: no set is written.
+fn xdp_command(opts: &KernelOptions, naming: &Naming, action: &XdpAction) -> Result<bool> {
+    use ipsetmgr_dataplane::netns;
+    // Written from the namespace's thread: the unlocked handle is Send.
+    let out = &mut std::io::stdout();
+    match action {
+        XdpAction::Attach {
+            interface,
+            drop_from,
+        } => netns::run_in(opts.netns.as_deref(), || {
+            xdp::attach(&opts.bpf_path, naming, interface, drop_from, out)
+        })??,
+        XdpAction::Detach { interface } => netns::run_in(opts.netns.as_deref(), || {
+            xdp::detach(&opts.bpf_path, interface, out)
+        })??,
+    }
+    Ok(true)
 }
 
 /// The commands that keep running log what they do; the others only

@@ -81,6 +81,10 @@ fn schema_refuses_bad_values_and_typos() {
     assert_refused("controller.health.adress", json!("0.0.0.0"));
     assert_refused("livenessProbe.periodSecond", json!(3));
     assert_refused("serviceMonitor.enable", json!(true));
+    // A relative bpffs path would depend on the pod's working directory:
+    // the schema is stricter than the binary here, on purpose.
+    assert_refused("bpf.path", json!("sys/fs/bpf"));
+    assert_refused("bpf.pth", json!("/sys/fs/bpf"));
 
     for (path, v) in [
         // The binary's parsers.
@@ -240,6 +244,8 @@ fn agent_flags(values: &Value) -> Vec<String> {
         &as_flag(&values["nftTable"]["family"]),
         "--nft-table",
         &as_flag(&values["nftTable"]["name"]),
+        "--bpf-path",
+        &as_flag(&values["bpf"]["path"]),
         "--log-format",
         &as_flag(&values["logFormat"]),
         "agent",
@@ -344,6 +350,12 @@ fn the_binary_takes_the_defaults_and_the_documented_values() {
         vec![("setPrefix", json!("ABC12345")), ("backend", json!("cli"))],
         vec![("backend", json!("nft-cli"))],
         vec![("backend", json!("nft,netlink"))],
+        vec![("backend", json!("bpf"))],
+        vec![
+            ("backend", json!("netlink,bpf")),
+            ("bpf.path", json!("/run/ipsetmgr/bpf")),
+        ],
+        vec![("backend", json!("bpf,nft-cli,cli"))],
         vec![
             ("backend", json!("both")),
             ("nftTable.family", json!("ip")),
@@ -370,6 +382,8 @@ fn what_the_schema_refuses_for_the_binary_the_binary_refuses_too() {
         ("backend", json!("iptables")),
         ("backend", json!("netlink,cli")),
         ("backend", json!("nft,nft")),
+        ("backend", json!("bpf,bpf")),
+        ("backend", json!("netlink,bpf,cli")),
         ("nftTable.family", json!("ipv4")),
         ("nftTable.name", json!("1table")),
         ("nftTable.name", json!("a table")),

@@ -191,6 +191,57 @@ pub(crate) fn chart_renders_with_default_values() {
 }
 
 #[test]
+pub(crate) fn chart_bpf_backend_gets_its_capabilities_and_the_hosts_bpffs() {
+    needs_helm!("chart_bpf_backend_gets_its_capabilities_and_the_hosts_bpffs");
+    // Without bpf in the list: neither the capabilities nor the mount.
+    let r = render_chart(&[("backend", json!("netlink,nft"))]);
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", "netlink,nft");
+    let c = agent_container(&ds);
+    let caps = c.security_context.clone().unwrap().capabilities.unwrap();
+    assert_eq!(caps.add, Some(vec!["NET_ADMIN".to_string()]));
+    assert!(c.volume_mounts.is_none());
+    assert!(pod_of(&ds.spec.template).volumes.is_none());
+
+    let r = render_chart(&[
+        ("backend", json!("netlink,bpf")),
+        ("bpf.path", json!("/run/bpffs")),
+    ]);
+    let what = "netlink,bpf";
+    check_all_typed(&r.docs, what);
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
+    let c = agent_container(&ds);
+    assert_eq!(
+        env_value(&c, "IPSETMGR_BACKEND").as_deref(),
+        Some("netlink,bpf")
+    );
+    assert_eq!(
+        env_value(&c, "IPSETMGR_BPF_PATH").as_deref(),
+        Some("/run/bpffs")
+    );
+    let sc = c.security_context.clone().unwrap();
+    let caps = sc.capabilities.clone().unwrap();
+    assert_eq!(
+        caps.add,
+        Some(vec![
+            "NET_ADMIN".to_string(),
+            "BPF".to_string(),
+            "SYS_ADMIN".to_string()
+        ])
+    );
+    assert_eq!(caps.drop, Some(vec!["ALL".to_string()]));
+    assert_eq!(sc.privileged, Some(false), "still not privileged");
+    let mounts = c.volume_mounts.clone().unwrap();
+    assert_eq!(mounts.len(), 1);
+    assert_eq!(mounts[0].mount_path, "/run/bpffs");
+    let volumes = pod_of(&ds.spec.template).volumes.unwrap();
+    assert_eq!(volumes.len(), 1);
+    assert_eq!(volumes[0].name, mounts[0].name);
+    let host = volumes[0].host_path.clone().expect("a hostPath volume");
+    assert_eq!(host.path, "/run/bpffs");
+    assert_eq!(host.type_.as_deref(), Some("Directory"));
+}
+
+#[test]
 pub(crate) fn chart_values_reach_the_agent() {
     needs_helm!("chart_values_reach_the_agent");
     let r = render_chart(&[

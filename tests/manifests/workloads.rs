@@ -350,6 +350,7 @@ pub(crate) fn check_daemonset(ds: &DaemonSet, listen: &Listeners, what: &str) {
             "IPSETMGR_BACKEND",
             "IPSETMGR_NFT_FAMILY",
             "IPSETMGR_NFT_TABLE",
+            "IPSETMGR_BPF_PATH",
             "IPSETMGR_RESYNC_INTERVAL",
             "IPSETMGR_HEARTBEAT_INTERVAL",
             "IPSETMGR_LISTEN",

@@ -88,9 +88,9 @@ impl fmt::Display for Entry {
     }
 }
 
-/// hash:ip and hash:net members are prefixes; nothing else is, and a
-/// comment has no place in the map, so those fail rather than lose part of
-/// the member.
+/// hash:ip and hash:net members are prefixes; nothing else is, so those
+/// fail rather than lose part of the member. An entry comment changes no
+/// lookup's answer and has no place in the map: it is left out.
 impl TryFrom<&Member> for Entry {
     type Error = BpfError;
 
@@ -102,10 +102,10 @@ impl TryFrom<&Member> for Entry {
                 prefix,
                 nomatch,
             } => Entry::new(*addr, *prefix, *nomatch),
-            Member::Commented(_) => Err(BpfError::CannotHold {
-                member: format!("{m:?}"),
-                why: "a BPF map has no place for an entry comment",
-            }),
+            // The comment is a note for people, not part of what matches:
+            // the entry is the member's prefix, the comment is not kept
+            // (docs/bpf.md, "Map layout").
+            Member::Commented(c) => Entry::try_from(&c.member),
             _ => Err(BpfError::CannotHold {
                 member: format!("{m:?}"),
                 why: "only hash:ip and hash:net members are address prefixes",
@@ -174,5 +174,14 @@ mod tests {
             Entry::try_from(&m).unwrap().to_string(),
             "10.0.0.0/8 nomatch"
         );
+    }
+
+    #[test]
+    fn a_commented_member_is_its_prefix() {
+        let m = Member::Commented(Box::new(ipsetmgr_ipset::Commented {
+            member: Member::Ip("192.0.2.10".parse().unwrap()),
+            comment: ipsetmgr_ipset::Comment::parse("scanner").unwrap(),
+        }));
+        assert_eq!(Entry::try_from(&m).unwrap().to_string(), "192.0.2.10/32");
     }
 }

@@ -13,16 +13,18 @@
 //! - [`Entry`]: one prefix and its `nomatch` flag; from hash:ip and
 //!   hash:net members, anything else a typed "cannot hold".
 //! - [`xdp`]: attach the program to an interface for named sets, detach.
+//! - [`backend`]: the adapter on the neutral sets seam
+//!   ([`ipsetmgr_sets::Kernel`]), `--backend bpf`.
 //!
 //! Maps, pins and the program go through aya; the one call aya lacks
 //! (creating an array-of-maps outside an ELF object) is in `sys.rs`, the
 //! crate's only `unsafe`. This crate must never depend on kube or tokio (it
-//! runs on the agent's kernel thread), and is not yet a backend on the
-//! sets seam (issue 35).
+//! runs on the agent's kernel thread).
 
 // Only sys.rs may use unsafe (one bpf(2) call), and says so itself.
 #![deny(unsafe_code)]
 
+pub mod backend;
 mod entry;
 mod error;
 mod set;

@@ -114,6 +114,11 @@ impl BpfSet {
         self.trie.family()
     }
 
+    /// The current trie's size limit (the `maxElem` it was made for).
+    pub fn max_entries(&self) -> Result<u32, BpfError> {
+        self.trie.max_entries(&self.name)
+    }
+
     /// Replace every entry at once: a fresh trie of `max_entries` is filled
     /// with `entries` and then swapped into the slot. When filling fails the
     /// set keeps its old entries.

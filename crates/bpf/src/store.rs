@@ -146,7 +146,7 @@ pub(crate) fn io_errno(e: &io::Error) -> Errno {
 
 /// A set name as a path component: 1-255 bytes of letters, digits, `-`,
 /// `_` or `.`, not starting with a dot.
-fn validate_name(name: &str) -> Result<(), BpfError> {
+pub(crate) fn validate_name(name: &str) -> Result<(), BpfError> {
     let ok = (1..=255).contains(&name.len())
         && !name.starts_with('.')
         && name

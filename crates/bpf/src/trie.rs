@@ -87,6 +87,15 @@ impl Trie {
         self.family
     }
 
+    /// The trie's size limit, as the kernel reports it (a set's `maxElem`).
+    pub(crate) fn max_entries(&self, set: &str) -> Result<u32, BpfError> {
+        Ok(self
+            .map_data()
+            .info()
+            .map_err(|e| kernel(set, "read trie info", e))?
+            .max_entries())
+    }
+
     fn view<const N: usize>(&self) -> Result<LpmTrie<&MapData, [u8; N], u8>, MapError> {
         LpmTrie::try_from(&self.map)
     }

@@ -1,6 +1,7 @@
 //! nomatch against the kernel (issue 22): for random hash:net member lists
 //! with `nomatch` entries and overlapping networks, the nft interval set
-//! this crate makes from the members holds exactly the addresses the
+//! this crate makes from the members, and the BPF prefix map the bpf
+//! backend makes of them (issue 35), hold exactly the addresses the
 //! kernel's ipset matches.
 //!
 //! Per case, in a fresh network namespace (the test's thread calls
@@ -11,10 +12,15 @@
 //!    a `/0`, which ipset refuses, as the two `/1` halves the parser makes);
 //! 2. the nft set `inet T S` through [`NetlinkNft`], its elements made by
 //!    [`SetShape::elements`] from the same members, as the backend does;
-//! 3. for every probe (each network's first and last address, the address
+//! 3. the same members as a BPF map: the bpf backend's reconciler writes
+//!    the set `ipm4-p` (`ipm6-p`) into a bpffs of the test thread's own
+//!    (crates/bpf; docs/bpf.md);
+//! 4. for every probe (each network's first and last address, the address
 //!    below and above each, and random addresses; 64 to about 200) the
-//!    kernel answers both: `ipset test s ADDR` and
-//!    `nft get element inet T S { ADDR }` must succeed or fail together.
+//!    kernel answers all three: `ipset test s ADDR`,
+//!    `nft get element inet T S { ADDR }` and a lookup in the BPF map (a
+//!    full-length key: the longest prefix decides, value 0 is `nomatch`)
+//!    must agree.
 //!
 //! Both sides are asked in one process per case, each probe its own
 //! command, so the kernel answers every probe: `ipset -` (interactive mode)
@@ -42,7 +48,9 @@ use ipsetmgr_nft::interval::{NetRule, matching_ranges};
 use proptest::prelude::*;
 
 mod oracle;
-use oracle::{addr_of, bits, host_mask, ipset_answers, load_both, nft_answers, num, run, yes};
+use oracle::{
+    addr_of, bits, bpf_answers, host_mask, ipset_answers, load_both, nft_answers, num, run, yes,
+};
 
 /// One case: members as a policy writes them, and random probes (numbers
 /// of the case's family).
@@ -203,17 +211,19 @@ fn check(c: &Case) -> Result<(usize, usize), String> {
     let probes = probes(c, &nets);
     let from_ipset = ipset_answers(&probes)?;
     let from_nft = nft_answers(c.family, &probes)?;
+    let from_bpf = bpf_answers(SetType::HashNet, c.family, &members, &probes)?;
     let b = bits(c.family);
     let differ: Vec<String> = probes
         .iter()
-        .zip(from_ipset.iter().zip(&from_nft))
-        .filter(|(_, (i, n))| i != n)
-        .map(|(a, (&i, &n))| {
+        .zip(from_ipset.iter().zip(from_nft.iter().zip(&from_bpf)))
+        .filter(|(_, (i, (n, p)))| i != n || i != p)
+        .map(|(a, (&i, (&n, &p)))| {
             let rule = longest_prefix_matches(b, &nets, num(a));
             format!(
-                "  {a}: `ipset test s {a}` says {}, `nft get element inet T S {{ {a} }}` says {} (the longest-prefix rule: {})",
+                "  {a}: `ipset test s {a}` says {}, `nft get element inet T S {{ {a} }}` says {}, the BPF map's lookup says {} (the longest-prefix rule: {})",
                 yes(i),
                 yes(n),
+                yes(p),
                 yes(rule)
             )
         })
@@ -249,7 +259,7 @@ fn check(c: &Case) -> Result<(usize, usize), String> {
         shown += &format!("\n  ... and {more} more");
     }
     Err(format!(
-        "ipset and nft disagree on {} of {} probes:\n{}\nmembers (ipset -! restore):\n{}\nmatching_ranges:\n{}\nnft elements sent:\n{}",
+        "ipset, nft and the BPF map disagree on {} of {} probes:\n{}\nmembers (ipset -! restore):\n{}\nmatching_ranges:\n{}\nnft elements sent:\n{}",
         differ.len(),
         probes.len(),
         shown,

@@ -16,6 +16,8 @@ pub enum KernelError {
     Open(#[from] OpenError),
     #[error("cannot open nf_tables netlink: {0}")]
     Nft(#[from] NftError),
+    #[error("cannot open the bpffs: {0}")]
+    Bpf(#[from] ipsetmgr_bpf::BpfError),
     #[error("cannot start the kernel thread: {0}")]
     Thread(std::io::Error),
     #[error("the kernel thread stopped before it was ready")]

@@ -4,7 +4,9 @@
 //! here and its adapter crate (docs/architecture.md, "Adding a kernel").
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 
+use ipsetmgr_bpf::Bpffs;
 use ipsetmgr_dataplane::{Backend, Dataplane, open};
 use ipsetmgr_nft::netlink::NetlinkNft;
 use ipsetmgr_nft::{Table, backend as nft};
@@ -24,14 +26,17 @@ pub enum KernelBackend {
     Nft,
     /// nf_tables named sets through `nft -j` (JSON).
     NftCli,
+    /// BPF LPM tries pinned under `<bpffs>/ipsetmgr/` (docs/bpf.md).
+    Bpf,
 }
 
 impl KernelBackend {
-    pub const ALL: [KernelBackend; 4] = [
+    pub const ALL: [KernelBackend; 5] = [
         KernelBackend::Netlink,
         KernelBackend::Cli,
         KernelBackend::Nft,
         KernelBackend::NftCli,
+        KernelBackend::Bpf,
     ];
 
     /// The word `--backend` takes.
@@ -41,6 +46,7 @@ impl KernelBackend {
             KernelBackend::Cli => "cli",
             KernelBackend::Nft => "nft",
             KernelBackend::NftCli => "nft-cli",
+            KernelBackend::Bpf => "bpf",
         }
     }
 
@@ -50,10 +56,13 @@ impl KernelBackend {
         match self {
             KernelBackend::Netlink | KernelBackend::Cli => "ipset",
             KernelBackend::Nft | KernelBackend::NftCli => "nft",
+            KernelBackend::Bpf => "bpf",
         }
     }
 
     /// The backend that removes a kind's sets after a switch away from it.
+    /// BPF sets are not retired: opening a bpffs may mount one, which a
+    /// node that never chose `bpf` must not get.
     fn retiring(kind: &str) -> Option<KernelBackend> {
         match kind {
             "ipset" => Some(KernelBackend::Netlink),
@@ -63,14 +72,15 @@ impl KernelBackend {
     }
 
     /// Open what the backend needs, on the calling thread (already in the
-    /// namespace).
-    fn open(self) -> Result<OpenedKernel, KernelError> {
+    /// namespace); BPF sets in the bpffs at `bpf_path`.
+    fn open(self, bpf_path: &Path) -> Result<OpenedKernel, KernelError> {
         Ok(match self {
             KernelBackend::Netlink => OpenedKernel::Ipset(open(Backend::Netlink)?),
             KernelBackend::Cli => OpenedKernel::Ipset(open(Backend::Cli)?),
             KernelBackend::Nft => OpenedKernel::Nft(NetlinkNft::new()?),
             // `nft` is run per apply; a missing binary is that apply's error.
             KernelBackend::NftCli => OpenedKernel::NftCli,
+            KernelBackend::Bpf => OpenedKernel::Bpf(Bpffs::open(bpf_path)?),
         })
     }
 }
@@ -171,6 +181,7 @@ pub(crate) enum OpenedKernel {
     Ipset(Box<dyn Dataplane>),
     Nft(NetlinkNft),
     NftCli,
+    Bpf(Bpffs),
 }
 
 impl OpenedKernel {
@@ -181,6 +192,7 @@ impl OpenedKernel {
             }
             OpenedKernel::Nft(nl) => Box::new(nft::reconciler(nl, table, config)),
             OpenedKernel::NftCli => Box::new(nft::cli_reconciler(table, config)),
+            OpenedKernel::Bpf(fs) => Box::new(ipsetmgr_bpf::backend::reconciler(fs, config)),
         }
     }
 }
@@ -190,21 +202,28 @@ impl OpenedKernel {
 pub struct Opened {
     kernels: Vec<OpenedKernel>,
     nft_table: Table,
+    bpf_path: PathBuf,
     retired: Vec<OpenedKernel>,
 }
 
 impl Opened {
-    /// Open every backend of `list`, its nft sets in `nft_table`, on the
-    /// calling thread (already in the namespace), without the writer lock.
-    pub fn open(list: &BackendList, nft_table: Table) -> Result<Opened, KernelError> {
+    /// Open every backend of `list`, its nft sets in `nft_table`, its BPF
+    /// sets in the bpffs at `bpf_path`, on the calling thread (already in
+    /// the namespace), without the writer lock.
+    pub fn open(
+        list: &BackendList,
+        nft_table: Table,
+        bpf_path: &Path,
+    ) -> Result<Opened, KernelError> {
         let kernels = list
             .as_slice()
             .iter()
-            .map(|b| b.open())
+            .map(|b| b.open(bpf_path))
             .collect::<Result<_, _>>()?;
         Ok(Opened {
             kernels,
             nft_table,
+            bpf_path: bpf_path.to_path_buf(),
             retired: Vec::new(),
         })
     }
@@ -221,7 +240,7 @@ impl Opened {
             let Some(b) = KernelBackend::retiring(kind) else {
                 continue;
             };
-            match b.open() {
+            match b.open(&self.bpf_path) {
                 Ok(k) => self.retired.push(k),
                 Err(e) => tracing::info!(
                     backend = %b,

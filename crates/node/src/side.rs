@@ -49,6 +49,8 @@ pub struct KernelOptions {
     pub backend: BackendList,
     /// The table whose sets the nft backends own (`--nft-family`, `--nft-table`).
     pub nft_table: Table,
+    /// The bpffs whose `ipsetmgr/` pins the bpf backend owns (`--bpf-path`).
+    pub bpf_path: std::path::PathBuf,
     pub naming: Naming,
     /// How long to wait for another writer's lock.
     pub lock_wait: Duration,
@@ -60,7 +62,7 @@ pub struct KernelOptions {
 
 /// Open what `opts.backend` needs (on the calling thread: in the namespace).
 fn open_kernel(opts: &KernelOptions) -> Result<Opened, KernelError> {
-    let mut opened = Opened::open(&opts.backend, opts.nft_table.clone())?;
+    let mut opened = Opened::open(&opts.backend, opts.nft_table.clone(), &opts.bpf_path)?;
     if opts.retire_other_backend {
         opened.retire_others(&opts.backend);
     }

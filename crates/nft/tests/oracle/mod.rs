@@ -1,7 +1,8 @@
 //! What the kernel-oracle property tests share (`nomatch_kernel.rs`,
-//! `iface_kernel.rs`): loading one member list into both kernels, address
-//! arithmetic, asking `ipset -` and `nft -i`
-//! one command per probe and reading their answers, and the runner that
+//! `iface_kernel.rs`, `hash_ip_kernel.rs`): loading one member list into
+//! both kernels, address arithmetic, asking `ipset -` and `nft -i` one
+//! command per probe and reading their answers, the third kernel (a BPF
+//! map written by the bpf backend, [`bpf_answers`]), and the runner that
 //! gives every case a fresh network namespace. A probe type says how each
 //! tool spells it ([`Probe`]).
 
@@ -304,6 +305,90 @@ pub fn nft_answers<P: Probe>(family: Family, probes: &[P]) -> Result<Vec<bool>, 
         }
     }
     Ok(answers)
+}
+
+/// The BPF oracle's bpffs: on the calling thread's first call, a fresh mount
+/// namespace whose `/sys/fs/bpf` is a bpffs of its own (a tmpfs first hides
+/// the host's, then `Bpffs::open` mounts one), so no case sees the host's
+/// pins; kept for the thread's later cases.
+#[allow(dead_code)] // iface_kernel.rs asks no BPF map
+fn private_bpffs() -> Result<ipsetmgr_bpf::Bpffs, String> {
+    use nix::mount::{MsFlags, mount};
+    thread_local! {
+        static FS: std::cell::OnceCell<ipsetmgr_bpf::Bpffs> = const { std::cell::OnceCell::new() };
+    }
+    if let Some(fs) = FS.with(|f| f.get().cloned()) {
+        return Ok(fs);
+    }
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+        .map_err(|e| format!("unshare(CLONE_NEWNS): {e}"))?;
+    let none = None::<&str>;
+    mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)
+        .map_err(|e| format!("making / private: {e}"))?;
+    mount(
+        Some("tmpfs"),
+        ipsetmgr_bpf::DEFAULT_MOUNT,
+        Some("tmpfs"),
+        MsFlags::empty(),
+        none,
+    )
+    .map_err(|e| format!("hiding the host's bpffs: {e}"))?;
+    let fs = ipsetmgr_bpf::Bpffs::open(std::path::Path::new(ipsetmgr_bpf::DEFAULT_MOUNT))
+        .map_err(|e| format!("bpffs: {e}"))?;
+    FS.with(|f| f.set(fs.clone()).ok());
+    Ok(fs)
+}
+
+/// The third kernel: `members` written by the bpf backend (its reconciler
+/// and adapter, as `--backend bpf` writes them: set `ipm4-p` or `ipm6-p`
+/// of type `t`), then each probe looked up in the map the kernel's way (a
+/// full-length key, longest prefix wins, value 0 is `nomatch`): whether
+/// the set holds it.
+#[allow(dead_code)] // iface_kernel.rs asks no BPF map
+pub fn bpf_answers(
+    t: SetType,
+    family: Family,
+    members: &[Member],
+    probes: &[IpAddr],
+) -> Result<Vec<bool>, String> {
+    use ipsetmgr_ipset::{MemberSet, Naming, SetHeader, SetKind};
+    use ipsetmgr_sets::{DesiredSet, ReconcilerConfig};
+    let fs = private_bpffs()?;
+    // The previous case's set (the mount namespace is the thread's).
+    for name in fs.list("ipm").map_err(|e| e.to_string())? {
+        fs.delete(&name).map_err(|e| e.to_string())?;
+    }
+    let kind = SetKind {
+        set_type: t,
+        family: Some(family),
+    };
+    let name = Naming::default().main_set_name("p", Some(family));
+    let desired = DesiredSet {
+        name: name.clone(),
+        policy: "p".into(),
+        header: SetHeader {
+            kind,
+            max_elem: 65536,
+            hash_size: None,
+            options: HeaderOptions::default(),
+        },
+        members: std::sync::Arc::new(MemberSet::from_members(kind, members.iter().cloned())),
+    };
+    let mut r = ipsetmgr_bpf::backend::reconciler(fs.clone(), ReconcilerConfig::default());
+    r.set_desired(vec![desired], Vec::<String>::new());
+    let out = r.apply_updates();
+    if !out.applied || r.report().iter().any(|s| !s.synced) {
+        return Err(format!("bpf backend: {out:?} {:?}", r.report()));
+    }
+    let set = fs.open_set(&name).map_err(|e| e.to_string())?;
+    probes
+        .iter()
+        .map(|a| {
+            set.lookup(*a)
+                .map(|v| v == Some(true))
+                .map_err(|e| format!("bpf lookup {a}: {e}"))
+        })
+        .collect()
 }
 
 pub fn yes(found: bool) -> &'static str {
