@@ -67,6 +67,12 @@ impl Naming {
         &self.prefix
     }
 
+    /// Every name a policy's main sets may have: IPv4, IPv6 and
+    /// family-less (what a held policy's sets are found by).
+    pub fn main_set_names(&self, policy: &str) -> [String; 3] {
+        [Some(Family::V4), Some(Family::V6), None].map(|f| self.main_set_name(policy, f))
+    }
+
     /// The kernel name of a policy's set for `family` (`None`: family-less, hash:mac).
     pub fn main_set_name(&self, policy: &str, family: Option<Family>) -> String {
         let letter = match family {

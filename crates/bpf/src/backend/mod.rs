@@ -261,10 +261,7 @@ impl Kernel for BpfKernel {
     }
 
     fn policy_names(&self, policy: &str) -> Vec<String> {
-        [Some(Family::V4), Some(Family::V6), None]
-            .into_iter()
-            .map(|f| self.naming.main_set_name(policy, f))
-            .collect()
+        self.naming.main_set_names(policy).into()
     }
 
     /// The pins under `<bpffs>/ipsetmgr/` with an owned name; nothing else

@@ -19,7 +19,7 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
-use ipsetmgr_ipset::{Family, Member, MemberSet, Naming, SetType};
+use ipsetmgr_ipset::{Member, MemberSet, Naming, SetType};
 use ipsetmgr_sets::{
     BackendId, BatchFailure, Context, DesiredSet, Drift, ErrorKind, Kernel, KernelError, ListedSet,
     Owned, Planned, Reconciler, ReconcilerConfig, SetError, SetRef, Sets, WriteKind,
@@ -183,10 +183,7 @@ impl<D: Dataplane> Kernel for IpsetKernel<D> {
     }
 
     fn policy_names(&self, policy: &str) -> Vec<String> {
-        [Some(Family::V4), Some(Family::V6), None]
-            .into_iter()
-            .map(|f| self.naming.main_set_name(policy, f))
-            .collect()
+        self.naming.main_set_names(policy).into()
     }
 
     fn list_owned(&mut self) -> Result<Vec<Owned>, KernelError> {

@@ -26,7 +26,7 @@ mod tests;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use ipsetmgr_ipset::{Family, MemberSet, Naming, SetHeader};
+use ipsetmgr_ipset::{MemberSet, Naming, SetHeader};
 use ipsetmgr_sets::{
     BackendId, BatchFailure, Context, DesiredSet, Drift, Kernel, KernelError, ListedSet,
     NotReplaced, Owned, Planned, Reconciler, ReconcilerConfig, SetError, SetRef, Sets, WriteKind,
@@ -285,9 +285,7 @@ impl<D: NftDataplane> NftKernel<D> {
     fn held_names(&self, cx: &Context<'_>) -> BTreeSet<String> {
         cx.held_policies
             .iter()
-            .flat_map(|p| {
-                [Some(Family::V4), Some(Family::V6), None].map(|f| self.naming.main_set_name(p, f))
-            })
+            .flat_map(|p| self.naming.main_set_names(p))
             .collect()
     }
 
@@ -401,12 +399,10 @@ impl<D: NftDataplane> Kernel for NftKernel<D> {
     }
 
     fn policy_names(&self, policy: &str) -> Vec<String> {
-        [Some(Family::V4), Some(Family::V6), None]
-            .into_iter()
-            .map(|f| {
-                let canonical = self.naming.main_set_name(policy, f);
-                names::nft_set_name(&self.naming, &canonical, policy)
-            })
+        self.naming
+            .main_set_names(policy)
+            .iter()
+            .map(|canonical| names::nft_set_name(&self.naming, canonical, policy))
             .collect()
     }
 
