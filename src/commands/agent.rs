@@ -2,7 +2,8 @@
 //! together with its kernel side, listeners and client.
 
 use crate::args::AgentConfig;
-use ipsetmgr_agent::{event_loop, inputs, metrics, node_state, worker};
+use ipsetmgr_agent::api_side::ApiSide;
+use ipsetmgr_agent::{event_loop, metrics, node_state, worker};
 use ipsetmgr_cluster::client::{make_client, shutdown_signal};
 use ipsetmgr_node::{KernelOptions, KernelSide};
 use ipsetmgr_sets::driver::DriverConfig;
@@ -51,42 +52,29 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
         )
     })?;
 
-    let listeners = ipsetmgr_cluster::server::bind(config.health_listen, config.listen).await?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(ipsetmgr_cluster::server::serve_all(
-        listeners,
+    let server = ipsetmgr_cluster::server::Server::start(
+        config.health_listen,
+        config.listen,
         shared.clone(),
-        stop_rx,
-    ));
+    )
+    .await?;
 
-    let (status_tx, status_rx) = tokio::sync::watch::channel(None);
-    let writer = tokio::spawn(node_state::run_writer(
-        client.clone(),
-        node_state::Pacing::from(config.node_state)
-            .writer(&config.node_name, config.heartbeat_interval),
-        status_rx,
-        shared.clone(),
-    ));
-
-    let crds = inputs::guarded_crds();
-    let inputs = inputs::watch_inputs(client, &config.node_name);
     let mut settings = event_loop::Settings::new(naming, config.heartbeat_interval);
     settings.limits = config.limits.into();
     settings.sets_kinds = sets_kinds;
-    let agent = event_loop::Agent::new(
+    ApiSide::start(
+        &client,
+        &config.node_name,
+        node_state::Pacing::from(config.node_state),
         settings,
-        &crds,
         Box::new(kernel),
         reports,
-        status_tx,
         shared,
-    );
-    agent.run(inputs, shutdown_signal()).await;
+    )
+    .run(shutdown_signal())
+    .await;
 
-    // The loop dropped the status sender: the writer ends.
-    let _ = writer.await;
-    let _ = stop_tx.send(true);
-    let _ = server.await;
+    let _ = server.stop().await;
     tracing::info!("agent stopped");
     Ok(())
 }

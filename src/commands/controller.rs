@@ -38,13 +38,12 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
     settings.limits = config.limits.into();
     let shared = metrics::ControllerShared::new(settings.tick);
 
-    let listeners = ipsetmgr_cluster::server::bind(config.health_listen, config.listen).await?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(ipsetmgr_cluster::server::serve_all(
-        listeners,
+    let server = ipsetmgr_cluster::server::Server::start(
+        config.health_listen,
+        config.listen,
         shared.clone(),
-        stop_rx,
-    ));
+    )
+    .await?;
 
     let lease = LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
         .with_namespace(&config.namespace)
@@ -132,8 +131,7 @@ pub async fn run_controller(config: ControllerConfig, naming: Naming) -> anyhow:
     }
     let _ = tokio::join!(feeds, endpoints, slice_writer, writer);
     release_lease(lease_task).await;
-    let _ = stop_tx.send(true);
-    let _ = server.await;
+    let _ = server.stop().await;
     Ok(())
 }
 

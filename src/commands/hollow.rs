@@ -14,8 +14,9 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use crate::args::HollowConfig;
-use ipsetmgr_agent::event_loop::{Agent, Settings};
-use ipsetmgr_agent::{inputs, metrics, node_state, worker};
+use ipsetmgr_agent::api_side::ApiSide;
+use ipsetmgr_agent::event_loop::Settings;
+use ipsetmgr_agent::{metrics, node_state, worker};
 use ipsetmgr_cluster::client::{make_client, shutdown_signal};
 use ipsetmgr_dataplane::model::ModelDataplane;
 use ipsetmgr_ipset::Naming;
@@ -72,7 +73,6 @@ pub async fn run_hollow(config: HollowConfig, naming: Naming) -> anyhow::Result<
         "hollow Nodes applied; starting their agents"
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let crds = inputs::guarded_crds();
     let mut tasks = Vec::with_capacity(names.len());
     for name in &names {
         let shared = metrics::Shared::new(config.resync_interval);
@@ -96,33 +96,21 @@ pub async fn run_hollow(config: HollowConfig, naming: Naming) -> anyhow::Result<
                 },
             )
         })?;
-        let (status_tx, status_rx) = tokio::sync::watch::channel(None);
-        let writer = tokio::spawn(node_state::run_writer(
-            client.clone(),
-            node_state::Pacing::from(config.node_state).writer(name, config.heartbeat_interval),
-            status_rx,
-            shared.clone(),
-        ));
         let mut settings = Settings::new(naming.clone(), config.heartbeat_interval);
         settings.limits = config.limits.into();
-        let agent = Agent::new(
+        let agent = ApiSide::start(
+            &client,
+            name,
+            node_state::Pacing::from(config.node_state),
             settings,
-            &crds,
             Box::new(kernel),
             reports,
-            status_tx,
             shared,
         );
-        let inputs = inputs::watch_inputs(client.clone(), name);
         let mut stop = stop_rx.clone();
-        tasks.push(tokio::spawn(async move {
-            agent
-                .run(inputs, async move {
-                    let _ = stop.changed().await;
-                })
-                .await;
-            let _ = writer.await;
-        }));
+        tasks.push(tokio::spawn(agent.run(async move {
+            let _ = stop.changed().await;
+        })));
     }
     tracing::info!(agents = tasks.len(), "hollow agents running");
     shutdown_signal().await;

@@ -129,21 +129,18 @@ impl Agent {
         inputs: impl Stream<Item = Input> + Unpin,
         shutdown: impl Future<Output = ()>,
     ) {
-        let mut inputs = inputs;
-        let mut inputs_open = true;
+        // Fused: once the inputs end, their branch stays off.
+        let mut inputs = inputs.fuse();
+        tokio::pin!(shutdown);
         // Turns the loop even when nothing happens: liveness watches it.
         let mut tick = tokio::time::interval(LOOP_TICK);
-        tokio::pin!(shutdown);
         loop {
             self.shared.loop_turned();
             let recompile = sleep_until(self.recompile_at.unwrap_or_else(far_future));
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = tick.tick() => {}
-                input = inputs.next(), if inputs_open => match input {
-                    Some(input) => self.on_input(input),
-                    None => inputs_open = false,
-                },
+                Some(input) = inputs.next() => self.on_input(input),
                 Some(report) = self.reports.recv() => self.on_report(report),
                 _ = recompile, if self.recompile_at.is_some() => {
                     self.recompile_at = None;

@@ -16,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api_side;
 pub mod event_loop;
 pub mod inputs;
 pub mod metrics;

@@ -151,6 +151,34 @@ pub async fn bind(
     ])
 }
 
+/// The health and metrics server of a role, running on its own task until
+/// [`Server::stop`].
+pub struct Server {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    /// Bind the health and metrics addresses (one listener when they are
+    /// the same) and serve `health` on them.
+    pub async fn start(
+        health_addr: std::net::SocketAddr,
+        metrics_addr: std::net::SocketAddr,
+        health: Arc<dyn Health>,
+    ) -> std::io::Result<Server> {
+        let listeners = bind(health_addr, metrics_addr).await?;
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(serve_all(listeners, health, stop_rx));
+        Ok(Server { stop, task })
+    }
+
+    /// Stop serving and wait for the listeners to close.
+    pub async fn stop(self) -> std::io::Result<()> {
+        let _ = self.stop.send(true);
+        self.task.await.map_err(std::io::Error::other)?
+    }
+}
+
 /// Serve every listener until `stop` turns true.
 pub async fn serve_all(
     listeners: Vec<(TcpListener, Routes)>,
@@ -291,23 +319,17 @@ mod tests {
             let y = std::net::TcpListener::bind(lo(0)).unwrap();
             (x.local_addr().unwrap(), y.local_addr().unwrap())
         };
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let listeners = bind(a, b).await.unwrap();
-        let server = tokio::spawn(serve_all(listeners, fake.clone(), stop_rx));
+        let server = Server::start(a, b, fake.clone()).await.unwrap();
         assert!(request(a, "GET /readyz").await.starts_with("HTTP/1.1 200"));
         assert!(request(a, "GET /metrics").await.starts_with("HTTP/1.1 404"));
         assert!(request(b, "GET /metrics").await.starts_with("HTTP/1.1 200"));
         assert!(request(b, "GET /livez").await.starts_with("HTTP/1.1 404"));
-        stop_tx.send(true).unwrap();
-        server.await.unwrap().unwrap();
+        server.stop().await.unwrap();
 
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let listeners = bind(a, a).await.unwrap();
-        assert_eq!(listeners.len(), 1);
-        let server = tokio::spawn(serve_all(listeners, fake, stop_rx));
+        assert_eq!(bind(a, a).await.unwrap().len(), 1);
+        let server = Server::start(a, a, fake).await.unwrap();
         assert!(request(a, "GET /readyz").await.starts_with("HTTP/1.1 200"));
         assert!(request(a, "GET /metrics").await.starts_with("HTTP/1.1 200"));
-        stop_tx.send(true).unwrap();
-        server.await.unwrap().unwrap();
+        server.stop().await.unwrap();
     }
 }

@@ -133,19 +133,16 @@ impl Controller {
         inputs: impl Stream<Item = Input> + Unpin,
         shutdown: impl Future<Output = ()>,
     ) {
-        let mut inputs = inputs;
-        let mut inputs_open = true;
-        let mut tick = tokio::time::interval(self.settings.tick);
+        // Fused: once the inputs end, their branch stays off.
+        let mut inputs = inputs.fuse();
         tokio::pin!(shutdown);
+        let mut tick = tokio::time::interval(self.settings.tick);
         loop {
             self.shared.heartbeat();
             let evaluate = sleep_until(self.evaluate_at.unwrap_or_else(far_future));
             tokio::select! {
                 _ = &mut shutdown => break,
-                input = inputs.next(), if inputs_open => match input {
-                    Some(input) => self.on_input(input),
-                    None => inputs_open = false,
-                },
+                Some(input) = inputs.next() => self.on_input(input),
                 changed = self.leader.changed() => {
                     if changed.is_err() {
                         break;

@@ -103,17 +103,27 @@ where
     watcher::watcher(Api::<K>::all(client.clone()), watcher::Config::default())
         .modify(slim)
         .default_backoff()
-        .map(move |r| match r {
-            Ok(ev) => f(ev),
-            Err(e) => Input::WatchError {
-                resource,
-                error: format!(
-                    "{resource} watch: {}",
-                    ipsetmgr_cluster::api_error::describe_watch(&e)
-                ),
-            },
-        })
+        .map(move |r| input_of(r, resource, f))
         .boxed()
+}
+
+/// A watch's item as the loop's input: an event through `f`, an error as
+/// a `WatchError` naming the resource.
+fn input_of<E>(
+    r: Result<E, watcher::Error>,
+    resource: &'static str,
+    f: impl FnOnce(E) -> Input,
+) -> Input {
+    match r {
+        Ok(ev) => f(ev),
+        Err(e) => Input::WatchError {
+            resource,
+            error: format!(
+                "{resource} watch: {}",
+                ipsetmgr_cluster::api_error::describe_watch(&e)
+            ),
+        },
+    }
 }
 
 /// Drop what no source reads, as it arrives.
@@ -132,17 +142,7 @@ pub fn watch_inputs(
         resource: &'static str,
         f: fn(Event<Tolerant<K>>) -> Input,
     ) -> futures::stream::BoxStream<'static, Input> {
-        s.map(move |r| match r {
-            Ok(ev) => f(ev),
-            Err(e) => Input::WatchError {
-                resource,
-                error: format!(
-                    "{resource} watch: {}",
-                    ipsetmgr_cluster::api_error::describe_watch(&e)
-                ),
-            },
-        })
-        .boxed()
+        s.map(move |r| input_of(r, resource, f)).boxed()
     }
     let all = watcher::Config::default;
     let policies = wrap(
@@ -162,16 +162,7 @@ pub fn watch_inputs(
     );
     let client_for_gates = client.clone();
     let nodes = watch_slim_nodes(client, all())
-        .map(|r| match r {
-            Ok(ev) => Input::Node(ev),
-            Err(e) => Input::WatchError {
-                resource: "nodes",
-                error: format!(
-                    "nodes watch: {}",
-                    ipsetmgr_cluster::api_error::describe_watch(&e)
-                ),
-            },
-        })
+        .map(|r| input_of(r, "nodes", Input::Node))
         .boxed();
     let c = client_for_gates.clone();
     let pods = gated(
@@ -222,16 +213,7 @@ pub fn watch_inputs(
                     n.status = None;
                 })
                 .default_backoff()
-                .map(|r| match r {
-                    Ok(ev) => Input::Namespace(ev),
-                    Err(e) => Input::WatchError {
-                        resource: "namespaces",
-                        error: format!(
-                            "namespaces watch: {}",
-                            ipsetmgr_cluster::api_error::describe_watch(&e)
-                        ),
-                    },
-                })
+                .map(|r| input_of(r, "namespaces", Input::Namespace))
                 .boxed()
         },
     );
