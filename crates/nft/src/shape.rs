@@ -511,15 +511,7 @@ impl SetShape {
     }
 
     fn members_of(&self, e: &Element, out: &mut Vec<Member>) -> Option<()> {
-        let ip = |v: &Value| match v {
-            Value::Ipv4(a) => Some(IpAddr::V4(*a)),
-            Value::Ipv6(a) => Some(IpAddr::V6(*a)),
-            _ => None,
-        };
-        let pp = |p: &Value, s: &Value| match (p, s) {
-            (Value::Proto(p), Value::Service(s)) => Some((Proto::from_number(*p)?, *s)),
-            _ => None,
-        };
+        let (ip, pp) = (value_ip, value_proto_port);
         let k = &e.key;
         let Some(net_field) = self.net_field() else {
             if e.key_end.is_some() {
@@ -588,15 +580,7 @@ impl SetShape {
         prefix: u8,
         out: &mut Vec<Member>,
     ) -> Option<()> {
-        let ip = |v: &Value| match v {
-            Value::Ipv4(a) => Some(IpAddr::V4(*a)),
-            Value::Ipv6(a) => Some(IpAddr::V6(*a)),
-            _ => None,
-        };
-        let pp = |p: &Value, s: &Value| match (p, s) {
-            (Value::Proto(p), Value::Service(s)) => Some((Proto::from_number(*p)?, *s)),
-            _ => None,
-        };
+        let (ip, pp) = (value_ip, value_proto_port);
         match (self.kind.set_type, k) {
             (SetType::HashIp, [_]) => {
                 // A netmask set's members are its /N networks' addresses.
@@ -720,6 +704,23 @@ fn mask_prefix(m: IpAddr) -> Option<u8> {
     };
     let ones = v.leading_ones();
     (v.checked_shl(ones).unwrap_or(0) == 0 && ones <= bits).then_some(ones as u8)
+}
+
+/// An element's address value, when it is one.
+fn value_ip(v: &Value) -> Option<IpAddr> {
+    match v {
+        Value::Ipv4(a) => Some(IpAddr::V4(*a)),
+        Value::Ipv6(a) => Some(IpAddr::V6(*a)),
+        _ => None,
+    }
+}
+
+/// An element's protocol and port values, when they are a pair of them.
+fn value_proto_port(p: &Value, s: &Value) -> Option<(Proto, u16)> {
+    match (p, s) {
+        (Value::Proto(p), Value::Service(s)) => Some((Proto::from_number(*p)?, *s)),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

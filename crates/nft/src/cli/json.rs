@@ -265,35 +265,27 @@ pub fn script<'a>(
                 size: spec.size,
                 ..set_ref(name)
             })),
-            NftOp::AddElements { set, elements } => {
+            NftOp::AddElements { set, elements } | NftOp::DelElements { set, elements } => {
                 if elements.is_empty() {
                     continue;
                 }
-                Command::Add(Object::Element(ElementObj {
+                // Only an add carries comments: a delete names elements by key.
+                let adding = matches!(op, NftOp::AddElements { .. });
+                let object = Object::Element(ElementObj {
                     family,
                     table: tname,
                     name: set,
                     elem: ElemList {
                         elements,
                         range: range_of(elements),
-                        comments: true,
+                        comments: adding,
                     },
-                }))
-            }
-            NftOp::DelElements { set, elements } => {
-                if elements.is_empty() {
-                    continue;
+                });
+                if adding {
+                    Command::Add(object)
+                } else {
+                    Command::Delete(object)
                 }
-                Command::Delete(Object::Element(ElementObj {
-                    family,
-                    table: tname,
-                    name: set,
-                    elem: ElemList {
-                        elements,
-                        range: range_of(elements),
-                        comments: false,
-                    },
-                }))
             }
             NftOp::FlushSet { set } => Command::Flush(Object::Set(set_ref(set))),
             NftOp::DeleteSet { set } if maps.contains(*set) => {
