@@ -423,7 +423,8 @@ impl From<LogFormatArg> for LogFormat {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::Args)]
 pub struct Limits {
     /// The largest `maxElem` a policy may have in this cluster (at most the
-    /// CRD's maximum, 16777216); a policy above it is invalid and held.
+    /// CRD's maximum, 16777216); a policy above it is invalid and held. A
+    /// set without `maxElem` grows with its members up to it.
     #[arg(long = "max-set-elements", env = "IPSETMGR_MAX_SET_ELEMENTS", default_value_t = MAX_MAX_ELEM, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_MAX_ELEM)))]
     pub max_elem: u32,
     /// The largest `hashSize` a policy may have in this cluster (at most

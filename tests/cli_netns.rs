@@ -1683,3 +1683,79 @@ fn a_list_set_keeps_listing_a_held_member_whose_set_exists() {
         assert_eq!(feed, ["192.0.2.0/24"], "{backend}");
     }
 }
+
+/// A policy without `maxElem` fed by a url that grows from 1,000 to 200,000
+/// addresses (README, "Sets that grow"): every apply succeeds and the
+/// kernel set's size follows, on ipset and on nft; it went down with the
+/// list too. Before, the second apply failed ("exceed maxElem 65536").
+#[test]
+fn a_url_fed_set_without_max_elem_grows_with_its_list() {
+    let body = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let served = body.clone();
+    let app = axum::Router::new().route(
+        "/grow.txt",
+        axum::routing::get(move || {
+            let served = served.clone();
+            async move { served.lock().unwrap().clone() }
+        }),
+    );
+    let url = format!("http://{}/grow.txt", loopback::serve(app));
+    let list = |n: u32| -> String {
+        (0..n)
+            .map(|i| format!("{}\n", std::net::Ipv4Addr::from(0x0a00_0000 + i)))
+            .collect()
+    };
+    for backend in ["netlink", "nft"] {
+        let Some(ns) = Netns::new(&format!("grow-{backend}")) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        write_policy(
+            dir.path(),
+            "grow.yaml",
+            &sourced_policy(
+                "grow",
+                "hash:ip",
+                &format!("url: {{url: \"{url}\", maxMembers: 300000}}"),
+            ),
+        );
+        let args = ["apply", "-f", dir.path().to_str().unwrap()];
+        // (size, members) as the kernel reports them.
+        let kernel = |ns: &Netns| -> (u64, u64) {
+            if backend == "nft" {
+                let out = ns.exec(&["nft", "-j", "list", "set", "inet", "ipsetmgr", "ipm4-grow"]);
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                let set = v["nftables"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find_map(|o| o.get("set"))
+                    .expect("the set")
+                    .clone();
+                let n = set["elem"].as_array().map_or(0, |e| e.len() as u64);
+                (set["size"].as_u64().unwrap(), n)
+            } else {
+                let out = ns.exec(&["ipset", "list", "-t", "ipm4-grow"]);
+                let text = String::from_utf8_lossy(&out.stdout).to_string();
+                let field = |after: &str| -> u64 {
+                    let at = text
+                        .find(after)
+                        .unwrap_or_else(|| panic!("{after}: {text}"));
+                    text[at + after.len()..]
+                        .split(|c: char| !c.is_ascii_digit())
+                        .next()
+                        .unwrap()
+                        .parse()
+                        .unwrap()
+                };
+                (field("maxelem "), field("Number of entries: "))
+            }
+        };
+        for (n, size) in [(1_000, 65536), (200_000, 262144), (1_000, 65536)] {
+            *body.lock().unwrap() = list(n);
+            let (ok, out) = ns.ipsetmgr(backend, &args);
+            assert!(ok, "{backend} at {n}: {out}");
+            assert_eq!(kernel(&ns), (size, u64::from(n)), "{backend} at {n}");
+        }
+    }
+}

@@ -108,9 +108,10 @@ pub struct IPSetPolicySpec {
     /// Nodes that get this policy's sets; absent means every node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<LabelSelector>,
-    /// Maximum number of members of each kernel set (default 65536, at most
-    /// 16777216; a cluster may cap it lower). More members than this are an
-    /// error, not a crash.
+    /// Maximum number of members of each kernel set, a hard cap (at most
+    /// 16777216; a cluster may cap it lower): more members than this are an
+    /// error, not a crash. Absent: each set grows with its members (65536,
+    /// or the next power of two above its members and a quarter).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",

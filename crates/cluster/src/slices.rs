@@ -168,6 +168,7 @@ pub fn cluster_inputs<'a>(
         };
         let mut input = PolicyInput::new(policy, by_policy.remove(name).unwrap_or_default());
         input.held_by = limits.errors(name, policy);
+        input.size_cap = limits.max_elem;
         input
             .held_by
             .extend(source_holds(name, policy, delivered.get(name)));

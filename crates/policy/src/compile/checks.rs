@@ -39,15 +39,38 @@ pub(crate) fn families(spec_family: FamilySpec, set_type: SetType) -> Vec<Option
     }
 }
 
-pub(crate) fn max_elem(policy: &IPSetPolicy) -> u32 {
+/// The size of one family's kernel set (ipset's `maxelem`, nft's `size`,
+/// the BPF trie's `max_entries`) for `count` members: a bitmap's range; a
+/// given `maxElem`, a hard cap; list:set's default; otherwise the size
+/// follows the members ([`grown_size`]).
+pub(crate) fn set_size(policy: &IPSetPolicy, count: usize, cap: u32) -> u32 {
     if let Some(range) = super::bitmap::range(policy) {
         // At most 65536: a bigger range does not parse.
         return range.len() as u32;
     }
-    match policy.spec.set_type {
-        SetType::ListSet => policy.spec.max_elem.unwrap_or(DEFAULT_LIST_SIZE),
-        _ => policy.spec.max_elem.unwrap_or(DEFAULT_MAX_ELEM),
+    match (policy.spec.max_elem, policy.spec.set_type) {
+        (Some(max), _) => max,
+        (None, SetType::ListSet) => DEFAULT_LIST_SIZE,
+        (None, _) => grown_size(count, cap),
     }
+}
+
+/// The size of a set without `maxElem` (README, "Sets that grow"): the
+/// kernel's default (65,536) while the members fit it with a quarter to
+/// spare, else the next power of two at or above the members and a
+/// quarter. Powers of two, so a list that grows a little at a time is
+/// replaced (atomically, by every backend) once per doubling, not at every
+/// change. At most `cap` (this cluster's `--max-set-elements`), never below
+/// the default; members beyond the cap fail as too many.
+pub(crate) fn grown_size(count: usize, cap: u32) -> u32 {
+    let ceiling = cap.clamp(DEFAULT_MAX_ELEM, MAX_MAX_ELEM) as usize;
+    let wanted = count
+        .saturating_add(count / 4)
+        .max(DEFAULT_MAX_ELEM as usize);
+    wanted
+        .checked_next_power_of_two()
+        .unwrap_or(usize::MAX)
+        .min(ceiling) as u32
 }
 
 /// Policies whose kernel set names coincide with another policy's: the

@@ -16,6 +16,11 @@ pub enum PolicyErrorKind {
     WrongFamily { found: Family, expected: Family },
     #[error("{count} members exceed maxElem {max}")]
     TooManyMembers { count: usize, max: u32 },
+    /// A set without `maxElem` grows with its members up to this size.
+    #[error(
+        "{count} members exceed {max}, the most a set without maxElem grows to (16777216, or the cluster's --max-set-elements)"
+    )]
+    TooManyToGrow { count: usize, max: u32 },
     #[error("list:set refers to policy {0:?}, which does not exist on this node")]
     ListSetMissing(String),
     /// Not an error of the list: the member stays as the kernel holds it,

@@ -177,6 +177,9 @@ pub struct PolicyInput<'a> {
     /// What holds the policy before its members are looked at (a refused
     /// or not yet delivered source): it yields no sets, with these errors.
     pub held_by: Vec<PolicyError>,
+    /// The largest size a set without `maxElem` grows to (this cluster's
+    /// `--max-set-elements`; the CRD's maximum by default).
+    pub size_cap: u32,
 }
 
 impl<'a> PolicyInput<'a> {
@@ -192,6 +195,7 @@ impl<'a> PolicyInput<'a> {
             members: None,
             slices,
             held_by: Vec::new(),
+            size_cap: super::MAX_MAX_ELEM,
         }
     }
 }

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use self::cache::{PolicyKey, SourceKey};
 pub use self::checks::check_name;
 use self::checks::{
-    check_header_fields, families, max_elem, name_collisions, nomatch_conflict_errors,
+    check_header_fields, families, name_collisions, nomatch_conflict_errors, set_size,
 };
 use self::parse::{ParsedSource, parse_source};
 use super::selector;
@@ -306,11 +306,18 @@ fn compile_hash(
     {
         errors.extend(bitmap::outside_range(name, range, &sets));
     }
-    errors.extend(too_many(name, p, &sets));
+    errors.extend(too_many(name, p, &sets, input.size_cap));
     if !errors.is_empty() {
         return Err(errors);
     }
-    Ok(desired_sets(name, p, naming, sets, comments))
+    Ok(desired_sets(
+        name,
+        p,
+        naming,
+        sets,
+        comments,
+        input.size_cap,
+    ))
 }
 
 /// The members of family slot `i` over all sources: the source's own set
@@ -357,17 +364,23 @@ fn input_strings<'a>(input: &PolicyInput<'a>) -> Vec<&'a str> {
     v
 }
 
-/// More members than `maxElem` in any family's set.
-fn too_many(name: &str, p: &IPSetPolicy, sets: &[Arc<MemberSet>]) -> Option<PolicyError> {
-    let max = max_elem(p);
-    sets.iter().find(|s| s.len() > max as usize).map(|s| {
-        PolicyError::of_policy(
-            name,
-            PolicyErrorKind::TooManyMembers {
+/// More members than any family's set may hold: its `maxElem`, or without
+/// one the largest size a set may grow to (`cap`).
+fn too_many(name: &str, p: &IPSetPolicy, sets: &[Arc<MemberSet>], cap: u32) -> Option<PolicyError> {
+    sets.iter().find_map(|s| {
+        let max = set_size(p, s.len(), cap);
+        let kind = match p.spec.max_elem {
+            _ if s.len() <= max as usize => return None,
+            Some(_) => PolicyErrorKind::TooManyMembers {
                 count: s.len(),
                 max,
             },
-        )
+            None => PolicyErrorKind::TooManyToGrow {
+                count: s.len(),
+                max,
+            },
+        };
+        Some(PolicyError::of_policy(name, kind))
     })
 }
 
@@ -378,9 +391,9 @@ fn desired_sets(
     naming: &Naming,
     sets: Vec<Arc<MemberSet>>,
     comments: bool,
+    cap: u32,
 ) -> Vec<DesiredSet> {
     let set_type = p.spec.set_type;
-    let max = max_elem(p);
     families(p.spec.family, set_type)
         .into_iter()
         .zip(sets)
@@ -389,10 +402,9 @@ fn desired_sets(
             policy: name.to_string(),
             header: SetHeader {
                 kind: SetKind::new(set_type, f),
-                max_elem: if set_type == SetType::ListSet {
-                    max.max(MIN_LIST_SIZE)
-                } else {
-                    max
+                max_elem: match set_size(p, members.len(), cap) {
+                    max if set_type == SetType::ListSet => max.max(MIN_LIST_SIZE),
+                    max => max,
                 },
                 hash_size: p.spec.hash_size.filter(|_| set_type.is_hash()),
                 // The comment extension only for policies that use it.
@@ -470,10 +482,10 @@ fn compile_list_set(
         .into_iter()
         .map(|b| Arc::new(b.finish().0))
         .collect();
-    errors.extend(too_many(name, p, &sets));
+    errors.extend(too_many(name, p, &sets, input.size_cap));
     if !errors.is_empty() {
         return Err(errors);
     }
     // list:set members (policy names) have no comments.
-    Ok(desired_sets(name, p, naming, sets, false))
+    Ok(desired_sets(name, p, naming, sets, false, input.size_cap))
 }

@@ -17,6 +17,7 @@ fn compile_cached<'a>(
         .into_iter()
         .map(|policy| PolicyInput {
             held_by: Vec::new(),
+            size_cap: MAX_MAX_ELEM,
             members: None,
             policy,
             slices: Vec::new(),
@@ -265,6 +266,7 @@ fn big_texts_of_lines_parse_on_several_threads_with_the_same_result() {
     let compile_lines = |text: &str| {
         let inputs = [PolicyInput {
             held_by: Vec::new(),
+            size_cap: MAX_MAX_ELEM,
             members: Some(MemberList::Lines(text)),
             policy: &p,
             slices: Vec::new(),
@@ -427,6 +429,7 @@ fn slices_add_their_members_under_the_same_rules() {
     );
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        size_cap: MAX_MAX_ELEM,
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "7", &a), slice("big-1", "8", &b)],
@@ -447,6 +450,7 @@ fn slices_add_their_members_under_the_same_rules() {
     let bad = strings(&["10.0.0.5", "not-an-ip"]);
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        size_cap: MAX_MAX_ELEM,
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "7", &a), slice("big-2", "9", &bad)],
@@ -468,6 +472,7 @@ fn slices_add_their_members_under_the_same_rules() {
     // A slice that could not be read at all holds the policy too.
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        size_cap: MAX_MAX_ELEM,
         members: None,
         policy: &p,
         slices: vec![SliceInput {
@@ -500,6 +505,7 @@ fn whole_policy_rules_apply_to_the_union_of_slices() {
     let (a, b) = (strings(&["10.0.0.0/8"]), strings(&["10.1.2.3/8 nomatch"]));
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        size_cap: MAX_MAX_ELEM,
         members: None,
         policy: &p,
         slices: vec![slice("nets-0", "1", &a), slice("nets-1", "2", &b)],
@@ -521,6 +527,7 @@ fn whole_policy_rules_apply_to_the_union_of_slices() {
     let (a, b) = (strings(&["10.0.0.2"]), strings(&["10.0.0.3"]));
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        size_cap: MAX_MAX_ELEM,
         members: None,
         policy: &p,
         slices: vec![slice("small-0", "1", &a), slice("small-1", "2", &b)],
@@ -545,6 +552,7 @@ fn only_changed_slices_are_parsed_again() {
     let (a, b) = (strings(&["10.0.0.1"]), strings(&["10.0.0.2"]));
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        size_cap: MAX_MAX_ELEM,
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "1", &a), slice("big-1", "1", &b)],
@@ -554,6 +562,7 @@ fn only_changed_slices_are_parsed_again() {
     let gone = Vec::new();
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        size_cap: MAX_MAX_ELEM,
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "1", &gone), slice("big-1", "1", &gone)],
@@ -564,6 +573,7 @@ fn only_changed_slices_are_parsed_again() {
     let b2 = strings(&["10.0.0.3"]);
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        size_cap: MAX_MAX_ELEM,
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "1", &gone), slice("big-1", "2", &b2)],
@@ -579,6 +589,7 @@ fn only_changed_slices_are_parsed_again() {
     let text = "10.0.0.0/8\n192.168.0.0/16\n";
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        size_cap: MAX_MAX_ELEM,
         members: None,
         policy: &net,
         slices: vec![SliceInput {
@@ -947,4 +958,71 @@ fn netmask_and_bitmask_store_members_as_the_kernel_does() {
     ] {
         assert!(got.iter().any(|m| m.contains(want)), "{want}: {got:?}");
     }
+}
+
+/// Without `maxElem` a set's size follows its members (README, "Sets that
+/// grow"): the default while they fit it with a quarter to spare, then the
+/// next power of two; each family's set its own; a given `maxElem` stays a
+/// hard cap, and the cluster's cap bounds the growth.
+#[test]
+fn a_set_without_max_elem_grows_with_its_members() {
+    use super::checks::grown_size;
+    assert_eq!(grown_size(0, MAX_MAX_ELEM), 65536);
+    assert_eq!(grown_size(52_429, MAX_MAX_ELEM), 65536);
+    assert_eq!(grown_size(52_430, MAX_MAX_ELEM), 131072);
+    assert_eq!(grown_size(200_000, MAX_MAX_ELEM), 262144);
+    assert_eq!(grown_size(1_000_000, MAX_MAX_ELEM), 2_097_152);
+    assert_eq!(grown_size(20_000_000, MAX_MAX_ELEM), MAX_MAX_ELEM);
+    // A cluster's cap bounds the growth, never the default.
+    assert_eq!(grown_size(200_000, 100_000), 100_000);
+    assert_eq!(grown_size(10, 1_000), 65536);
+
+    let v4: Vec<String> = (0..70_000u32)
+        .map(|i| std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string())
+        .collect();
+    let mut p = policy("grow", SetType::HashIp, FamilySpec::Dual, &[]);
+    p.spec.members = v4;
+    p.spec.members.push("2001:db8::1".into());
+    let compile_with_cap = |p: &IPSetPolicy, cap: u32| {
+        let mut input = PolicyInput::new(p, Vec::new());
+        input.size_cap = cap;
+        compile_inputs(
+            &[input],
+            &Naming::default(),
+            None,
+            &mut MemberCache::default(),
+        )
+    };
+    let c = compile_with_cap(&p, MAX_MAX_ELEM);
+    assert!(c.errors.is_empty(), "{:?}", c.errors);
+    let sizes: Vec<(usize, u32)> = c
+        .sets
+        .iter()
+        .map(|s| (s.members.len(), s.header.max_elem))
+        .collect();
+    assert_eq!(sizes, [(70_000, 131072), (1, 65536)]);
+
+    // Over the cluster's cap: refused, saying why, nothing applied.
+    let c = compile_with_cap(&p, 65536);
+    assert!(c.sets.is_empty());
+    assert_eq!(
+        c.errors[0].kind,
+        PolicyErrorKind::TooManyToGrow {
+            count: 70_000,
+            max: 65536
+        }
+    );
+    // A given maxElem is a hard cap, as before.
+    p.spec.max_elem = Some(100_000);
+    let c = compile_with_cap(&p, MAX_MAX_ELEM);
+    assert_eq!(c.sets[0].header.max_elem, 100_000);
+    p.spec.max_elem = Some(60_000);
+    let c = compile_with_cap(&p, MAX_MAX_ELEM);
+    assert_eq!(
+        c.errors[0].kind,
+        PolicyErrorKind::TooManyMembers {
+            count: 70_000,
+            max: 60_000
+        }
+    );
 }
