@@ -147,12 +147,7 @@ pub(crate) fn io_errno(e: &io::Error) -> Errno {
 /// A set name as a path component: 1-255 bytes of letters, digits, `-`,
 /// `_` or `.`, not starting with a dot.
 pub(crate) fn validate_name(name: &str) -> Result<(), BpfError> {
-    let ok = (1..=255).contains(&name.len())
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
+    if ipsetmgr_ipset::is_path_component(name, 255) {
         Ok(())
     } else {
         Err(BpfError::BadName(name.to_string()))

@@ -40,12 +40,7 @@ pub enum NetnsError {
 /// A namespace name as `ip netns` accepts it; it also becomes a path, so no
 /// `/` and no leading dot.
 pub fn validate_name(name: &str) -> Result<(), NetnsError> {
-    let ok = (1..=64).contains(&name.len())
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
+    if ipsetmgr_ipset::is_path_component(name, 64) {
         Ok(())
     } else {
         Err(NetnsError::BadName(name.to_string()))

@@ -29,6 +29,18 @@ pub fn is_valid_set_name(name: &str) -> bool {
             .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\'')
 }
 
+/// Whether `name` is safe as one path component of at most `max_len`
+/// bytes (a set's pin, a network namespace's file): letters, digits, `-`,
+/// `_` and `.`, not starting with a dot, so never `..`, a hidden file or a
+/// path of more than one component.
+pub fn is_path_component(name: &str, max_len: usize) -> bool {
+    (1..=max_len).contains(&name.len())
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid set prefix {0:?}: it must be 1 to 8 ASCII letters or digits")]
 pub struct BadPrefix(pub String);

@@ -93,12 +93,18 @@ pub trait Kernel: Send {
 
     fn naming(&self) -> &Naming;
 
-    /// The kernel's name for a desired set.
-    fn kernel_name(&self, desired: &DesiredSet) -> String;
+    /// The kernel's name for a desired set: by default the project's own
+    /// (ipset names, BPF pins); nft maps it into its table.
+    fn kernel_name(&self, desired: &DesiredSet) -> String {
+        desired.name.clone()
+    }
 
     /// Every name the sets of `policy` may have in this kernel (one per
-    /// family): a held policy's sets are left alone.
-    fn policy_names(&self, policy: &str) -> Vec<String>;
+    /// family): a held policy's sets are left alone. By default the
+    /// project's own names, as [`kernel_name`](Kernel::kernel_name).
+    fn policy_names(&self, policy: &str) -> Vec<String> {
+        self.naming().main_set_names(policy).into()
+    }
 
     /// The owned sets in the kernel (never a foreign one).
     fn list_owned(&mut self) -> Result<Vec<Owned>, KernelError>;

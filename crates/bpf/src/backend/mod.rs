@@ -255,15 +255,6 @@ impl Kernel for BpfKernel {
         &self.naming
     }
 
-    /// The project's name: the pin is named like the ipset.
-    fn kernel_name(&self, desired: &DesiredSet) -> String {
-        desired.name.clone()
-    }
-
-    fn policy_names(&self, policy: &str) -> Vec<String> {
-        self.naming.main_set_names(policy).into()
-    }
-
     /// The pins under `<bpffs>/ipsetmgr/` with an owned name; nothing else
     /// is looked at.
     fn list_owned(&mut self) -> Result<Vec<Owned>, KernelError> {

@@ -178,14 +178,6 @@ impl<D: Dataplane> Kernel for IpsetKernel<D> {
         &self.naming
     }
 
-    fn kernel_name(&self, desired: &DesiredSet) -> String {
-        desired.name.clone()
-    }
-
-    fn policy_names(&self, policy: &str) -> Vec<String> {
-        self.naming.main_set_names(policy).into()
-    }
-
     fn list_owned(&mut self) -> Result<Vec<Owned>, KernelError> {
         let naming = &self.naming;
         let names = self.dp.list_owned(&|n| naming.owns(n))?;

@@ -152,19 +152,7 @@ fn write_script(
                 };
                 let mut r = Ok(());
                 for m in members.iter() {
-                    if let Member::Set(name) = &m
-                        && !is_valid_set_name(name)
-                    {
-                        return Err(BatchError {
-                            op_index: i,
-                            member: Some(m.clone()),
-                            error: DataplaneError::InvalidElement {
-                                set: set.to_string(),
-                                element: name.to_string(),
-                                reason: "not a valid set name".into(),
-                            },
-                        });
-                    }
+                    check_list_member(i, set, &m)?;
                     // `ipset del` takes the key alone: it refuses `nomatch`.
                     let key = match op {
                         Op::Del { .. } => m.key_only(),
@@ -356,19 +344,7 @@ impl Dataplane for CliDataplane {
                 && members.kind().set_type == SetType::ListSet
             {
                 for m in members.iter() {
-                    if let Member::Set(name) = &m
-                        && !is_valid_set_name(name)
-                    {
-                        return Err(BatchError {
-                            op_index: i,
-                            member: Some(m.clone()),
-                            error: DataplaneError::InvalidElement {
-                                set: set.to_string(),
-                                element: name.to_string(),
-                                reason: "not a valid set name".into(),
-                            },
-                        });
-                    }
+                    check_list_member(i, set, &m)?;
                 }
             }
         }
@@ -852,6 +828,23 @@ pub fn parse_listing(
         unmanaged_options,
         references,
     })
+}
+
+/// A list:set member must be a set name this project would write: it
+/// goes into the `ipset restore` script as it is.
+fn check_list_member(op_index: usize, set: &str, m: &Member) -> Result<(), BatchError> {
+    match m {
+        Member::Set(name) if !is_valid_set_name(name) => Err(BatchError {
+            op_index,
+            member: Some(m.clone()),
+            error: DataplaneError::InvalidElement {
+                set: set.to_string(),
+                element: name.to_string(),
+                reason: "not a valid set name".into(),
+            },
+        }),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
