@@ -11,7 +11,9 @@ slices are applied) and prints, side by side:
 - watch events and bytes by kind for the change (the API server's
   apiserver_watch_events_total / apiserver_watch_events_sizes), per node;
 - writes by resource (apiserver_request_total, write verbs), per node;
-- the time from the change to Ready=True at the new revision;
+- the time from the change to Ready=True at the new revision, and from the
+  change's last write to each node's kernel holding it (p50, p99, max over
+  the nodes, from their node states' lastSyncTime) and to Ready=True;
 - resident memory of the controller, the API server, and the hollow agents
   (per node), and the controller's CPU time.
 
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -134,6 +137,26 @@ def policy_ready_since(kc, name, since):
     return False
 
 
+def kernel_latencies(kc, name, written):
+    """p50, p99 and max over the nodes of the time from the change's last
+    write to the node's kernel holding it: the policy's lastSyncTime in
+    each node state (when the agent's last write of its sets completed, to
+    the millisecond; the hollow agents resync every 10 minutes, so no
+    resync moves it in the few seconds this takes)."""
+    states = json.loads(kubectl(kc, "get", "ipsns", "-o", "json"))["items"]
+    took = []
+    for st in states:
+        for p in st.get("status", {}).get("policies", []):
+            t = p.get("lastSyncTime")
+            if p["name"] == name and p.get("synced") and t:
+                took.append(datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp() - written)
+    if not took:
+        return None
+    took.sort()
+    pick = lambda q: round(took[min(len(took) - 1, int(q * len(took)))], 3)
+    return {"p50": pick(0.5), "p99": pick(0.99), "max": round(took[-1], 3), "nodes": len(took)}
+
+
 def members_list(path, base, n, drop=0, extra=0):
     base = [int(x) for x in base.split(".")]
     start = (base[0] << 24) | (base[1] << 16)
@@ -229,7 +252,11 @@ def run(n, members, inline, work):
             changed_items = [s for s in second if old.get(s["metadata"]["name"]) != s["spec"]]
             changed = len(changed_items)
             apply_list(kc, changed_items)
+        # The last changed object is written when the apply returns.
+        written = time.time()
         ready = wait("Ready at the new revision", lambda: policy_ready_since(kc, name, t0), 900 + n)
+        ready_after_write = time.time() - written
+        kernel = kernel_latencies(kc, name, written)
         time.sleep(15)  # count the paced writes of the change too
         after = metrics(kc)
         events, sizes, writes = summarize(before, after)
@@ -238,6 +265,8 @@ def run(n, members, inline, work):
             "members": inline or members,
             "slices_changed": changed,
             "ready_s": round(ready, 1),
+            "ready_after_write_s": round(ready_after_write, 2),
+            "kernel_s": kernel,
             "events": events,
             "bytes": sizes,
             "writes": writes,
@@ -258,12 +287,20 @@ def run(n, members, inline, work):
                 p.kill()
 
 
+def latency(k):
+    return "-" if not k else f"{k['p50']} / {k['p99']} / {k['max']} s"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, nargs="+", default=[100])
     ap.add_argument("--members", type=int, default=100_000, help="members in slices")
     ap.add_argument("--inline", type=int, default=0, help="members inline in spec.members instead")
+    ap.add_argument("--profile", default="release", help="target/<profile>/ holds the binaries")
     args = ap.parse_args()
+    global BIN, ENVTEST
+    BIN = REPO / "target" / args.profile / "ipsetmgr"
+    ENVTEST = REPO / "target" / args.profile / "ipsetmgr-envtest"
     for exe in (BIN, ENVTEST):
         if not exe.exists():
             raise SystemExit(f"{exe} missing: cargo build --release -p ipsetmgr -p ipsetmgr-envtest")
@@ -278,15 +315,16 @@ def main():
         print(json.dumps(row), flush=True)
     kinds = sorted({k for r in rows for k in r["events"]})
     print("\n| nodes | " + " | ".join(f"{k} events (per node)" for k in kinds)
-          + " | bytes (per node) | writes by resource (per node) | change to Ready | controller RSS / CPU | API server RSS | hollow RSS per node |")
-    print("|" + "---|" * (len(kinds) + 7))
+          + " | bytes (per node) | writes by resource (per node) | change to Ready | last write to kernel p50 / p99 / max | last write to Ready | controller RSS / CPU | API server RSS | hollow RSS per node |")
+    print("|" + "---|" * (len(kinds) + 9))
     for r in rows:
         n = r["nodes"]
         ev = " | ".join(f"{int(r['events'].get(k, 0))} ({r['events'].get(k, 0) / n:.2f})" for k in kinds)
         total_bytes = sum(r["bytes"].values())
         writes = ", ".join(f"{k} {int(v)} ({v / n:.2f})" for k, v in sorted(r["writes"].items()))
         print(f"| {n} | {ev} | {total_bytes / 1e6:.2f} MB ({total_bytes / n / 1e3:.1f} kB) | {writes} | "
-              f"{r['ready_s']} s | {r['controller_rss_mib']} MiB / {r['controller_cpu_s']} s | "
+              f"{r['ready_s']} s | {latency(r['kernel_s'])} | {r['ready_after_write_s']} s | "
+              f"{r['controller_rss_mib']} MiB / {r['controller_cpu_s']} s | "
               f"{r['apiserver_rss_mib']} MiB | {r['hollow_rss_per_node_mib']} MiB |")
 
 

@@ -63,6 +63,13 @@ fn rfc3339(t: SystemTime) -> Option<String> {
     Some(ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
 }
 
+/// With milliseconds: when the kernel took a change is read to the
+/// millisecond (scripts/scale.py's change-to-kernel latency).
+fn rfc3339_millis(t: SystemTime) -> Option<String> {
+    let ts = jiff::Timestamp::try_from(t).ok()?;
+    Some(ts.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+}
+
 /// The backend this node lists first (`--backend`): its sets are named
 /// plainly and its members counted.
 pub(crate) fn primary_backend(report: &Report) -> Option<BackendId> {
@@ -123,7 +130,7 @@ pub fn status_of(
             set_names,
             members,
             problems: sets.iter().map(|s| s.problems as i64).sum(),
-            last_sync_time: last_sync.and_then(rfc3339),
+            last_sync_time: last_sync.and_then(rfc3339_millis),
             error: fit(&error),
         });
     }
@@ -397,6 +404,16 @@ pub async fn run_writer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sync_time_has_milliseconds_the_heartbeat_seconds() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_767_323_045_250);
+        assert_eq!(
+            rfc3339_millis(t).as_deref(),
+            Some("2026-01-02T03:04:05.250Z")
+        );
+        assert_eq!(rfc3339(t).as_deref(), Some("2026-01-02T03:04:05Z"));
+    }
     use ipsetmgr_sets::{ApplyOutcome, BackendId, ErrorKind, KernelError, SetReport};
 
     fn report(seq: u64, sets: Vec<SetReport>) -> Report {
