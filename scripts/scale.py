@@ -19,6 +19,7 @@ slices are applied) and prints, side by side:
 
     scripts/scale.py --nodes 100 1000 --members 100000
     scripts/scale.py --nodes 100 --inline 50000   # a big inline policy instead
+    scripts/scale.py --nodes 6 --trickle 30       # the change's slices one by one over 30 s
 
 Needs `cargo build --release` (ipsetmgr, ipsetmgr-envtest), kubectl, and
 the envtest binaries (scripts/envtest-assets.sh). Results: docs/scaling.md.
@@ -181,7 +182,7 @@ def apply_list(kc, items):
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
 
-def run(n, members, inline, work):
+def run(n, members, inline, work, trickle=0.0):
     kc = str(work / "kubeconfig")
     procs = []
     try:
@@ -251,7 +252,15 @@ def run(n, members, inline, work):
             old = {s["metadata"]["name"]: s["spec"] for s in first}
             changed_items = [s for s in second if old.get(s["metadata"]["name"]) != s["spec"]]
             changed = len(changed_items)
-            apply_list(kc, changed_items)
+            if trickle and changed > 1:
+                # One object at a time, spread over `trickle` seconds, as a
+                # client-side `kubectl apply` of many slices sends them.
+                for i, item in enumerate(changed_items):
+                    if i:
+                        time.sleep(trickle / (changed - 1))
+                    apply_list(kc, [item])
+            else:
+                apply_list(kc, changed_items)
         # The last changed object is written when the apply returns.
         written = time.time()
         ready = wait("Ready at the new revision", lambda: policy_ready_since(kc, name, t0), 900 + n)
@@ -296,6 +305,8 @@ def main():
     ap.add_argument("--nodes", type=int, nargs="+", default=[100])
     ap.add_argument("--members", type=int, default=100_000, help="members in slices")
     ap.add_argument("--inline", type=int, default=0, help="members inline in spec.members instead")
+    ap.add_argument("--trickle", type=float, default=0.0,
+                    help="apply the changed slices one by one over this many seconds")
     ap.add_argument("--profile", default="release", help="target/<profile>/ holds the binaries")
     args = ap.parse_args()
     global BIN, ENVTEST
@@ -310,7 +321,7 @@ def main():
     rows = []
     for n in args.nodes:
         with tempfile.TemporaryDirectory(prefix="ipsetmgr-scale-") as d:
-            row = run(n, args.members, args.inline, Path(d))
+            row = run(n, args.members, args.inline, Path(d), args.trickle)
         rows.append(row)
         print(json.dumps(row), flush=True)
     kinds = sorted({k for r in rows for k in r["events"]})

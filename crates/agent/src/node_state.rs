@@ -404,6 +404,7 @@ pub async fn run_writer(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ipsetmgr_sets::{ApplyOutcome, BackendId, ErrorKind, KernelError, SetReport};
 
     #[test]
     fn the_sync_time_has_milliseconds_the_heartbeat_seconds() {
@@ -414,7 +415,6 @@ mod tests {
         );
         assert_eq!(rfc3339(t).as_deref(), Some("2026-01-02T03:04:05Z"));
     }
-    use ipsetmgr_sets::{ApplyOutcome, BackendId, ErrorKind, KernelError, SetReport};
 
     fn report(seq: u64, sets: Vec<SetReport>) -> Report {
         Report {
