@@ -149,8 +149,9 @@ def kernel_latencies(kc, name, written):
     for st in states:
         for p in st.get("status", {}).get("policies", []):
             t = p.get("lastSyncTime")
-            if p["name"] == name and p.get("synced") and t:
-                took.append(datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp() - written)
+            at = t and datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
+            if p["name"] == name and p.get("synced") and at and at >= written:
+                took.append(at - written)
     if not took:
         return None
     took.sort()
@@ -258,11 +259,18 @@ def run(n, members, inline, work, trickle=0.0):
                 for i, item in enumerate(changed_items):
                     if i:
                         time.sleep(trickle / (changed - 1))
+                    written = time.time()
                     apply_list(kc, [item])
             else:
+                written = time.time()
                 apply_list(kc, changed_items)
-        # The last changed object is written when the apply returns.
-        written = time.time()
+        if inline:
+            written = t0
+        # `written`: when the last changed object's write was sent. Ready
+        # may turn True at an earlier revision while a change trickles in:
+        # the change is held when every node's kernel holds the last write.
+        wait("every node holding the last write",
+             lambda: (kernel_latencies(kc, name, written) or {}).get("nodes") == n, 900 + n)
         ready = wait("Ready at the new revision", lambda: policy_ready_since(kc, name, t0), 900 + n)
         ready_after_write = time.time() - written
         kernel = kernel_latencies(kc, name, written)

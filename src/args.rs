@@ -447,7 +447,8 @@ impl From<Limits> for ClusterLimits {
 pub struct NodeStatePacing {
     /// At most one node-state write per this interval; what changes in
     /// between is written together (the latest state wins). A change is
-    /// also first given a moment to settle (300 ms without another).
+    /// written once it has been quiet this long (the slices of a change
+    /// that trickles in come sooner), at most eight intervals after it came.
     #[arg(id = "node_state_interval", long = "node-state-interval", value_name = "DURATION", env = "IPSETMGR_NODE_STATE_INTERVAL", default_value = "5s", value_parser = ipsetmgr_policy::duration::parse_positive)]
     pub interval: Duration,
 }

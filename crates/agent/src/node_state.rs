@@ -207,16 +207,19 @@ impl Pacing {
             node: node.to_string(),
             heartbeat,
             min_interval: self.interval,
-            settle: SETTLE,
+            settle: self.interval,
+            burst: self.interval * BURST_INTERVALS,
             retry: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
         }
     }
 }
 
-/// A change waits this long for another before it is written (at most until
-/// the next write is allowed anyway).
-const SETTLE: Duration = Duration::from_millis(300);
+/// How many intervals a change that keeps arriving may be held back: a
+/// change's slices that `kubectl apply` sends one by one over up to 30 s
+/// (at the default 5 s interval) cost at most two writes (docs/scaling.md,
+/// "A change that trickles in").
+const BURST_INTERVALS: u32 = 8;
 
 /// Timing of the writer.
 #[derive(Clone, Debug)]
@@ -225,9 +228,12 @@ pub struct WriterSettings {
     pub heartbeat: Duration,
     /// At most one write per this interval.
     pub min_interval: Duration,
-    /// A change waits for quiet this long before it is written (bounded by
-    /// `min_interval`).
+    /// A change waits for quiet this long before it is written: the next
+    /// slice of a change that trickles in comes sooner, and the node's
+    /// state is written once, when the whole change is held.
     pub settle: Duration,
+    /// ... but at most this long after the first change not yet written.
+    pub burst: Duration,
     /// Wait before retrying a failed write.
     pub retry: Duration,
     pub request_timeout: Duration,
@@ -343,13 +349,17 @@ pub async fn run_writer(
         let Some(pending) = latest.borrow_and_update().clone() else {
             continue;
         };
-        // Let a burst settle (a change of twenty slices is twenty reports),
-        // but never wait past the next allowed write for it.
-        // A stream of changes that never settles is still written, by
-        // `cap`.
+        // Let a burst settle (a change of twenty slices is twenty reports,
+        // and `kubectl apply` sends them one by one over seconds): while
+        // they arrive the state written last still says the old revision,
+        // so the policy stays Ready=False until every node holds the
+        // whole change, instead of turning True and False again at each
+        // slice. A stream of changes that never settles is still written,
+        // by `cap`. The kernel is never waited for: each slice is applied
+        // as it arrives.
         let start = Instant::now();
         let allowed = last_write.map_or(start, |t| (t + settings.min_interval).max(start));
-        let cap = allowed + settings.min_interval;
+        let cap = allowed.max(start + settings.burst);
         let mut quiet_until = start + settings.settle;
         loop {
             let until = quiet_until.max(allowed).min(cap);
@@ -546,11 +556,12 @@ mod pacing_tests {
     use ipsetmgr_cluster::mock_api::mock_client;
     use std::sync::Mutex;
 
-    /// Twenty statuses 100 ms apart (a change arriving as twenty slice
-    /// updates, each compiled and applied on its own): two writes, the
-    /// first settled one and the last one, not twenty.
-    #[tokio::test(start_paused = true)]
-    async fn a_burst_of_reports_costs_at_most_two_writes() {
+    /// A writer at the default pacing (5 s) against a mock API server that
+    /// records each status patch.
+    fn recorded_writer() -> (
+        watch::Sender<Option<Pending>>,
+        Arc<Mutex<Vec<serde_json::Value>>>,
+    ) {
         let patches = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
         let seen = patches.clone();
         let client = mock_client(move |r| match r.method.as_str() {
@@ -576,28 +587,67 @@ mod pacing_tests {
             rx,
             Shared::new(Duration::from_secs(60)),
         ));
-        for i in 0..20 {
-            let status = IPSetNodeStateStatus {
-                message: format!("report {i}"),
-                ..Default::default()
-            };
-            tx.send_replace(Some(Pending {
-                status,
-                node_uid: Some("uid".into()),
-            }));
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        (tx, patches)
+    }
+
+    fn report(tx: &watch::Sender<Option<Pending>>, i: usize) {
+        let status = IPSetNodeStateStatus {
+            message: format!("report {i}"),
+            ..Default::default()
+        };
+        tx.send_replace(Some(Pending {
+            status,
+            node_uid: Some("uid".into()),
+        }));
+    }
+
+    /// `count` reports `gap` apart, then quiet: how many writes, and the
+    /// last one's message.
+    async fn writes_for(count: usize, gap: Duration) -> (usize, String) {
+        let (tx, patches) = recorded_writer();
+        for i in 0..count {
+            report(&tx, i);
+            tokio::time::sleep(gap).await;
         }
-        tokio::time::sleep(Duration::from_secs(20)).await;
+        tokio::time::sleep(Duration::from_secs(60)).await;
         let writes = patches.lock().unwrap().clone();
-        assert!(
-            (1..=2).contains(&writes.len()),
-            "{} writes: {writes:#?}",
-            writes.len()
-        );
-        assert_eq!(
-            writes.last().unwrap()["status"]["message"],
-            "report 19",
-            "the latest state wins"
-        );
+        let last = writes.last().map_or(String::new(), |w| {
+            w["status"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        });
+        (writes.len(), last)
+    }
+
+    /// Twenty statuses 100 ms apart (a change arriving as twenty slice
+    /// updates, each compiled and applied on its own): one write, the last
+    /// state, not twenty.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_reports_costs_at_most_two_writes() {
+        let (writes, last) = writes_for(20, Duration::from_millis(100)).await;
+        assert!((1..=2).contains(&writes), "{writes} writes");
+        assert_eq!(last, "report 19", "the latest state wins");
+    }
+
+    /// A change that trickles in: twenty reports 1.5 s apart, over 30 s (a
+    /// client-side `kubectl apply` of many slices). At most two writes, the
+    /// last state last; it wrote one per 5 s interval before (seven).
+    #[tokio::test(start_paused = true)]
+    async fn a_change_that_trickles_in_over_30_seconds_costs_at_most_two_writes() {
+        let (writes, last) = writes_for(20, Duration::from_millis(1500)).await;
+        assert!((1..=2).contains(&writes), "{writes} writes");
+        assert_eq!(last, "report 19");
+    }
+
+    /// A lone change is written once it has been quiet for the interval.
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_change_is_written_after_the_interval() {
+        let (tx, patches) = recorded_writer();
+        report(&tx, 0);
+        tokio::time::sleep(Duration::from_millis(4900)).await;
+        assert_eq!(patches.lock().unwrap().len(), 0);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(patches.lock().unwrap().len(), 1);
     }
 }

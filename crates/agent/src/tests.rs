@@ -194,6 +194,7 @@ impl Harness {
                 heartbeat: HEARTBEAT,
                 min_interval: Duration::from_millis(50),
                 settle: Duration::from_millis(10),
+                burst: Duration::from_millis(300),
                 retry: Duration::from_millis(100),
                 request_timeout: Duration::from_secs(2),
             },
