@@ -253,6 +253,17 @@ pub(super) fn put_element(buf: &mut Vec<u8>, layout: Layout, e: &ElementRef<'_>,
     }
 }
 
+/// An op that writes elements: its message, set and elements (`None`: a
+/// delete of no element in particular, which empties the set: a flush).
+fn element_write<'a>(op: &'a NftOp<'a>) -> Option<(u8, &'a str, Option<&'a Elements>)> {
+    match *op {
+        NftOp::AddElements { set, elements } => Some((NFT_MSG_NEWSETELEM, set, Some(elements))),
+        NftOp::DelElements { set, elements } => Some((NFT_MSG_DELSETELEM, set, Some(elements))),
+        NftOp::FlushSet { set } => Some((NFT_MSG_DELSETELEM, set, None)),
+        _ => None,
+    }
+}
+
 /// The element messages of one Add or Del (or, without elements, a flush).
 #[allow(clippy::too_many_arguments)]
 fn elements_msgs(
@@ -375,6 +386,10 @@ pub fn batch(buf: &mut Vec<u8>, table: &Table, ops: &[NftOp<'_>], mut seq: u32) 
     let family = table.family.nfproto();
     let mut set_id = 0u32;
     for (op, o) in ops.iter().enumerate() {
+        if let Some((msg, set, elements)) = element_write(o) {
+            elements_msgs(buf, &mut plan, &mut seq, op, msg, table, set, elements);
+            continue;
+        }
         match o {
             NftOp::EnsureTable => {
                 seq = seq.wrapping_add(1);
@@ -400,42 +415,8 @@ pub fn batch(buf: &mut Vec<u8>, table: &Table, ops: &[NftOp<'_>], mut seq: u32) 
                 });
                 new_set(buf, table, name, spec, seq, set_id);
             }
-            NftOp::AddElements { set, elements } => {
-                elements_msgs(
-                    buf,
-                    &mut plan,
-                    &mut seq,
-                    op,
-                    NFT_MSG_NEWSETELEM,
-                    table,
-                    set,
-                    Some(elements),
-                );
-            }
-            NftOp::DelElements { set, elements } => {
-                elements_msgs(
-                    buf,
-                    &mut plan,
-                    &mut seq,
-                    op,
-                    NFT_MSG_DELSETELEM,
-                    table,
-                    set,
-                    Some(elements),
-                );
-            }
-            NftOp::FlushSet { set } => {
-                elements_msgs(
-                    buf,
-                    &mut plan,
-                    &mut seq,
-                    op,
-                    NFT_MSG_DELSETELEM,
-                    table,
-                    set,
-                    None,
-                );
-            }
+            // Written above.
+            NftOp::AddElements { .. } | NftOp::DelElements { .. } | NftOp::FlushSet { .. } => {}
             NftOp::DeleteSet { set } => {
                 seq = seq.wrapping_add(1);
                 let at = begin(buf, NFT_MSG_DELSET, 0, seq, family);
