@@ -318,6 +318,15 @@ fn batch_error(stderr: &str, ops: &[Op<'_>], map: &LineMap) -> BatchError {
 }
 
 /// Read a child's stderr to a string (lossy), bounded.
+/// Wait for a reading `ipset`: its standard error when it failed.
+fn failed(child: &mut Child) -> Result<Option<String>, DataplaneError> {
+    let stderr = read_stderr(child);
+    let status = child
+        .wait()
+        .map_err(|e| DataplaneError::Unavailable(format!("waiting for ipset: {e}")))?;
+    Ok((!status.success()).then_some(stderr))
+}
+
 fn read_stderr(child: &mut Child) -> String {
     let mut buf = Vec::new();
     if let Some(e) = child.stderr.as_mut() {
@@ -426,11 +435,7 @@ impl Dataplane for CliDataplane {
                 }
             }
         }
-        let stderr = read_stderr(&mut child);
-        let status = child
-            .wait()
-            .map_err(|e| DataplaneError::Unavailable(format!("waiting for ipset: {e}")))?;
-        if !status.success() {
+        if let Some(stderr) = failed(&mut child)? {
             let (_, msg) = split_stderr(&stderr);
             return Err(match classify(msg, None, None) {
                 DataplaneError::Other(m) => DataplaneError::Other(format!("ipset list -n: {m}")),
@@ -451,11 +456,7 @@ impl Dataplane for CliDataplane {
             // Stop a tool still writing before waiting for it.
             let _ = child.kill();
         }
-        let stderr = read_stderr(&mut child);
-        let status = child
-            .wait()
-            .map_err(|e| DataplaneError::Unavailable(format!("waiting for ipset: {e}")))?;
-        if !status.success() {
+        if let Some(stderr) = failed(&mut child)? {
             let (_, msg) = split_stderr(&stderr);
             if msg.contains("given name does not exist") {
                 return Ok(None);

@@ -46,6 +46,19 @@ pub struct BatchPlan {
 }
 
 impl BatchPlan {
+    /// Record the next message, of op `op`, starting at `at` in the buffer:
+    /// its sequence number, one past the last.
+    fn open(&mut self, seq: &mut u32, op: usize, at: usize) -> u32 {
+        *seq = seq.wrapping_add(1);
+        self.msgs.push(MsgInfo {
+            seq: *seq,
+            op,
+            at,
+            first_elem: 0,
+        });
+        *seq
+    }
+
     /// The message with sequence number `seq`.
     pub fn msg(&self, seq: u32) -> Option<&MsgInfo> {
         let i = self.msgs.partition_point(|m| {
@@ -392,40 +405,23 @@ pub fn batch(buf: &mut Vec<u8>, table: &Table, ops: &[NftOp<'_>], mut seq: u32) 
         }
         match o {
             NftOp::EnsureTable => {
-                seq = seq.wrapping_add(1);
-                let at = begin(buf, NFT_MSG_NEWTABLE, NLM_F_CREATE, seq, family);
-                plan.msgs.push(MsgInfo {
-                    seq,
-                    op,
-                    at,
-                    first_elem: 0,
-                });
+                let at = buf.len();
+                let seq = plan.open(&mut seq, op, at);
+                begin(buf, NFT_MSG_NEWTABLE, NLM_F_CREATE, seq, family);
                 wire::put_str(buf, NFTA_TABLE_NAME, &table.name);
                 wire::end_msg(buf, at);
             }
             NftOp::CreateSet { name, spec } => {
-                seq = seq.wrapping_add(1);
                 set_id += 1;
-                let at = buf.len();
-                plan.msgs.push(MsgInfo {
-                    seq,
-                    op,
-                    at,
-                    first_elem: 0,
-                });
+                let seq = plan.open(&mut seq, op, buf.len());
                 new_set(buf, table, name, spec, seq, set_id);
             }
             // Written above.
             NftOp::AddElements { .. } | NftOp::DelElements { .. } | NftOp::FlushSet { .. } => {}
             NftOp::DeleteSet { set } => {
-                seq = seq.wrapping_add(1);
-                let at = begin(buf, NFT_MSG_DELSET, 0, seq, family);
-                plan.msgs.push(MsgInfo {
-                    seq,
-                    op,
-                    at,
-                    first_elem: 0,
-                });
+                let at = buf.len();
+                let seq = plan.open(&mut seq, op, at);
+                begin(buf, NFT_MSG_DELSET, 0, seq, family);
                 wire::put_str(buf, NFTA_SET_TABLE, &table.name);
                 wire::put_str(buf, NFTA_SET_NAME, set);
                 wire::end_msg(buf, at);
