@@ -6,7 +6,7 @@ resyncing every RESYNC (issue 34, "Quiet hours"; docs/scaling.md).
 Per backend, in a fresh network namespace of its own: writes the policy
 file, starts `ipsetmgr --netns NS --backend B run --policy-dir DIR
 --resync-interval RESYNC`, waits until the set is written (its "written"
-log line), lets it settle for two resync intervals, then reads the
+log line), lets it settle (--settle, 60 s), then reads the
 process's utime+stime (/proc/PID/stat) at the start and the end of a
 window of WINDOW seconds and prints CPU-seconds per hour and % of one core,
 the backends side by side. Backends run at the same time (each in its own
@@ -17,7 +17,7 @@ generation has not moved) and the writes (there should be none).
 Needs root, `nft`, `ip`, and `cargo build --release --bin ipsetmgr`.
 
     sudo scripts/idle_cpu.py [--members 1000000] [--window 600] \\
-        [--resync-interval 10s] [--backends netlink,nft] [--bin PATH]
+        [--resync-interval 60s] [--backends netlink,nft] [--bin PATH]
 """
 
 import argparse
@@ -121,8 +121,8 @@ def measure(args, backends, policy_dir):
             agents.append(Agent(args, b, policy_dir))
         for a in agents:
             a.wait_written(args.apply_timeout)
-        # The first periodic resyncs after the write settle the state.
-        time.sleep(2 * seconds(args.resync_interval))
+        # Let the apply's aftermath (freed memory, the first resync) pass.
+        time.sleep(args.settle)
         start = {a.backend: (cpu_seconds(a.proc.pid), a.counts()) for a in agents}
         t0 = time.monotonic()
         time.sleep(args.window)
@@ -145,7 +145,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--members", type=int, default=1_000_000)
     ap.add_argument("--window", type=float, default=600, help="seconds sampled (default 600)")
-    ap.add_argument("--resync-interval", default="10s")
+    ap.add_argument("--resync-interval", default="60s", help="the agent's default: 60s")
+    ap.add_argument("--settle", type=float, default=60, help="seconds between the write and the window")
     ap.add_argument("--backends", default="netlink,nft")
     ap.add_argument("--bin", type=Path, default=BIN)
     ap.add_argument("--apply-timeout", type=float, default=900)
