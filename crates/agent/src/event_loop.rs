@@ -359,6 +359,11 @@ impl Agent {
         m.apply_duration
             .get_or_create(&OutcomeLabel::of(report.outcome.applied))
             .observe(report.outcome.duration.as_secs_f64());
+        for id in &report.outcome.resyncs_skipped {
+            m.resyncs_skipped
+                .get_or_create(&BackendLabel::of(id.kind))
+                .inc();
+        }
         if report.full_resync {
             for s in report.sets.iter().filter(|s| s.problems > 0) {
                 m.problems

@@ -38,6 +38,8 @@ pub struct Metrics {
     pub members: Family<BackendLabel, Gauge>,
     pub apply_duration: Family<OutcomeLabel, Histogram, fn() -> Histogram>,
     pub problems: Family<BackendLabel, Counter>,
+    /// Full resyncs that read nothing: the kernel had not changed.
+    pub resyncs_skipped: Family<BackendLabel, Counter>,
     pub dataplane_errors: Counter,
     pub status_writes: Family<ResultLabel, Counter>,
     pub api: ApiMetrics,
@@ -59,6 +61,7 @@ impl Default for Metrics {
             members: Family::default(),
             apply_duration: Family::new_with_constructor(apply_histogram),
             problems: Family::default(),
+            resyncs_skipped: Family::default(),
             dataplane_errors: Counter::default(),
             status_writes: Family::default(),
             api: ApiMetrics::default(),
@@ -91,6 +94,11 @@ impl Default for Metrics {
             "ipsetmgr_problems",
             "Discrepancies between kernel and desired state found by full resyncs, by kind of set",
             m.problems.clone(),
+        );
+        r.register(
+            "ipsetmgr_resyncs_skipped",
+            "Full resyncs that read no set because the kernel had not changed since our own last read or write, by kind of set",
+            m.resyncs_skipped.clone(),
         );
         r.register(
             "ipsetmgr_dataplane_errors",
@@ -202,6 +210,7 @@ impl Metrics {
         let _ = m.sets.get_or_create(&ipset);
         let _ = m.members.get_or_create(&ipset);
         let _ = m.problems.get_or_create(&ipset);
+        let _ = m.resyncs_skipped.get_or_create(&BackendLabel::of("nft"));
         m
     }
 }

@@ -378,6 +378,12 @@ fn log_outcome(report: &Report) {
     if report.full_resync {
         ipsetmgr_sets::log_drift(&report.sets);
     }
+    for id in &outcome.resyncs_skipped {
+        tracing::debug!(
+            backend = id.name,
+            "full resync read nothing: the kernel had not changed since our own last read or write"
+        );
+    }
     for (set, kind) in &outcome.written {
         tracing::info!(backend = set.backend.name, set = %set, ?kind, "written");
     }

@@ -237,6 +237,13 @@ pub enum NftError {
         /// `netlink port N, `, when the kernel says which.
         owner: String,
     },
+    /// The batch was made against ruleset generation `expected`, and
+    /// another transaction committed since: nothing was applied; read the
+    /// sets again, then retry (docs/architecture.md, "Quiet resyncs").
+    #[error(
+        "the nf_tables ruleset changed since generation {expected}, which the transaction was made against: read again, then retry"
+    )]
+    GenerationMoved { expected: u32 },
     #[error("{0}")]
     Other(String),
 }
@@ -342,6 +349,25 @@ pub trait NftDataplane: Send {
         table: &Table,
         owned: &dyn Fn(&str) -> bool,
     ) -> Result<bool, NftError>;
+
+    /// The ruleset generation now (every committed transaction, ours or
+    /// anyone's, moves it); `Ok(None)` when this backend cannot tell.
+    fn generation(&mut self) -> Result<Option<u32>, NftError> {
+        Ok(None)
+    }
+
+    /// Make the next batch against generation `generation` (the kernel
+    /// refuses it with [`NftError::GenerationMoved`] when the ruleset moved
+    /// since); `None`: unchecked. A backend that cannot check ignores it.
+    fn expect_generation(&mut self, _generation: Option<u32>) {}
+
+    /// The generation the caller's view of the ruleset is known to hold
+    /// at: the one last given to [`NftDataplane::expect_generation`], moved
+    /// on by each of our own batches that committed against it. `None`
+    /// after any failure, or when this backend cannot tell.
+    fn expected_generation(&self) -> Option<u32> {
+        None
+    }
 }
 
 impl<D: NftDataplane + ?Sized> NftDataplane for Box<D> {
@@ -365,6 +391,15 @@ impl<D: NftDataplane + ?Sized> NftDataplane for Box<D> {
     }
     fn read_set(&mut self, table: &Table, name: &str) -> Result<Option<NftKernelSet>, NftError> {
         (**self).read_set(table, name)
+    }
+    fn generation(&mut self) -> Result<Option<u32>, NftError> {
+        (**self).generation()
+    }
+    fn expect_generation(&mut self, generation: Option<u32>) {
+        (**self).expect_generation(generation)
+    }
+    fn expected_generation(&self) -> Option<u32> {
+        (**self).expected_generation()
     }
     fn table_has_foreign_objects(
         &mut self,

@@ -26,6 +26,9 @@ pub struct Entry<S> {
     pub(crate) drift: Drift,
     pub(crate) failure: Option<crate::Failure>,
     pub(crate) last_sync: Option<std::time::SystemTime>,
+    /// What the kernel holds of it is not known (never read, or a failed
+    /// batch made it unknown): a resync that reads nothing else reads it.
+    pub(crate) needs_read: bool,
 }
 
 impl<S> Entry<S> {
@@ -115,6 +118,21 @@ pub trait Kernel: Send {
     /// A full resync starts: forget what failed batches taught (a kernel
     /// module may have been loaded since).
     fn forget_learned(&mut self) {}
+
+    /// A full resync is due: whether the kernel is known not to have
+    /// changed since this adapter's own last full read or write, so the
+    /// resync may keep what it believes and list and read nothing (only
+    /// sets never read). The default, `false`, always reads; nf_tables
+    /// compares its ruleset generation (docs/architecture.md, "Quiet
+    /// resyncs").
+    fn unchanged_since_last_read(&mut self) -> bool {
+        false
+    }
+
+    /// A full resync listed and read every owned set without an error:
+    /// what the adapter believes is the kernel's state as of the resync's
+    /// start.
+    fn full_read_done(&mut self) {}
 
     /// The adapter's state for a newly desired set (kernel unknown).
     fn new_set(&mut self, name: &str, desired: &DesiredSet, cx: &Context<'_>) -> Self::Set;

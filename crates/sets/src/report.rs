@@ -164,6 +164,10 @@ pub struct ApplyOutcome {
     /// Leftovers of interrupted writes (an ipset swap's temp set) removed
     /// by this call.
     pub temp_deleted: Vec<SetRef>,
+    /// Backends whose full resync read nothing: their kernel said nothing
+    /// changed since their own last read or write (docs/architecture.md,
+    /// "Quiet resyncs").
+    pub resyncs_skipped: Vec<BackendId>,
     pub duration: Duration,
 }
 
@@ -179,6 +183,7 @@ impl ApplyOutcome {
         self.written.extend(other.written);
         self.deleted.extend(other.deleted);
         self.temp_deleted.extend(other.temp_deleted);
+        self.resyncs_skipped.extend(other.resyncs_skipped);
         self.duration += other.duration;
     }
 }

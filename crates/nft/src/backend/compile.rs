@@ -235,7 +235,7 @@ impl From<NftError> for KernelError {
             | NftError::ElementMissing { .. }
             | NftError::InvalidElement { .. } => ErrorKind::ElementRefused,
             NftError::NotSupported(_) => ErrorKind::NotSupported,
-            NftError::Unavailable(_) => ErrorKind::Unavailable,
+            NftError::Unavailable(_) | NftError::GenerationMoved { .. } => ErrorKind::Unavailable,
             NftError::Protocol(_) => ErrorKind::Protocol,
             NftError::NotOwned(_)
             | NftError::ElementType { .. }

@@ -254,13 +254,21 @@ pub struct NftKernel<D: NftDataplane> {
     dp: D,
     table: Table,
     naming: Naming,
+    /// The ruleset generation when the current full resync started: what
+    /// the adapter believes holds at it once every set is read.
+    resync_generation: Option<u32>,
 }
 
 impl<D: NftDataplane> NftKernel<D> {
     /// The owned sets (by `naming`) of `table`. Nothing is read or written
     /// until the reconciler's first apply.
     pub fn new(dp: D, table: Table, naming: Naming) -> NftKernel<D> {
-        NftKernel { dp, table, naming }
+        NftKernel {
+            dp,
+            table,
+            naming,
+            resync_generation: None,
+        }
     }
 
     pub fn table(&self) -> &Table {
@@ -325,6 +333,9 @@ impl<D: NftDataplane> NftKernel<D> {
             .map(|(name, spec)| NftOp::CreateSet { name, spec })
             .collect();
         if let Err(e) = self.apply_ops(&ops) {
+            if matches!(e.error, NftError::GenerationMoved { .. }) {
+                return Err(moved(e, sets));
+            }
             let set = e
                 .op_index
                 .and_then(|i| grows.get(i))
@@ -342,6 +353,15 @@ impl<D: NftDataplane> NftKernel<D> {
         }
         Ok(())
     }
+}
+
+/// A transaction refused because someone changed the ruleset since we read
+/// it: any of our sets may be other than believed, so all are read again
+/// before the retry.
+fn moved(e: crate::NftBatchError, sets: &Sets<NftSet>) -> Box<BatchFailure> {
+    let mut f = failure(e, None);
+    f.reread = sets.keys().cloned().collect();
+    f
 }
 
 /// A failed transaction as the reconciler needs it: nothing of it was
@@ -423,6 +443,31 @@ impl<D: NftDataplane> Kernel for NftKernel<D> {
 
     fn read(&mut self, name: &str) -> Result<Option<crate::NftKernelSet>, KernelError> {
         Ok(self.dp.read_set(&self.table, name)?)
+    }
+
+    /// Any committed transaction moves the ruleset generation (an element
+    /// added by `nft` to one of our sets as much as a rule in another
+    /// table), and ours are made against the generation we know, so an
+    /// unmoved generation means the kernel still holds what we believe.
+    /// One small GETGEN instead of dumping every set (docs/architecture.md,
+    /// "Quiet resyncs").
+    fn unchanged_since_last_read(&mut self) -> bool {
+        let expected = self.dp.expected_generation();
+        // Unreadable: read everything, as without the check.
+        let now = self.dp.generation().ok().flatten();
+        self.resync_generation = now;
+        if now.is_some() && now == expected {
+            return true;
+        }
+        // Read again: batches go unchecked until the reads are done.
+        self.dp.expect_generation(None);
+        false
+    }
+
+    fn full_read_done(&mut self) {
+        // A change during the reads moved the generation past this one: the
+        // next resync reads again, and a batch made against it is refused.
+        self.dp.expect_generation(self.resync_generation.take());
     }
 
     fn new_set(&mut self, name: &str, d: &DesiredSet, cx: &Context<'_>) -> NftSet {
@@ -512,6 +557,9 @@ impl<D: NftDataplane> Kernel for NftKernel<D> {
         let result = self.apply_ops(&ops);
         drop(ops);
         result.map_err(|e| {
+            if matches!(e.error, NftError::GenerationMoved { .. }) {
+                return moved(e, sets);
+            }
             let set = e.op_index.and_then(|i| {
                 spans
                     .iter()

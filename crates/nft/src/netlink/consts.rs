@@ -19,6 +19,10 @@ pub const NFNL_SUBSYS_NFTABLES: u16 = 10;
 pub const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 pub const NFNL_MSG_BATCH_END: u16 = 0x11;
 pub const NFPROTO_UNSPEC: u8 = 0;
+/// The batch-begin attribute naming the ruleset generation the batch was
+/// made against: the kernel refuses the batch (ERESTART) when the ruleset
+/// has moved on since.
+pub const NFNL_BATCH_GENID: u16 = 1;
 
 // enum nf_tables_msg_types
 pub const NFT_MSG_NEWTABLE: u8 = 0;
@@ -37,6 +41,10 @@ pub const NFT_MSG_NEWOBJ: u8 = 18;
 pub const NFT_MSG_GETOBJ: u8 = 19;
 pub const NFT_MSG_NEWFLOWTABLE: u8 = 22;
 pub const NFT_MSG_GETFLOWTABLE: u8 = 23;
+pub const NFT_MSG_NEWGEN: u8 = 15;
+pub const NFT_MSG_GETGEN: u8 = 16;
+// NFTA_GEN_*
+pub const NFTA_GEN_ID: u16 = 1;
 
 // NFTA_LIST_*
 pub const NFTA_LIST_ELEM: u16 = 1;

@@ -247,6 +247,17 @@ pub fn table_owner(payload: &[u8]) -> Result<Option<Option<u32>>, DecodeError> {
     Ok((flags & NFT_TABLE_F_OWNER != 0).then_some(port))
 }
 
+/// The ruleset generation of a NEWGEN reply (NFTA_GEN_ID).
+pub fn generation(payload: &[u8]) -> Result<u32, DecodeError> {
+    for a in wire::nf_attrs(payload)? {
+        let a = a?;
+        if a.ty == NFTA_GEN_ID {
+            return be32(&a);
+        }
+    }
+    Err(DecodeError("generation reply without NFTA_GEN_ID"))
+}
+
 pub fn set(payload: &[u8]) -> Result<RawSet, DecodeError> {
     let mut s = RawSet::default();
     for a in wire::nf_attrs(payload)? {
@@ -576,6 +587,7 @@ pub fn fuzz_decode(bytes: &[u8]) {
         }
         let _ = object_table(m.payload);
         let _ = rule_set_refs(m.payload);
+        let _ = generation(m.payload);
         for r in &mut readers {
             let _ = r.feed(m.payload);
         }

@@ -75,10 +75,15 @@ fn begin(buf: &mut Vec<u8>, msg: u8, flags: u16, seq: u32, family: u8) -> usize 
 
 /// A batch marker: nfgenmsg's res_id names the subsystem the batch is for
 /// (network order), which `wire::begin_msg` leaves 0.
-fn batch_marker(buf: &mut Vec<u8>, ty: u16, seq: u32) {
+/// `genid`: the ruleset generation the batch expects (on the begin marker
+/// only).
+fn batch_marker(buf: &mut Vec<u8>, ty: u16, seq: u32, genid: Option<u32>) {
     let start = wire::begin_msg(buf, ty, NLM_F_REQUEST, seq, NFPROTO_UNSPEC);
     let res_id = start + 16 + 2;
     buf[res_id..res_id + 2].copy_from_slice(&NFNL_SUBSYS_NFTABLES.to_be_bytes());
+    if let Some(g) = genid {
+        put_be32(buf, NFNL_BATCH_GENID, g);
+    }
     wire::end_msg(buf, start);
 }
 
@@ -390,12 +395,25 @@ impl PlainElement {
 /// The whole transaction for `ops`, sequence numbers from `seq` on. The
 /// last message asks for an ack, so its reply marks the end of the
 /// kernel's answers (errors come for any failing message regardless).
-pub fn batch(buf: &mut Vec<u8>, table: &Table, ops: &[NftOp<'_>], mut seq: u32) -> BatchPlan {
+#[cfg(test)]
+pub fn batch(buf: &mut Vec<u8>, table: &Table, ops: &[NftOp<'_>], seq: u32) -> BatchPlan {
+    batch_at(buf, table, ops, seq, None)
+}
+
+/// [`batch`] made against ruleset generation `genid` (when known): the
+/// kernel refuses it if another transaction committed since.
+pub fn batch_at(
+    buf: &mut Vec<u8>,
+    table: &Table,
+    ops: &[NftOp<'_>],
+    mut seq: u32,
+    genid: Option<u32>,
+) -> BatchPlan {
     let mut plan = BatchPlan {
         begin_seq: seq,
         msgs: Vec::new(),
     };
-    batch_marker(buf, NFNL_MSG_BATCH_BEGIN, seq);
+    batch_marker(buf, NFNL_MSG_BATCH_BEGIN, seq, genid);
     let family = table.family.nfproto();
     let mut set_id = 0u32;
     for (op, o) in ops.iter().enumerate() {
@@ -434,7 +452,7 @@ pub fn batch(buf: &mut Vec<u8>, table: &Table, ops: &[NftOp<'_>], mut seq: u32) 
         let flags = u16::from_ne_bytes([buf[f], buf[f + 1]]) | NLM_F_ACK;
         buf[f..f + 2].copy_from_slice(&flags.to_ne_bytes());
     }
-    batch_marker(buf, NFNL_MSG_BATCH_END, seq.wrapping_add(1));
+    batch_marker(buf, NFNL_MSG_BATCH_END, seq.wrapping_add(1), None);
     plan
 }
 

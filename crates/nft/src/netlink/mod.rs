@@ -74,6 +74,17 @@ pub struct NetlinkNft {
     sndbuf: usize,
     sbuf: Vec<u8>,
     rbuf: Vec<u8>,
+    /// The ruleset generation the caller's view holds at: the next batch
+    /// carries it (NFNL_BATCH_GENID), so a ruleset changed by anyone since
+    /// refuses it. Cleared by every batch that is sent; set again to the
+    /// generation after it when it commits (see [`next_generation`]).
+    expected_gen: Option<u32>,
+}
+
+/// The generation after `g`: the kernel's commit counter skips 0 when it
+/// wraps (0 in NFNL_BATCH_GENID means "unchecked").
+fn next_generation(g: u32) -> u32 {
+    g.wrapping_add(1).max(1)
 }
 
 fn open_socket() -> Result<Socket, NftError> {
@@ -99,6 +110,7 @@ impl NetlinkNft {
             sndbuf: 0,
             sbuf: Vec::with_capacity(64 << 10),
             rbuf: Vec::with_capacity(RECV_CHUNK),
+            expected_gen: None,
         })
     }
 
@@ -389,12 +401,14 @@ impl NetlinkNft {
         Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
-    /// Send the batch in `sbuf` and read the kernel's answers.
+    /// Send the batch in `sbuf` (made against generation `genid`, when
+    /// given) and read the kernel's answers.
     fn transact(
         &mut self,
         table: &Table,
         ops: &[NftOp<'_>],
         plan: &encode::BatchPlan,
+        genid: Option<u32>,
     ) -> Result<(), NftBatchError> {
         self.send_sbuf().map_err(NftBatchError::whole)?;
         let last = plan.msgs.last().map(|m| m.seq);
@@ -447,12 +461,17 @@ impl NetlinkNft {
         {
             return Err(self.op_error(table, ops, info, &a));
         }
-        match whole {
-            Some(a) => Err(NftBatchError::whole(errors::map_whole(
+        match (whole, genid) {
+            // nfnetlink refuses a batch whose NFNL_BATCH_GENID is not the
+            // current generation with ERESTART on its begin message.
+            (Some(a), Some(expected)) if a.errno == libc::ERESTART => {
+                Err(NftBatchError::whole(NftError::GenerationMoved { expected }))
+            }
+            (Some(a), _) => Err(NftBatchError::whole(errors::map_whole(
                 a.errno,
                 a.message.as_deref(),
             ))),
-            None => Ok(()),
+            (None, _) => Ok(()),
         }
     }
 
@@ -526,13 +545,27 @@ impl NftDataplane for NetlinkNft {
         // Sequence numbers for the whole batch at once.
         let first = self.next_seq();
         self.sbuf.clear();
-        let plan = encode::batch(&mut self.sbuf, table, ops, first);
+        // 0 would mean "unchecked" to the kernel.
+        let genid = self.expected_gen.filter(|g| *g != 0);
+        let plan = encode::batch_at(&mut self.sbuf, table, ops, first, genid);
         let n = plan.msgs.len() as u32 + 1;
         self.seq = first.wrapping_add(n).max(1);
         if plan.msgs.is_empty() {
             return Ok(()); // nothing to change: no transaction at all
         }
-        let r = self.transact(table, ops, &plan);
+        // Whatever happens now, the old generation is no longer ours.
+        self.expected_gen = None;
+        let r = self.transact(table, ops, &plan, genid);
+        // A batch made against `g` committed only at `g` and moved it by
+        // one, so our view holds at `g + 1`; unless the batch changed
+        // nothing (a table that existed already): the kernel then commits
+        // no generation, and the next one would be anyone's.
+        if r.is_ok()
+            && let Some(g) = genid
+            && ops.iter().any(|op| !matches!(op, NftOp::EnsureTable))
+        {
+            self.expected_gen = Some(next_generation(g));
+        }
         // A big batch's buffer is not kept between applies.
         if self.sbuf.capacity() > 4 << 20 {
             self.sbuf = Vec::with_capacity(64 << 10);
@@ -622,6 +655,29 @@ impl NftDataplane for NetlinkNft {
             unreadable_elements: unreadable,
             references,
         }))
+    }
+
+    /// One NFT_MSG_GETGEN: a few dozen bytes each way.
+    fn generation(&mut self) -> Result<Option<u32>, NftError> {
+        let Some(payload) = self.get_one(
+            "reading the ruleset generation",
+            NFT_MSG_GETGEN,
+            NFPROTO_UNSPEC,
+            NFT_MSG_NEWGEN,
+            &|_| {},
+        )?
+        else {
+            return Ok(None);
+        };
+        decode::generation(&payload).map(Some).map_err(proto_err)
+    }
+
+    fn expect_generation(&mut self, generation: Option<u32>) {
+        self.expected_gen = generation;
+    }
+
+    fn expected_generation(&self) -> Option<u32> {
+        self.expected_gen
     }
 
     fn table_has_foreign_objects(

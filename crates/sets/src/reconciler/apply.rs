@@ -23,6 +23,7 @@ impl<K: Kernel> Reconciler<K> {
         // reports "created".
         let mut first: BTreeMap<String, WriteKind> = BTreeMap::new();
         self.isolated_now.clear();
+        self.resync_skipped = false;
         for attempt in 1..=self.config.max_attempts {
             outcome.attempts = attempt;
             if let Err(e) = self.resync_if_needed() {
@@ -75,6 +76,9 @@ impl<K: Kernel> Reconciler<K> {
             .map(|n| self.set_ref(n))
             .collect();
         self.kernel.after_apply();
+        if self.resync_skipped {
+            outcome.resyncs_skipped.push(self.kernel.id());
+        }
         outcome.duration = started.elapsed();
         outcome
     }

@@ -46,6 +46,8 @@ pub struct Reconciler<K: Kernel> {
     /// Sets isolated during the current `apply_updates`: not retried in it,
     /// whatever their backoff says.
     isolated_now: HashSet<String>,
+    /// The last full resync read nothing: the kernel had not changed.
+    resync_skipped: bool,
     sleep: Box<dyn FnMut(Duration) + Send>,
 }
 
@@ -63,6 +65,7 @@ impl<K: Kernel> Reconciler<K> {
             deletion_errors: BTreeMap::new(),
             resync: ResyncNeed::Full,
             isolated_now: HashSet::new(),
+            resync_skipped: false,
             sleep: Box::new(std::thread::sleep),
         }
     }
@@ -126,12 +129,14 @@ impl<K: Kernel> Reconciler<K> {
                 continue;
             }
             let mut set = self.kernel.new_set(&name, d, &cx);
+            let mut needs_read = true;
             if self.resync == ResyncNeed::Full {
                 // The coming full resync reads it.
             } else if self.existing.contains(&name) {
                 self.queue_read(&name);
             } else {
                 self.kernel.believe_absent(&mut set);
+                needs_read = false;
             }
             let entry = Entry {
                 set,
@@ -139,6 +144,7 @@ impl<K: Kernel> Reconciler<K> {
                 drift: Drift::default(),
                 failure: None,
                 last_sync: None,
+                needs_read,
             };
             self.sets.insert(name, entry);
         }
@@ -159,6 +165,9 @@ impl<K: Kernel> Reconciler<K> {
     }
 
     fn queue_read(&mut self, name: &str) {
+        if let Some(e) = self.sets.get_mut(name) {
+            e.needs_read = true;
+        }
         match &mut self.resync {
             ResyncNeed::Full => {}
             ResyncNeed::Sets(s) => {

@@ -26,8 +26,13 @@ impl<K: Kernel> Reconciler<K> {
     }
 
     /// List every owned set, read each desired one, queue deletions of the
-    /// rest (leftovers separately). Foreign sets are never read.
+    /// rest (leftovers separately). Foreign sets are never read. When the
+    /// adapter knows the kernel unchanged since its own last read or write,
+    /// nothing is listed: see [`Self::quiet_resync`].
     fn full_resync(&mut self) -> Result<(), KernelError> {
+        if self.kernel.unchanged_since_last_read() {
+            return self.quiet_resync();
+        }
         let listed = self.kernel.list_owned()?;
         self.kernel.forget_learned();
         self.existing = listed.iter().map(|o| o.name.clone()).collect();
@@ -48,6 +53,37 @@ impl<K: Kernel> Reconciler<K> {
         // Sets that vanished need no deletion any more.
         let existing = &self.existing;
         self.deletion_errors.retain(|n, _| existing.contains(n));
+        self.kernel.full_read_done();
+        Ok(())
+    }
+
+    /// A full resync of a kernel that has not changed since the last one
+    /// (or since our own writes after it): what is believed stands, so no
+    /// drift is found; only sets whose content was never read are read,
+    /// and deletions that failed are tried again, as a listing would.
+    fn quiet_resync(&mut self) -> Result<(), KernelError> {
+        self.kernel.forget_learned();
+        self.resync_skipped = true;
+        let unread: BTreeSet<String> = self
+            .sets
+            .iter()
+            .filter(|(_, e)| e.needs_read)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for e in self.sets.values_mut() {
+            e.drift = Default::default();
+        }
+        self.read_sets(&unread, true)?;
+        for e in self.sets.values_mut() {
+            if e.failure.is_none() && self.kernel.in_sync(&e.set) {
+                e.last_sync = Some(SystemTime::now());
+            }
+        }
+        for name in self.deletion_errors.keys() {
+            if !self.sets.contains_key(name) && !self.held.contains(name) {
+                self.pending_deletions.insert(name.clone());
+            }
+        }
         Ok(())
     }
 
@@ -68,6 +104,7 @@ impl<K: Kernel> Reconciler<K> {
             let Some(e) = self.sets.get_mut(name) else {
                 continue;
             };
+            e.needs_read = false;
             let drift = self.kernel.absorb(name, &mut e.set, read);
             if count {
                 e.drift = drift;

@@ -28,6 +28,10 @@ struct World {
     /// Deleting these sets fails with this kind.
     fail_delete: BTreeMap<String, ErrorKind>,
     batches: usize,
+    /// The kernel says nothing changed since our last read or write.
+    quiet: bool,
+    /// Listings and set reads, in order.
+    reads: Vec<String>,
 }
 
 struct Fake {
@@ -60,11 +64,9 @@ impl Kernel for Fake {
         vec![self.naming.main_set_name(policy, Some(Family::V4))]
     }
     fn list_owned(&mut self) -> Result<Vec<Owned>, KernelError> {
-        Ok(self
-            .world
-            .lock()
-            .unwrap()
-            .sets
+        let mut w = self.world.lock().unwrap();
+        w.reads.push("(list)".into());
+        Ok(w.sets
             .keys()
             .map(|n| Owned {
                 name: n.clone(),
@@ -73,7 +75,12 @@ impl Kernel for Fake {
             .collect())
     }
     fn read(&mut self, name: &str) -> Result<Option<BTreeSet<String>>, KernelError> {
-        Ok(self.world.lock().unwrap().sets.get(name).cloned())
+        let mut w = self.world.lock().unwrap();
+        w.reads.push(name.into());
+        Ok(w.sets.get(name).cloned())
+    }
+    fn unchanged_since_last_read(&mut self) -> bool {
+        self.world.lock().unwrap().quiet
     }
     fn new_set(&mut self, _: &str, d: &DesiredSet, _: &Context<'_>) -> FakeSet {
         FakeSet {
@@ -348,4 +355,48 @@ fn a_full_resync_counts_and_repairs_drift() {
         world.lock().unwrap().sets["ipm4-a"],
         BTreeSet::from(["10.0.0.1".into(), "10.0.0.2".into()])
     );
+}
+
+#[test]
+fn a_quiet_resync_keeps_what_it_believes_and_reads_only_sets_never_read() {
+    let (mut r, world) = reconciler(ReconcilerConfig::default());
+    world
+        .lock()
+        .unwrap()
+        .sets
+        .insert("ipm4-x".into(), BTreeSet::from(["10.9.9.9".into()]));
+    r.set_desired(vec![desired("a", &["10.0.0.1"])], []);
+    let out = r.apply_updates();
+    assert!(out.applied && out.resyncs_skipped.is_empty(), "{out:?}");
+    // The kernel has not changed: a resync lists and reads nothing.
+    world.lock().unwrap().quiet = true;
+    world.lock().unwrap().reads.clear();
+    r.queue_resync();
+    let out = r.apply_updates();
+    assert_eq!(out.resyncs_skipped.len(), 1, "{out:?}");
+    assert_eq!(out.resyncs_skipped[0].name, "fake");
+    assert!(world.lock().unwrap().reads.is_empty());
+    assert!(r.report().iter().all(|s| s.synced && s.problems == 0));
+    // A set newly desired that the kernel may hold is read all the same
+    // (its content was never read), and only it.
+    r.queue_resync();
+    r.set_desired(
+        vec![desired("a", &["10.0.0.1"]), desired("x", &["10.0.0.2"])],
+        [],
+    );
+    let out = r.apply_updates();
+    assert!(out.applied, "{out:?}");
+    assert_eq!(out.resyncs_skipped.len(), 1);
+    assert_eq!(world.lock().unwrap().reads, ["ipm4-x"]);
+    assert_eq!(
+        world.lock().unwrap().sets["ipm4-x"],
+        BTreeSet::from(["10.0.0.2".into()])
+    );
+    // A kernel that changed is listed and read in full.
+    world.lock().unwrap().quiet = false;
+    world.lock().unwrap().reads.clear();
+    r.queue_resync();
+    let out = r.apply_updates();
+    assert!(out.resyncs_skipped.is_empty());
+    assert_eq!(world.lock().unwrap().reads, ["(list)", "ipm4-a", "ipm4-x"]);
 }
