@@ -123,6 +123,21 @@ impl NetlinkNft {
         Ok(())
     }
 
+    /// Send one GET request (a dump with `dump`); its sequence number.
+    fn request(
+        &mut self,
+        msg: u8,
+        family: u8,
+        dump: bool,
+        attrs: &dyn Fn(&mut Vec<u8>),
+    ) -> Result<u32, NftError> {
+        let seq = self.next_seq();
+        self.sbuf.clear();
+        encode::get(&mut self.sbuf, msg, family, seq, dump, attrs);
+        self.send_sbuf()?;
+        Ok(seq)
+    }
+
     fn next_seq(&mut self) -> u32 {
         self.seq = self.seq.wrapping_add(1).max(1);
         self.seq
@@ -189,19 +204,13 @@ impl NetlinkNft {
         attrs: &dyn Fn(&mut Vec<u8>),
         on: &mut dyn FnMut(&[u8]) -> Result<(), DecodeError>,
     ) -> Result<DumpEnd, NftError> {
-        let seq = self.next_seq();
-        self.sbuf.clear();
-        encode::get(&mut self.sbuf, msg, family, seq, true, attrs);
-        self.send_sbuf()?;
+        let seq = self.request(msg, family, true, attrs)?;
         let mut decode_err = None;
         let mut interrupted = false;
         loop {
             self.recv(false)?;
-            for m in wire::messages(&self.rbuf) {
-                let m = m.map_err(proto_err)?;
-                if m.seq != seq {
-                    continue; // a stale reply of an earlier request
-                }
+            for m in replies(&self.rbuf, seq) {
+                let m = m?;
                 interrupted |= m.flags & NLM_F_DUMP_INTR != 0;
                 match m.ty {
                     NLMSG_DONE => {
@@ -277,18 +286,12 @@ impl NetlinkNft {
         reply: u8,
         attrs: &dyn Fn(&mut Vec<u8>),
     ) -> Result<Option<Vec<u8>>, NftError> {
-        let seq = self.next_seq();
-        self.sbuf.clear();
-        encode::get(&mut self.sbuf, msg, family, seq, false, attrs);
-        self.send_sbuf()?;
+        let seq = self.request(msg, family, false, attrs)?;
         let mut got = None;
         loop {
             self.recv(false)?;
-            for m in wire::messages(&self.rbuf) {
-                let m = m.map_err(proto_err)?;
-                if m.seq != seq {
-                    continue;
-                }
+            for m in replies(&self.rbuf, seq) {
+                let m = m?;
                 if m.ty == NLMSG_ERROR {
                     let a = decode::ack(m.payload, m.flags).map_err(proto_err)?;
                     return match a.errno {
@@ -529,6 +532,29 @@ impl NetlinkNft {
     }
 }
 
+/// The messages of a datagram that answer request `seq` (a stale reply of
+/// an earlier request is passed over).
+fn replies(rbuf: &[u8], seq: u32) -> impl Iterator<Item = Result<wire::NlMsg<'_>, NftError>> {
+    wire::messages(rbuf).filter_map(move |m| match m {
+        Ok(m) if m.seq != seq => None,
+        m => Some(m.map_err(proto_err)),
+    })
+}
+
+/// A request's attributes naming a table and a set in it (the attribute
+/// numbers differ between a set's messages and its elements').
+fn table_and_set<'a>(
+    table_attr: u16,
+    table: &'a str,
+    set_attr: u16,
+    set: &'a str,
+) -> impl Fn(&mut Vec<u8>) + 'a {
+    move |b| {
+        encode::put_str(b, table_attr, table);
+        encode::put_str(b, set_attr, set);
+    }
+}
+
 impl NftDataplane for NetlinkNft {
     fn name(&self) -> &'static str {
         "netlink"
@@ -612,10 +638,7 @@ impl NftDataplane for NetlinkNft {
             NFT_MSG_GETSET,
             table.family.nfproto(),
             NFT_MSG_NEWSET,
-            &|b| {
-                encode::put_str(b, NFTA_SET_TABLE, &tname);
-                encode::put_str(b, NFTA_SET_NAME, &sname);
-            },
+            &table_and_set(NFTA_SET_TABLE, &tname, NFTA_SET_NAME, &sname),
         )?
         else {
             return Ok(None);
@@ -631,10 +654,12 @@ impl NftDataplane for NetlinkNft {
                 NFT_MSG_GETSETELEM,
                 table.family.nfproto(),
                 NFT_MSG_NEWSETELEM,
-                &|b| {
-                    encode::put_str(b, NFTA_SET_ELEM_LIST_TABLE, &tname);
-                    encode::put_str(b, NFTA_SET_ELEM_LIST_SET, &sname);
-                },
+                &table_and_set(
+                    NFTA_SET_ELEM_LIST_TABLE,
+                    &tname,
+                    NFTA_SET_ELEM_LIST_SET,
+                    &sname,
+                ),
                 &mut || *reader.borrow_mut() = ElementReader::new(spec),
                 &mut |p| reader.borrow_mut().feed(p),
             )?;
