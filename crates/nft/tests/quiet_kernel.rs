@@ -198,7 +198,7 @@ pub fn an_idle_resync_after_our_own_write_reads_nothing(
     _dp: &mut dyn NftDataplane,
     _env: &conformance::Env,
 ) {
-    let (mut b, reads, a, z) = synced_pair();
+    let (mut b, reads, _a, z) = synced_pair();
     for _ in 0..3 {
         let (skipped, n, o) = resync(&mut b, &reads);
         assert!(
@@ -230,7 +230,6 @@ pub fn an_idle_resync_after_our_own_write_reads_nothing(
     let (skipped, n, _) = resync(&mut b, &reads);
     assert!(skipped && n == 0, "skipped {skipped}, {n} reads");
     assert_eq!(kernel_elements("ipm4-z"), None);
-    let _ = a;
 }
 
 pub fn an_element_added_out_of_band_is_still_found_and_repaired(
