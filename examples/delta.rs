@@ -1,8 +1,9 @@
 //! Times what a running manager does with a big set: create a set of
 //! `--members` IPv4 addresses (hash:ip) or, with `--ipv6`, IPv6 /64
 //! networks (hash:net), change `--changes` of them, and resync it.
-//! `--backend` is `ipsetmgr --backend`'s (ipsets or nft sets). Used by
-//! scripts/bench_vs_restore.py; prints one line of key=value pairs.
+//! `--backend` is `ipsetmgr --backend`'s (ipsets, nft sets or BPF maps). Used by
+//! scripts/bench_vs_restore.py and scripts/bench_vs_bpftool.py; prints one
+//! line of key=value pairs.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
@@ -28,6 +29,9 @@ struct Args {
     /// IPv6 /64 networks in a hash:net set instead of IPv4 addresses.
     #[arg(long)]
     ipv6: bool,
+    /// The bpffs of `--backend bpf` (`ipsetmgr --bpf-path`).
+    #[arg(long, default_value = ipsetmgr_bpf::DEFAULT_MOUNT)]
+    bpf_path: std::path::PathBuf,
 }
 
 /// Member `i` of the set, and replacement `i` for a change.
@@ -91,7 +95,7 @@ fn main() -> anyhow::Result<()> {
     let opened = Opened::open(
         &args.backend,
         ipsetmgr_nft::backend::default_table(),
-        std::path::Path::new(ipsetmgr_bpf::DEFAULT_MOUNT),
+        &args.bpf_path,
     )?;
     let mut mgr = opened.into_backend(ReconcilerConfig::default());
     let backend = mgr.name();

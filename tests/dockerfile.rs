@@ -877,3 +877,35 @@ fn the_ci_image_is_this_dockerfiles_runtime_stage() {
         "the runtime stage"
     );
 }
+
+/// The image's binary has its XDP program: the builder installs clang (which
+/// crates/bpf/build.rs compiles it with) before the build, and builds under
+/// `CI=true`, where a missing clang fails the build rather than leaving the
+/// program out (docs/bpf.md, "How the XDP object is built").
+#[test]
+fn the_builder_compiles_the_xdp_program() {
+    let text = read("Dockerfile");
+    let d = parse(&text);
+    let builder = stage(&d, "builder");
+    let (build_at, _) = command(&builder, &["cargo", "build"]);
+    let (install_at, install) = command(&builder, &["apt-get", "install"]);
+    assert!(has(&install, "clang"), "{install:?}");
+    assert!(install_at < build_at, "clang is installed before the build");
+    let ci: Vec<(usize, String)> = builder
+        .instructions
+        .iter()
+        .enumerate()
+        .filter_map(|(i, ins)| match ins {
+            Instruction::Env(e) => label_pairs(&e.arguments.value).remove("CI").map(|v| (i, v)),
+            _ => None,
+        })
+        .collect();
+    let [(ci_at, ref value)] = ci[..] else {
+        panic!("one ENV CI in the builder, found {}", ci.len())
+    };
+    assert_eq!(value, "true");
+    assert!(ci_at < build_at, "ENV CI=true before the build");
+    // What CI=true means to the build script that needs clang.
+    let build_rs = read("crates/bpf/build.rs");
+    assert!(build_rs.contains("\"clang\"") && build_rs.contains("std::env::var(\"CI\")"));
+}

@@ -16,12 +16,12 @@
 //! - [`backend`]: the adapter on the neutral sets seam
 //!   ([`ipsetmgr_sets::Kernel`]), `--backend bpf`.
 //!
-//! Maps, pins and the program go through aya; the one call aya lacks
-//! (creating an array-of-maps outside an ELF object) is in `sys.rs`, the
-//! crate's only `unsafe`. This crate must never depend on kube or tokio (it
+//! Maps, pins and the program go through aya; the two calls aya lacks
+//! (creating an array-of-maps outside an ELF object, and batch updates)
+//! are in `sys.rs`, the crate's only `unsafe`. This crate must never depend on kube or tokio (it
 //! runs on the agent's kernel thread).
 
-// Only sys.rs may use unsafe (one bpf(2) call), and says so itself.
+// Only sys.rs may use unsafe (two bpf(2) calls), and says so itself.
 #![deny(unsafe_code)]
 
 pub mod backend;

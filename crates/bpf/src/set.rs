@@ -212,7 +212,7 @@ fn swap_in(set: &str, outer: &mut Map, trie: &Trie) -> Result<(), BpfError> {
 }
 
 fn fill(set: &str, trie: &mut Trie, entries: &[Entry]) -> Result<(), BpfError> {
-    entries.iter().try_for_each(|e| trie.insert(set, e))
+    trie.insert_all(set, entries)
 }
 
 /// The kernel's name for a set's maps (`bpftool map show`): at most 15

@@ -9,14 +9,21 @@ use std::os::fd::{AsFd, BorrowedFd};
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Map, MapData, MapError};
 use ipsetmgr_ipset::Family;
+use nix::errno::Errno;
 
 use crate::entry::{self, Entry};
 use crate::error::{BpfError, errno_of, kernel};
+use crate::sys;
 
 /// include/uapi/linux/bpf.h. An LPM trie must be created without
 /// preallocation.
 const BPF_MAP_TYPE_LPM_TRIE: u32 = 11;
 const BPF_F_NO_PREALLOC: u32 = 1;
+
+/// Entries per `BPF_MAP_UPDATE_BATCH` call: few enough that the buffers
+/// stay small (160 kB of IPv6 keys), many enough that the calls' own cost
+/// is nothing next to the inserts.
+const BATCH: usize = 8192;
 
 /// The trie's key size for a family: the u32 prefix length and the address.
 pub(crate) fn key_size(family: Family) -> u32 {
@@ -119,6 +126,48 @@ impl Trie {
         r.map_err(|err| entry_error(set, "add", e, err))
     }
 
+    /// Insert or overwrite every entry of `entries`, in order: batches of
+    /// [`BATCH`] entries, one `BPF_MAP_UPDATE_BATCH` each (sys.rs says why),
+    /// or one update per entry on a kernel without batch updates for tries.
+    /// An entry that fails stops the fill; the ones before it stay written.
+    pub(crate) fn insert_all(&mut self, set: &str, entries: &[Entry]) -> Result<(), BpfError> {
+        let key_size = key_size(self.family) as usize;
+        let mut keys = Vec::with_capacity(key_size * entries.len().min(BATCH));
+        let mut values = Vec::with_capacity(entries.len().min(BATCH));
+        for (n, chunk) in entries.chunks(BATCH).enumerate() {
+            keys.clear();
+            values.clear();
+            for e in chunk {
+                self.check_family(set, e)?;
+                keys.extend_from_slice(&u32::from(e.prefix()).to_ne_bytes());
+                match e.addr() {
+                    IpAddr::V4(a) => keys.extend_from_slice(&a.octets()),
+                    IpAddr::V6(a) => keys.extend_from_slice(&a.octets()),
+                }
+                values.push(e.value());
+            }
+            match sys::update_batch(self.fd(), &keys, key_size, &values) {
+                Ok(()) => {}
+                Err(stop) if stop.written == 0 && batch_refused(stop.errno) => {
+                    // No batch updates here (or the first entry is refused,
+                    // which one update says precisely): one at a time.
+                    return entries[n * BATCH..]
+                        .iter()
+                        .try_for_each(|e| self.insert(set, e));
+                }
+                Err(stop) => {
+                    return Err(BpfError::Entry {
+                        set: set.to_string(),
+                        op: "add",
+                        entry: chunk[stop.written].to_string(),
+                        errno: stop.errno,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Remove `e`'s network (whatever its value). A network that is not
     /// there is an error (`ENOENT`), as ipset's `del` is.
     pub(crate) fn remove(&mut self, set: &str, e: &Entry) -> Result<(), BpfError> {
@@ -175,6 +224,13 @@ impl Trie {
             entry: e.to_string(),
         })
     }
+}
+
+/// Whether a batch update that wrote nothing may have been refused as a
+/// whole: `ENOTSUPP` (no batch operations for the map type) or `EINVAL`
+/// (no `BPF_MAP_UPDATE_BATCH` at all, before 5.6; or the first entry bad).
+fn batch_refused(errno: Errno) -> bool {
+    errno == Errno::EINVAL || errno as i32 == sys::ENOTSUPP
 }
 
 fn dump_as<const N: usize>(

@@ -50,18 +50,36 @@ pub fn link_path(fs: &Bpffs, interface: &str) -> Result<PathBuf, BpfError> {
     Ok(fs.mount_point().join(XDP_DIR).join(interface))
 }
 
-/// Attach the program to `interface`, dropping packets from the addresses
-/// `sets` match (each set by name, pinned in `fs`). Returns the link's pin.
-pub fn attach(fs: &Bpffs, interface: &str, sets: &[&str]) -> Result<PathBuf, BpfError> {
-    let object = OBJECT.ok_or(XdpError::ObjectMissing)?;
-    let link = link_path(fs, interface)?;
-    if link.exists() {
-        return Err(XdpError::AlreadyAttached {
-            interface: interface.to_string(),
-            path: link,
-        }
-        .into());
+/// The program loaded into the kernel (verified, its maps pointed at the
+/// sets' pins) but attached nowhere: what [`attach`] attaches, and what a
+/// test can run with `BPF_PROG_TEST_RUN` ([`aya::programs::TestRun`]).
+pub struct Loaded {
+    ebpf: aya::Ebpf,
+}
+
+impl Loaded {
+    /// The loaded `drop_from` program.
+    pub fn program(&self) -> &Xdp {
+        self.ebpf
+            .program(PROGRAM)
+            .expect("the object defines drop_from")
+            .try_into()
+            .expect("drop_from is an XDP program")
     }
+
+    fn program_mut(&mut self) -> &mut Xdp {
+        self.ebpf
+            .program_mut(PROGRAM)
+            .expect("the object defines drop_from")
+            .try_into()
+            .expect("drop_from is an XDP program")
+    }
+}
+
+/// Load the program for `sets` (each by name, pinned in `fs`; up to
+/// [`SETS_PER_FAMILY`] of each family), without attaching it.
+pub fn load(fs: &Bpffs, sets: &[&str]) -> Result<Loaded, BpfError> {
+    let object = OBJECT.ok_or(XdpError::ObjectMissing)?;
     let mut loader = aya::EbpfLoader::new();
     let (mut v4, mut v6) = (V4_MAPS.iter(), V6_MAPS.iter());
     for name in sets {
@@ -82,19 +100,34 @@ pub fn attach(fs: &Bpffs, interface: &str, sets: &[&str]) -> Result<PathBuf, Bpf
         })?;
         loader.map_pin_path(map, set.path().to_path_buf());
     }
-    let mut ebpf = loader
+    let ebpf = loader
         .load(object)
         .map_err(|e| XdpError::Load(Box::new(e)))?;
+    let mut loaded = Loaded { ebpf };
+    loaded
+        .program_mut()
+        .load()
+        .map_err(|e| XdpError::Load(Box::new(e.into())))?;
+    Ok(loaded)
+}
+
+/// Attach the program to `interface`, dropping packets from the addresses
+/// `sets` match (each set by name, pinned in `fs`). Returns the link's pin.
+pub fn attach(fs: &Bpffs, interface: &str, sets: &[&str]) -> Result<PathBuf, BpfError> {
+    let link = link_path(fs, interface)?;
+    if link.exists() {
+        return Err(XdpError::AlreadyAttached {
+            interface: interface.to_string(),
+            path: link,
+        }
+        .into());
+    }
+    let mut loaded = load(fs, sets)?;
     let attach_err = |e: aya::programs::ProgramError| XdpError::Attach {
         interface: interface.to_string(),
         source: Box::new(e),
     };
-    let program: &mut Xdp = ebpf
-        .program_mut(PROGRAM)
-        .expect("the object defines drop_from")
-        .try_into()
-        .map_err(attach_err)?;
-    program.load().map_err(attach_err)?;
+    let program = loaded.program_mut();
     let id = program
         .attach(interface, XdpMode::default())
         .map_err(attach_err)?;

@@ -174,3 +174,43 @@ fn kernel_errors_name_the_errno_and_the_entry() {
     .join()
     .unwrap();
 }
+
+/// Fills go in batches (`BPF_MAP_UPDATE_BATCH`, 8192 entries per call):
+/// entries past the first batch are all written, and an entry that does not
+/// fit, in a later batch, is the one the error names, the ones before it
+/// written.
+#[test]
+fn fills_across_batches_write_all_and_name_the_entry_that_failed() {
+    std::thread::spawn(|| {
+        let Some(fs) = fresh_bpffs("fills_across_batches_write_all_and_name_the_entry_that_failed")
+        else {
+            return;
+        };
+        let hosts = |n: u32| -> Vec<Entry> {
+            (0..n)
+                .map(|i| Entry::host(std::net::Ipv4Addr::from(0x0a00_0000 + i).into()))
+                .collect()
+        };
+        let all = hosts(20_000);
+        let mut set = fs
+            .create("ipm4-batches", Family::V4, 20_000, &all[..10_000])
+            .unwrap();
+        assert_eq!(set.read().unwrap(), all[..10_000]);
+        // 10,000 more, across two batches: all written, exactly.
+        set.add(&all[10_000..]).unwrap();
+        assert_eq!(set.read().unwrap(), all);
+        assert_eq!(bpftool_entries(set.path()), all);
+
+        // A fresh trie of 16,000: entry 16,000 (10.0.62.128), in the second
+        // batch, is the first that does not fit.
+        let err = set.replace(&hosts(20_001), 16_000).unwrap_err().to_string();
+        assert!(
+            err.contains("add 10.0.62.128/32") && err.contains("ENOSPC"),
+            "{err}"
+        );
+        // The failed replacement left the set as it was.
+        assert_eq!(set.read().unwrap(), all);
+    })
+    .join()
+    .unwrap();
+}

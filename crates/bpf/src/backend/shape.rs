@@ -1,6 +1,7 @@
 //! Desired sets into BPF sets: the family, the trie's size and the entries
 //! each set holds, or why a prefix map cannot hold it exactly.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -92,16 +93,36 @@ pub(crate) fn shape(name: &str, d: &DesiredSet) -> Result<Shape, SetError> {
 /// entries to add or overwrite (a changed `nomatch` flag is one update of
 /// the value, never a removal and an add).
 pub(crate) fn diff(want: &Entries, have: &Entries) -> (Vec<Entry>, Vec<Entry>) {
-    let del = have
-        .iter()
-        .filter(|(k, _)| !want.contains_key(k))
-        .map(|((a, p), n)| entry(*a, *p, *n))
-        .collect();
-    let add = want
-        .iter()
-        .filter(|(k, v)| have.get(k) != Some(v))
-        .map(|((a, p), n)| entry(*a, *p, *n))
-        .collect();
+    // One merge walk of the two sorted maps: a 10-member change to a 1M set
+    // is planned in linear, sequential time rather than 2M tree lookups
+    // (docs/performance.md, "BPF sets").
+    let (mut del, mut add) = (Vec::new(), Vec::new());
+    let (mut w, mut h) = (want.iter().peekable(), have.iter().peekable());
+    loop {
+        let order = match (w.peek(), h.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((wk, _)), Some((hk, _))) => wk.cmp(hk),
+        };
+        match order {
+            Ordering::Less => {
+                let ((a, p), n) = w.next().expect("peeked");
+                add.push(entry(*a, *p, *n));
+            }
+            Ordering::Greater => {
+                let ((a, p), n) = h.next().expect("peeked");
+                del.push(entry(*a, *p, *n));
+            }
+            Ordering::Equal => {
+                let (((a, p), n), (_, old)) =
+                    (w.next().expect("peeked"), h.next().expect("peeked"));
+                if n != old {
+                    add.push(entry(*a, *p, *n));
+                }
+            }
+        }
+    }
     (del, add)
 }
 
@@ -172,5 +193,36 @@ mod tests {
         assert_eq!(add.len(), 1);
         assert!(add[0].nomatch());
         assert_eq!(missing_from(&a, &b), 1);
+    }
+
+    proptest::proptest! {
+        /// The merge walk gives what the definition says: removed are the
+        /// networks `want` lacks, added the entries `have` lacks or holds
+        /// with another flag.
+        #[test]
+        fn the_merge_walk_is_the_definition(
+            want in proptest::collection::btree_map((0u8..64, 24u8..=32), proptest::bool::ANY, 0..40),
+            have in proptest::collection::btree_map((0u8..64, 24u8..=32), proptest::bool::ANY, 0..40),
+        ) {
+            let net = |m: std::collections::BTreeMap<(u8, u8), bool>| -> Entries {
+                m.into_iter()
+                    .map(|((last, p), n)| ((IpAddr::from([10, 0, 0, last]), p), n))
+                    .collect()
+            };
+            let (want, have) = (net(want), net(have));
+            let (del, add) = diff(&want, &have);
+            let del_def: Vec<Entry> = have
+                .iter()
+                .filter(|(k, _)| !want.contains_key(k))
+                .map(|((a, p), n)| entry(*a, *p, *n))
+                .collect();
+            let add_def: Vec<Entry> = want
+                .iter()
+                .filter(|(k, v)| have.get(k) != Some(v))
+                .map(|((a, p), n)| entry(*a, *p, *n))
+                .collect();
+            proptest::prop_assert_eq!(del, del_def);
+            proptest::prop_assert_eq!(add, add_def);
+        }
     }
 }
