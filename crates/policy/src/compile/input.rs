@@ -177,6 +177,10 @@ pub struct PolicyInput<'a> {
     /// What holds the policy before its members are looked at (a refused
     /// or not yet delivered source): it yields no sets, with these errors.
     pub held_by: Vec<PolicyError>,
+    /// Except ranges the caller adds to the policy's `spec.except` (the
+    /// hook for the cluster's own networks): parsed and applied the same
+    /// way, and part of the cached result's key.
+    pub extra_except: &'a [String],
 }
 
 impl<'a> PolicyInput<'a> {
@@ -192,6 +196,7 @@ impl<'a> PolicyInput<'a> {
             members: None,
             slices,
             held_by: Vec::new(),
+            extra_except: &[],
         }
     }
 }

@@ -17,6 +17,7 @@ fn compile_cached<'a>(
         .into_iter()
         .map(|policy| PolicyInput {
             held_by: Vec::new(),
+            extra_except: &[],
             members: None,
             policy,
             slices: Vec::new(),
@@ -265,6 +266,7 @@ fn big_texts_of_lines_parse_on_several_threads_with_the_same_result() {
     let compile_lines = |text: &str| {
         let inputs = [PolicyInput {
             held_by: Vec::new(),
+            extra_except: &[],
             members: Some(MemberList::Lines(text)),
             policy: &p,
             slices: Vec::new(),
@@ -427,6 +429,7 @@ fn slices_add_their_members_under_the_same_rules() {
     );
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "7", &a), slice("big-1", "8", &b)],
@@ -447,6 +450,7 @@ fn slices_add_their_members_under_the_same_rules() {
     let bad = strings(&["10.0.0.5", "not-an-ip"]);
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "7", &a), slice("big-2", "9", &bad)],
@@ -468,6 +472,7 @@ fn slices_add_their_members_under_the_same_rules() {
     // A slice that could not be read at all holds the policy too.
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![SliceInput {
@@ -500,6 +505,7 @@ fn whole_policy_rules_apply_to_the_union_of_slices() {
     let (a, b) = (strings(&["10.0.0.0/8"]), strings(&["10.1.2.3/8 nomatch"]));
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![slice("nets-0", "1", &a), slice("nets-1", "2", &b)],
@@ -521,6 +527,7 @@ fn whole_policy_rules_apply_to_the_union_of_slices() {
     let (a, b) = (strings(&["10.0.0.2"]), strings(&["10.0.0.3"]));
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![slice("small-0", "1", &a), slice("small-1", "2", &b)],
@@ -545,6 +552,7 @@ fn only_changed_slices_are_parsed_again() {
     let (a, b) = (strings(&["10.0.0.1"]), strings(&["10.0.0.2"]));
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "1", &a), slice("big-1", "1", &b)],
@@ -554,6 +562,7 @@ fn only_changed_slices_are_parsed_again() {
     let gone = Vec::new();
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "1", &gone), slice("big-1", "1", &gone)],
@@ -564,6 +573,7 @@ fn only_changed_slices_are_parsed_again() {
     let b2 = strings(&["10.0.0.3"]);
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "1", &gone), slice("big-1", "2", &b2)],
@@ -579,6 +589,7 @@ fn only_changed_slices_are_parsed_again() {
     let text = "10.0.0.0/8\n192.168.0.0/16\n";
     let inputs = [PolicyInput {
         held_by: Vec::new(),
+        extra_except: &[],
         members: None,
         policy: &net,
         slices: vec![SliceInput {
