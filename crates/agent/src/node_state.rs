@@ -56,6 +56,8 @@ pub struct PolicyFacts {
     pub revision: String,
     /// Why it was not compiled (its sets are held as they are).
     pub error: Option<String>,
+    /// Members its except ranges dropped or cut.
+    pub excepted: i64,
 }
 
 fn rfc3339(t: SystemTime) -> Option<String> {
