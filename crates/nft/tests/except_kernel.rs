@@ -21,8 +21,8 @@
 //!
 //! The model is ipset's own rule on the members as written; what is tested
 //! is that the except ranges, cut out by the compiler (dropped members,
-//! nomatch entries), leave exactly that in all three kernels. Cases: 24
-//! hash:net IPv4, 8 hash:net IPv6, 12 hash:ip IPv4 (`PROPTEST_CASES`
+//! nomatch entries), leave exactly that in all three kernels. Cases: 64
+//! hash:net IPv4, 24 hash:net IPv6, 32 hash:ip IPv4 (`PROPTEST_CASES`
 //! overrides). Needs root; without it the tests print a skip message,
 //! except under `CI=true`, where they fail.
 
@@ -260,7 +260,7 @@ fn ipv4_hash_net_except_matches_the_model_in_every_kernel() {
     // to /19 at times.
     run(
         "ipv4_hash_net_except_matches_the_model_in_every_kernel",
-        24,
+        64,
         case(
             SetType::HashNet,
             Family::V4,
@@ -277,7 +277,7 @@ fn ipv4_hash_net_except_matches_the_model_in_every_kernel() {
 fn ipv6_hash_net_except_matches_the_model_in_every_kernel() {
     run(
         "ipv6_hash_net_except_matches_the_model_in_every_kernel",
-        8,
+        24,
         case(
             SetType::HashNet,
             Family::V6,
@@ -294,7 +294,7 @@ fn ipv6_hash_net_except_matches_the_model_in_every_kernel() {
 fn ipv4_hash_ip_except_matches_the_model_in_every_kernel() {
     run(
         "ipv4_hash_ip_except_matches_the_model_in_every_kernel",
-        12,
+        32,
         case(
             SetType::HashIp,
             Family::V4,
