@@ -483,6 +483,7 @@ mod tests {
                     generation: 1,
                     revision: String::new(),
                     error,
+                    excepted: 0,
                 },
             );
         }
@@ -514,6 +515,7 @@ mod tests {
                     generation: 1,
                     revision: String::new(),
                     error: None,
+                    excepted: 0,
                 },
             )]),
         };
