@@ -67,6 +67,9 @@ impl SourceKey {
     }
 }
 
+/// A policy's compile result: its sets, or why it has none.
+pub(crate) type PolicyResult = Result<Vec<DesiredSet>, Vec<PolicyError>>;
+
 /// A policy's compile result is valid for this exact set of sources.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PolicyKey {
@@ -117,7 +120,7 @@ impl MemberCache {
         &mut self,
         policy: &str,
         key: &Option<PolicyKey>,
-    ) -> Option<(Result<Vec<DesiredSet>, Vec<PolicyError>>, u64)> {
+    ) -> Option<(PolicyResult, u64)> {
         let key = key.as_ref()?;
         let entry = self.policies.get(policy).filter(|e| e.key == *key)?;
         self.used_policies.insert(policy.to_string());

@@ -252,7 +252,7 @@ pub(crate) fn apply(
     set: &Arc<MemberSet>,
     ranges: &Ranges,
     netmask: Option<AddrMask>,
-) -> Result<Applied, PolicyError> {
+) -> Result<Applied, Box<PolicyError>> {
     let unchanged = || Applied {
         set: set.clone(),
         excepted: 0,
@@ -284,14 +284,14 @@ pub(crate) fn apply(
                         Some(AddrMask::Prefix(n)) => n,
                         _ => 0,
                     };
-                    return Err(PolicyError::of_policy(
+                    return Err(Box::new(PolicyError::of_policy(
                         name,
                         PolicyErrorKind::ExceptCutsEntry {
                             entry: format!("{}/{}", inside[0].addr, inside[0].prefix),
                             member: bare.to_string(),
                             prefix,
                         },
-                    ));
+                    )));
                 };
                 out.push(twin);
                 for r in &inside[1..] {

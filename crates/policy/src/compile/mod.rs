@@ -380,7 +380,7 @@ fn apply_except(
                 out.push(applied.set);
             }
             Err(e) => {
-                errors.push(e);
+                errors.push(*e);
                 out.push(set.clone());
             }
         }
