@@ -109,7 +109,10 @@ pub enum PolicyErrorKind {
     #[error("spec.except has {count} entries; at most {max}")]
     ExceptTooMany { count: usize, max: usize },
     #[error("spec.except entry \"{}\" is not a CIDR or address: {why}", entry.escape_debug())]
-    ExceptBad { entry: String, why: String },
+    ExceptBad {
+        entry: String,
+        why: ExceptEntryError,
+    },
     #[error("spec.except entry {entry:?} is an {found} range but the policy family is {expected}")]
     ExceptWrongFamily {
         entry: String,
@@ -136,6 +139,15 @@ pub enum PolicyErrorKind {
         added: usize,
         max: u32,
     },
+}
+
+/// Why a `spec.except` entry is not an except range.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExceptEntryError {
+    #[error("{0}")]
+    Member(#[from] MemberError),
+    #[error("only a CIDR or an address, without nomatch or comment")]
+    NotPlain,
 }
 
 /// A rejection, naming the policy, the slice and member (when there are

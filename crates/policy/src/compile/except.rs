@@ -26,7 +26,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::errors::{PolicyError, PolicyErrorKind};
+use super::errors::{ExceptEntryError, PolicyError, PolicyErrorKind};
 use ipsetmgr_api::policy::{FamilySpec, IPSetPolicy, MAX_EXCEPT};
 use ipsetmgr_ipset::{
     AddrMask, Family, IpPortNet, Member, MemberSet, MemberSetBuilder, NetIface, SetType,
@@ -220,8 +220,8 @@ fn family_text(p: &IPSetPolicy) -> String {
 
 /// One except entry: a CIDR or an address (its host bits cleared; `/0` is
 /// two halves, as hash:net members are).
-fn parse_entry(entry: &str) -> Result<Vec<Range>, String> {
-    let parsed = Member::parse_user(SetType::HashNet, entry).map_err(|e| e.to_string())?;
+fn parse_entry(entry: &str) -> Result<Vec<Range>, ExceptEntryError> {
+    let parsed = Member::parse_user(SetType::HashNet, entry)?;
     parsed
         .members
         .into_iter()
@@ -231,7 +231,7 @@ fn parse_entry(entry: &str) -> Result<Vec<Range>, String> {
                 prefix,
                 nomatch: false,
             } => Ok(Range::new(addr, prefix)),
-            _ => Err("only a CIDR or an address, without nomatch or comment".to_string()),
+            _ => Err(ExceptEntryError::NotPlain),
         })
         .collect()
 }

@@ -42,7 +42,7 @@ use ipsetmgr_ipset::{
 
 pub use self::cache::MemberCache;
 pub use self::checks::{MAX_HASH_SIZE, MAX_MAX_ELEM, MIN_HASH_SIZE};
-pub use self::errors::{PolicyError, PolicyErrorKind};
+pub use self::errors::{ExceptEntryError, PolicyError, PolicyErrorKind};
 pub use self::input::{MemberList, NoMembers, OwnedMembers, PolicyInput, SliceInput};
 pub use self::limits::DEFAULT_LIST_SIZE;
 use self::limits::{MAX_MEMBER_ERRORS, MIN_LIST_SIZE};
