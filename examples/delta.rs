@@ -76,6 +76,7 @@ fn policy(members: Vec<String>, max: u32, ipv6: bool) -> IPSetPolicy {
             range: None,
             netmask: None,
             bitmask: None,
+            except: Vec::new(),
         },
     )
 }

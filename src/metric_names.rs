@@ -40,4 +40,31 @@ mod tests {
         }
         assert!(!names.iter().any(|n| n == "ipsetmgr_drift_repaired"));
     }
+
+    /// Every ipsetmgr metric the roles expose is in docs/observability.md's
+    /// tables (by its family name: without `_total`, `_bucket`, ...).
+    #[test]
+    fn every_metric_is_documented() {
+        let doc = include_str!("../docs/observability.md");
+        let mut missing: Vec<String> = Vec::new();
+        for name in super::all_metric_names() {
+            if !name.starts_with("ipsetmgr_") {
+                continue;
+            }
+            let family = ["_total", "_bucket", "_sum", "_count", "_created"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(&name);
+            // `name` in a table, or `name{labels} ...` in the text.
+            let named =
+                |n: &str| doc.contains(&format!("`{n}`")) || doc.contains(&format!("`{n}{{"));
+            if !named(family) && !named(&name) {
+                missing.push(name.clone());
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "not in docs/observability.md: {missing:?}"
+        );
+    }
 }

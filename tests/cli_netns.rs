@@ -305,6 +305,51 @@ fn owned_sets_with_options_never_set_are_replaced() {
     }
 }
 
+/// `spec.except` in a policy file: the kernel set holds the members cut
+/// around the except ranges, and the output says how many members were
+/// dropped or cut (docs/member-sources.md, "Except").
+#[test]
+fn except_ranges_are_cut_out_and_counted() {
+    for backend in backends() {
+        let Some(ns) = Netns::new(&format!("except-{backend}")) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = policy_yaml(
+            "blocklist",
+            "hash:net",
+            &[
+                "10.0.0.0/8",
+                "10.1.2.0/24",
+                "192.168.0.0/16",
+                "198.51.100.0/24",
+            ],
+        ) + "  except: [\"10.1.0.0/16\", \"192.168.0.0/16\"]\n";
+        write_policy(dir.path(), "p.yaml", &yaml);
+        let path = dir.path().to_str().unwrap();
+        let (ok, out) = ns.ipsetmgr(backend, &["apply", "-f", path]);
+        assert!(ok, "{backend}: {out}");
+        assert!(
+            out.contains("policy \"blocklist\": 3 members dropped or cut by spec.except"),
+            "{backend}: {out}"
+        );
+        let (_, members) = ns.saved("ipm4-blocklist").unwrap();
+        assert_eq!(
+            members,
+            ["10.0.0.0/8", "10.1.0.0/16 nomatch", "198.51.100.0/24"],
+            "{backend}"
+        );
+        for (addr, listed) in [
+            ("10.9.9.9", true),
+            ("10.1.2.3", false),
+            ("192.168.1.1", false),
+        ] {
+            let test = ns.exec(&["ipset", "test", "ipm4-blocklist", addr]);
+            assert_eq!(test.status.success(), listed, "{backend}: {addr}");
+        }
+    }
+}
+
 /// Run the binary with a deadline: a hang is a failure, not a stuck suite.
 fn ipsetmgr_within(ns: &Netns, secs: u64, args: &[&str]) -> (Option<i32>, String) {
     let mut child = Running(Some(

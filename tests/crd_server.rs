@@ -212,6 +212,30 @@ async fn check(plane: &ControlPlane) {
     refused(
         &client,
         p,
+        json!({"type": "hash:mac", "except": ["10.0.0.0/8"]}),
+        &["except applies to types with an address part"],
+    )
+    .await;
+    refused(
+        &client,
+        p,
+        json!({"type": "hash:net", "except": ["10.0.0.0/8; rm"]}),
+        &["spec.except[0]"],
+    )
+    .await;
+    let too_many: Vec<String> = (0..1025)
+        .map(|i| format!("10.0.{}.{}", i / 256, i % 256))
+        .collect();
+    refused(
+        &client,
+        p,
+        json!({"type": "hash:net", "except": too_many}),
+        &["spec.except"],
+    )
+    .await;
+    refused(
+        &client,
+        p,
         json!({"type": "hash:net", "membersFrom": [{}]}),
         &["spec.membersFrom[0]"],
     )
@@ -235,6 +259,24 @@ async fn check(plane: &ControlPlane) {
         json!({"type": "hash:net", "family": "Dual", "maxElem": 16777216_u64,
                "hashSize": 1048576,
                "members": ["10.0.0.0/8", "2001:db8::/32 nomatch comment:a b"]}),
+    )
+    .await;
+    let most: Vec<String> = (0..1024)
+        .map(|i| format!("10.0.{}.{}", i / 256, i % 256))
+        .collect();
+    admitted(
+        &client,
+        p,
+        "except-bounds",
+        json!({"type": "hash:net", "except": most}),
+    )
+    .await;
+    admitted(
+        &client,
+        p,
+        "except",
+        json!({"type": "hash:net,port", "family": "Dual", "members": ["10.0.0.0/8,tcp:80"],
+               "except": ["10.1.0.0/16", "192.168.0.1", "2001:db8:ffff:ffff:ffff:ffff:ffff:0/128"]}),
     )
     .await;
     admitted(

@@ -326,6 +326,10 @@ impl Agent {
                     generation: entry.generation,
                     revision: revisions.get(name.as_str()).cloned().unwrap_or_default(),
                     error,
+                    excepted: compiled
+                        .excepted
+                        .get(name.as_str())
+                        .map_or(0, |n| *n as i64),
                 },
             );
         }
@@ -411,7 +415,12 @@ impl Agent {
         {
             *kernel_members.entry(s.policy.as_str()).or_insert(0) += s.members as i64;
         }
-        m.set_policies(&status, &kernel_members);
+        let excepted = snapshot
+            .policies
+            .iter()
+            .map(|(name, facts)| (name.as_str(), facts.excepted))
+            .collect();
+        m.set_policies(&status, &kernel_members, &excepted);
         let node_uid = self.store.node.as_ref().and_then(|n| n.uid.clone());
         self.status.send_replace(Some(Pending { status, node_uid }));
     }

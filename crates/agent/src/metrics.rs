@@ -46,6 +46,8 @@ pub struct Metrics {
     pub policy_synced: Family<PolicyLabel, Gauge>,
     pub policy_kernel_members: Family<PolicyLabel, Gauge>,
     pub policy_problems: Family<PolicyLabel, Gauge>,
+    /// Members the policy's except ranges dropped or cut on this node.
+    pub policy_excepted: Family<PolicyLabel, Gauge>,
     pub policy_last_sync: Family<PolicyLabel, FloatGauge>,
     pub drift_repaired: Family<PolicyLabel, Counter>,
     /// The policies that have series, to remove those of policies gone.
@@ -68,6 +70,7 @@ impl Default for Metrics {
             policy_synced: Family::default(),
             policy_kernel_members: Family::default(),
             policy_problems: Family::default(),
+            policy_excepted: Family::default(),
             policy_last_sync: Family::default(),
             drift_repaired: Family::default(),
             labelled: Mutex::default(),
@@ -126,6 +129,11 @@ impl Default for Metrics {
             m.policy_problems.clone(),
         );
         r.register(
+            "ipsetmgr_policy_excepted_members",
+            "Members of the policy that its spec.except dropped, or kept and cut with a nomatch entry",
+            m.policy_excepted.clone(),
+        );
+        r.register(
             "ipsetmgr_policy_last_sync_timestamp_seconds",
             "When all of the policy's sets were last confirmed in sync (Unix time)",
             m.policy_last_sync.clone(),
@@ -146,12 +154,14 @@ impl Metrics {
     }
 
     /// The per-policy series from this node's state (what it reports in
-    /// its IPSetNodeState) and the members of each policy's sets in sync;
-    /// series of policies no longer in it go.
+    /// its IPSetNodeState), the members of each policy's sets in sync and
+    /// the members its except ranges dropped or cut (as compiled for this
+    /// node); series of policies no longer in it go.
     pub fn set_policies(
         &self,
         status: &IPSetNodeStateStatus,
         kernel_members: &std::collections::BTreeMap<&str, i64>,
+        excepted: &std::collections::BTreeMap<&str, i64>,
     ) {
         let mut now = BTreeSet::new();
         for p in &status.policies {
@@ -165,6 +175,9 @@ impl Metrics {
             self.policy_kernel_members
                 .get_or_create(&label)
                 .set(kernel_members.get(p.name.as_str()).copied().unwrap_or(0));
+            self.policy_excepted
+                .get_or_create(&label)
+                .set(excepted.get(p.name.as_str()).copied().unwrap_or(0));
             if let Some(t) = p.last_sync_time.as_deref().and_then(unix_seconds) {
                 self.policy_last_sync.get_or_create(&label).set(t);
             }
@@ -178,6 +191,7 @@ impl Metrics {
             self.policy_synced.remove(&label);
             self.policy_kernel_members.remove(&label);
             self.policy_problems.remove(&label);
+            self.policy_excepted.remove(&label);
             self.policy_last_sync.remove(&label);
             self.drift_repaired.remove(&label);
         }
@@ -198,7 +212,7 @@ impl Metrics {
             }],
             ..Default::default()
         };
-        m.set_policies(&status, &Default::default());
+        m.set_policies(&status, &Default::default(), &Default::default());
         let policy = PolicyLabel {
             policy: "example".into(),
         };
@@ -405,7 +419,8 @@ mod tests {
     fn per_policy_series_follow_the_node_state() {
         let m = Metrics::default();
         let kernel = std::collections::BTreeMap::from([("a", 7)]);
-        m.set_policies(&state(&[("a", true), ("b", false)]), &kernel);
+        let excepted = std::collections::BTreeMap::from([("a", 3)]);
+        m.set_policies(&state(&[("a", true), ("b", false)]), &kernel, &excepted);
         let text = m.encode();
         for line in [
             "ipsetmgr_policy_synced{policy=\"a\"} 1",
@@ -413,6 +428,8 @@ mod tests {
             "ipsetmgr_policy_problems{policy=\"a\"} 2",
             "ipsetmgr_policy_kernel_members{policy=\"a\"} 7",
             "ipsetmgr_policy_kernel_members{policy=\"b\"} 0",
+            "ipsetmgr_policy_excepted_members{policy=\"a\"} 3",
+            "ipsetmgr_policy_excepted_members{policy=\"b\"} 0",
             "ipsetmgr_policy_last_sync_timestamp_seconds{policy=\"a\"} 1767323045.0",
             "ipsetmgr_build_info{version=",
             "process_resident_memory_bytes ",
@@ -420,7 +437,7 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing in {text}");
         }
-        m.set_policies(&state(&[("a", true)]), &kernel);
+        m.set_policies(&state(&[("a", true)]), &kernel, &excepted);
         let text = m.encode();
         assert!(
             !text.contains("policy=\"b\""),

@@ -56,6 +56,8 @@ pub struct PolicyFacts {
     pub revision: String,
     /// Why it was not compiled (its sets are held as they are).
     pub error: Option<String>,
+    /// Members its except ranges dropped or cut.
+    pub excepted: i64,
 }
 
 fn rfc3339(t: SystemTime) -> Option<String> {
@@ -508,6 +510,7 @@ mod tests {
                     generation: 1,
                     revision: String::new(),
                     error,
+                    excepted: 0,
                 },
             );
         }
@@ -539,6 +542,7 @@ mod tests {
                     generation: 1,
                     revision: String::new(),
                     error: None,
+                    excepted: 0,
                 },
             )]),
         };

@@ -710,8 +710,12 @@ async fn readiness_names_what_it_waits_for_and_follows_the_watches() {
     );
     // It recovers (the watcher relists): 200 again.
     h.send(Input::Policy(Event::Init));
+    // A new generation where 10.0.0.2 is excepted: one member in the
+    // kernel, one excepted.
+    let mut spec = hash_ip(&["10.0.0.1", "10.0.0.2"]);
+    spec["except"] = json!(["10.0.0.2"]);
     h.send(Input::Policy(Event::InitApply(decode(
-        serde_json::from_value(policy("p", 1, hash_ip(&["10.0.0.1"]))).unwrap(),
+        serde_json::from_value(policy("p", 2, spec)).unwrap(),
     ))));
     h.send(Input::Policy(Event::InitDone));
     readyz_until(&h, "ready again", |c, _| c == 200).await;
@@ -730,6 +734,7 @@ async fn readiness_names_what_it_waits_for_and_follows_the_watches() {
         "ipsetmgr_ready 1",
         "ipsetmgr_policy_synced{policy=\"p\"} 1",
         "ipsetmgr_policy_kernel_members{policy=\"p\"} 1",
+        "ipsetmgr_policy_excepted_members{policy=\"p\"} 1",
         "ipsetmgr_status_writes_total{result=\"success\"}",
         "ipsetmgr_apply_duration_seconds_count{outcome=\"success\"}",
         "ipsetmgr_build_info{version=",

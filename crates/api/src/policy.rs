@@ -78,6 +78,10 @@ impl std::fmt::Display for FamilySpec {
     {
         "rule": "!has(self.netmask) || !has(self.bitmask)",
         "message": "netmask and bitmask exclude each other"
+    },
+    {
+        "rule": "!has(self.except) || size(self.except) == 0 || !(self.type in ['list:set', 'hash:mac', 'bitmap:port'])",
+        "message": "except applies to types with an address part; list:set, hash:mac and bitmap:port have none"
     }
 ]))]
 pub struct IPSetPolicySpec {
@@ -158,6 +162,18 @@ pub struct IPSetPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 39), regex(pattern = r"^[0-9a-fA-F.:]+$"))]
     pub bitmask: Option<String>,
+    /// Addresses this policy's sets never match, whatever its members or
+    /// sources say: CIDRs or single addresses of the policy's family (at
+    /// most 1024; host bits are cleared). A member inside an except range
+    /// drops out; a network member that holds an except range stays, and
+    /// the range is added as a nomatch entry of the same ports or
+    /// interface (the more specific entry wins). Every address part of the
+    /// multi-part types is checked. Not for list:set, hash:mac and
+    /// bitmap:port (no address part); hash:ip with bitmask refuses it, and
+    /// with netmask refuses a range that cuts an entry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "except_schema")]
+    pub except: Vec<String>,
 }
 
 impl IPSetPolicySpec {
@@ -177,6 +193,7 @@ impl IPSetPolicySpec {
             range: None,
             netmask: None,
             bitmask: None,
+            except: Vec::new(),
         }
     }
 }
@@ -201,6 +218,27 @@ pub fn members_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
             "type": "string",
             "maxLength": MAX_MEMBER_LEN,
             "pattern": MEMBER_PATTERN
+        }
+    })
+}
+
+/// The most `spec.except` entries a policy may have: each is looked up for
+/// every member, and each may add a nomatch entry per member that holds it.
+pub const MAX_EXCEPT: usize = 1024;
+
+/// Schema of `spec.except`: at most [`MAX_EXCEPT`] short strings of address
+/// characters (an IPv6 address and `/128` fit in 43). Each is still parsed
+/// by the compiler; no CEL per item, which keeps the cost budget small on
+/// every supported server (isCIDR needs 1.31).
+pub fn except_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "Addresses this policy's sets never match, whatever its members or sources say: CIDRs or single addresses of the policy's family (at most 1024; host bits are cleared). A member inside an except range drops out; a network member that holds an except range stays, and the range is added as a nomatch entry of the same ports or interface (the more specific entry wins). Every address part of the multi-part types is checked. Not for list:set, hash:mac and bitmap:port (no address part).",
+        "type": "array",
+        "maxItems": MAX_EXCEPT,
+        "items": {
+            "type": "string",
+            "maxLength": 43,
+            "pattern": "^[0-9a-fA-F.:]+(/[0-9]{1,3})?$"
         }
     })
 }
@@ -247,6 +285,10 @@ fn sources_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema
     s
 }
 
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
 /// Totals over the selected nodes; its size does not grow with the cluster.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -263,6 +305,10 @@ pub struct StatusSummary {
     /// Members of the policy (inline and slices), per the controller's compile.
     #[serde(default)]
     pub members: i64,
+    /// Members that spec.except dropped or cut (kept, with a nomatch entry
+    /// for the excepted range), per the controller's compile.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub excepted: i64,
     /// The family, for `kubectl get`: `-` for types without one (hash:mac).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub family: String,

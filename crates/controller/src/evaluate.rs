@@ -37,6 +37,8 @@ pub enum Validity {
     /// Valid, with this many members (over all families).
     Valid {
         members: i64,
+        /// Members its except ranges dropped or cut (over all families).
+        excepted: i64,
         /// Its kernel set names.
         sets: Vec<String>,
         /// Its `membersFrom` sources that have not delivered yet
@@ -118,6 +120,10 @@ pub fn status_for(
             Err(why) => failing.push((node, why)),
         }
     }
+    let excepted = match validity {
+        Validity::Valid { excepted, .. } => *excepted,
+        Validity::Invalid { .. } => 0,
+    };
     let (valid, members, sets) = match validity {
         Validity::Valid { members, sets, .. } => (
             condition(
@@ -155,6 +161,7 @@ pub fn status_for(
             synced_text: format!("{synced}/{selected}"),
             problems,
             members,
+            excepted,
             family,
             sets,
             failing_nodes: failing
@@ -331,6 +338,7 @@ mod tests {
         let valid = Validity::Valid {
             pending: Vec::new(),
             members: 10,
+            excepted: 2,
             sets: vec!["ipm4-p".into()],
         };
         let view = |state, seen_ago| NodeView {
@@ -358,6 +366,7 @@ mod tests {
             (5, 1, "1/5")
         );
         assert_eq!(sum.failing_nodes, ["b", "c", "d", "e"]);
+        assert_eq!(sum.excepted, 2);
         assert_eq!(sum.problems, 8, "summed over entries");
         assert_eq!(sum.members, 10);
         let ready = &s.conditions[1];
@@ -408,6 +417,7 @@ mod tests {
         let valid = Validity::Valid {
             pending: Vec::new(),
             members: 0,
+            excepted: 0,
             sets: vec![],
         };
         let s = status_for(&p, &valid, "", &none, None, now());
@@ -434,6 +444,7 @@ mod tests {
         let valid = Validity::Valid {
             pending: Vec::new(),
             members: 1,
+            excepted: 0,
             sets: vec![],
         };
         let s = status_for(&policy(1, json!(null)), &valid, "", &nodes, None, now());

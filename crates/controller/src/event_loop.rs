@@ -480,6 +480,10 @@ impl Controller {
                         })
                         .collect(),
                     members: members.get(name.as_str()).copied().unwrap_or(0),
+                    excepted: compiled
+                        .excepted
+                        .get(name.as_str())
+                        .map_or(0, |n| *n as i64),
                     sets: {
                         let mut v = sets.remove(name.as_str()).unwrap_or_default();
                         v.sort();

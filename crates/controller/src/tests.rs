@@ -297,6 +297,28 @@ async fn ready_follows_the_nodes_at_the_current_generation() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_summary_counts_the_members_except_dropped_or_cut() {
+    let h = Harness::start(true);
+    h.list(
+        vec![policy(
+            "p",
+            1,
+            json!({"type": "hash:net", "members": ["10.0.0.0/8", "10.1.2.0/24", "192.0.2.1"],
+                   "except": ["10.1.0.0/16"]}),
+        )],
+        vec![],
+        vec![state("a", "1", 5, json!([entry("p", 1, true)]))],
+        &[("a", &[])],
+    );
+    eventually("status written", || !h.status_writes("p").is_empty()).await;
+    let s = h.last_status("p");
+    // 10.1.2.0/24 dropped, 10.0.0.0/8 cut: 10.1.0.0/16 nomatch added.
+    assert_eq!(s["summary"]["excepted"], 2, "{s}");
+    assert_eq!(s["summary"]["members"], 3, "{s}");
+    h.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_dead_agent_is_not_synced_and_nothing_is_rewritten_while_nothing_changes() {
     let h = Harness::start(true);
     let p = policy("p", 1, json!({"type": "hash:ip"}));

@@ -261,6 +261,14 @@ fn print_side_effects(
             "skipped policy {name:?}: its nodeSelector does not select this host"
         )?;
     }
+    // A line, not a table column: most policies have no except ranges
+    // (docs/member-sources.md, "Except").
+    for (name, n) in &files.compiled.excepted {
+        writeln!(
+            out,
+            "policy {name:?}: {n} members dropped or cut by spec.except"
+        )?;
+    }
     // Sets are named as `ipsetmgr sets` lists them (an nft set after its
     // table).
     let shown = |set: &SetRef| mgr.shown_name(set);

@@ -121,6 +121,8 @@ struct AnySpec {
     range: Option<String>,
     netmask: Option<u8>,
     bitmask: Option<String>,
+    #[serde(default)]
+    except: Vec<String>,
 }
 
 /// A spec that is not its kind's (shown after the document's path and index).
@@ -146,13 +148,14 @@ impl AnySpec {
             range: self.range,
             netmask: self.netmask,
             bitmask: self.bitmask,
+            except: self.except,
             ..IPSetPolicySpec::new(set_type, self.family.unwrap_or_default(), self.members)
         })
     }
 
     /// Every field but `members` (a policy's own), and whether the
     /// document set it.
-    fn policy_fields(&self) -> [(&'static str, bool); 9] {
+    fn policy_fields(&self) -> [(&'static str, bool); 10] {
         [
             ("type", self.set_type.is_some()),
             ("family", self.family.is_some()),
@@ -163,6 +166,7 @@ impl AnySpec {
             ("range", self.range.is_some()),
             ("netmask", self.netmask.is_some()),
             ("bitmask", self.bitmask.is_some()),
+            ("except", !self.except.is_empty()),
         ]
     }
 
@@ -752,6 +756,7 @@ mod tests {
             range: Some("10.0.0.0/24".into()),
             netmask: Some(24),
             bitmask: Some("255.255.0.255".into()),
+            except: vec!["10.0.0.0/30".into()],
         };
         let json = serde_json::to_value(&spec).unwrap();
         assert_eq!(

@@ -67,16 +67,23 @@ impl SourceKey {
     }
 }
 
+/// A policy's compile result: its sets, or why it has none.
+pub(crate) type PolicyResult = Result<Vec<DesiredSet>, Vec<PolicyError>>;
+
 /// A policy's compile result is valid for this exact set of sources.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PolicyKey {
     pub sources: Vec<SourceKey>,
+    /// The caller's extra except ranges.
+    pub extra_except: Vec<String>,
 }
 
 #[derive(Debug)]
 struct PolicyEntry {
     key: PolicyKey,
     result: Result<Vec<DesiredSet>, Vec<PolicyError>>,
+    /// Members spec.except dropped or cut.
+    excepted: u64,
 }
 
 /// The compiler's memory; see the module doc.
@@ -113,12 +120,12 @@ impl MemberCache {
         &mut self,
         policy: &str,
         key: &Option<PolicyKey>,
-    ) -> Option<Result<Vec<DesiredSet>, Vec<PolicyError>>> {
+    ) -> Option<(PolicyResult, u64)> {
         let key = key.as_ref()?;
         let entry = self.policies.get(policy).filter(|e| e.key == *key)?;
         self.used_policies.insert(policy.to_string());
         self.used_sources.extend(key.sources.iter().cloned());
-        Some(entry.result.clone())
+        Some((entry.result.clone(), entry.excepted))
     }
 
     pub(crate) fn keep_result(
@@ -126,12 +133,14 @@ impl MemberCache {
         policy: &str,
         key: Option<PolicyKey>,
         result: &Result<Vec<DesiredSet>, Vec<PolicyError>>,
+        excepted: u64,
     ) {
         if let Some(key) = key {
             self.used_policies.insert(policy.to_string());
             let entry = PolicyEntry {
                 key,
                 result: result.clone(),
+                excepted,
             };
             self.policies.insert(policy.to_string(), entry);
         }

@@ -109,6 +109,50 @@ pub enum PolicyErrorKind {
     BadMask(#[from] MaskError),
     #[error("is the all-zero address under {0}, which the kernel cannot store")]
     MaskedToNull(AddrMask),
+    #[error("spec.except applies to types with an address part; {0} has none")]
+    ExceptUnsupported(SetType),
+    #[error("spec.except has {count} entries; at most {max}")]
+    ExceptTooMany { count: usize, max: usize },
+    #[error("spec.except entry \"{}\" is not a CIDR or address: {why}", entry.escape_debug())]
+    ExceptBad {
+        entry: String,
+        why: ExceptEntryError,
+    },
+    #[error("spec.except entry {entry:?} is an {found} range but the policy family is {expected}")]
+    ExceptWrongFamily {
+        entry: String,
+        found: Family,
+        expected: String,
+    },
+    #[error(
+        "spec.except cannot be used with bitmask: a bitmask entry stands for addresses that are no range, so no except range can be cut out of it exactly"
+    )]
+    ExceptWithBitmask,
+    #[error(
+        "spec.except entry {entry:?} cuts the entry {member} (netmask /{prefix}) in part; hash:ip has no nomatch, so that cannot be exact: except the whole /{prefix} or none of it"
+    )]
+    ExceptCutsEntry {
+        entry: String,
+        member: String,
+        prefix: u8,
+    },
+    #[error(
+        "spec.except adds {added} nomatch entries to {members} members, which exceeds maxElem {max}"
+    )]
+    ExceptOverMaxElem {
+        members: usize,
+        added: usize,
+        max: u32,
+    },
+}
+
+/// Why a `spec.except` entry is not an except range.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExceptEntryError {
+    #[error("{0}")]
+    Member(#[from] MemberError),
+    #[error("only a CIDR or an address, without nomatch or comment")]
+    NotPlain,
 }
 
 /// A rejection, naming the policy, the slice and member (when there are

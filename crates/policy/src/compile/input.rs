@@ -180,6 +180,10 @@ pub struct PolicyInput<'a> {
     /// The largest size a set without `maxElem` grows to (this cluster's
     /// `--max-set-elements`; the CRD's maximum by default).
     pub size_cap: u32,
+    /// Except ranges the caller adds to the policy's `spec.except` (the
+    /// hook for the cluster's own networks): parsed and applied the same
+    /// way, and part of the cached result's key.
+    pub extra_except: &'a [String],
 }
 
 impl<'a> PolicyInput<'a> {
@@ -196,6 +200,7 @@ impl<'a> PolicyInput<'a> {
             slices,
             held_by: Vec::new(),
             size_cap: super::MAX_MAX_ELEM,
+            extra_except: &[],
         }
     }
 }

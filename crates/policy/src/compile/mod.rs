@@ -13,12 +13,15 @@ mod bitmap;
 mod cache;
 mod checks;
 mod errors;
+mod except;
 mod input;
 mod limits;
 mod list_set;
 mod mask;
 mod parse;
 
+#[cfg(test)]
+mod except_tests;
 #[cfg(test)]
 mod tests;
 
@@ -39,7 +42,7 @@ use ipsetmgr_ipset::{
 
 pub use self::cache::MemberCache;
 pub use self::checks::{MAX_HASH_SIZE, MAX_MAX_ELEM, MIN_HASH_SIZE};
-pub use self::errors::{PolicyError, PolicyErrorKind};
+pub use self::errors::{ExceptEntryError, PolicyError, PolicyErrorKind};
 pub use self::input::{MemberList, NoMembers, OwnedMembers, PolicyInput, SliceInput};
 pub use self::limits::DEFAULT_LIST_SIZE;
 use self::limits::{MAX_MEMBER_ERRORS, MIN_LIST_SIZE};
@@ -59,6 +62,9 @@ pub struct Compiled {
     /// What was left out without failing a policy: list:set members that
     /// name a held policy.
     pub warnings: Vec<PolicyError>,
+    /// Policy name → members its except ranges dropped or cut (policies
+    /// that compiled, with at least one).
+    pub excepted: BTreeMap<String, u64>,
 }
 
 impl Compiled {
@@ -117,12 +123,17 @@ pub fn compile_inputs(
         }
         let result = if p.spec.set_type == SetType::ListSet && input.held_by.is_empty() {
             // Resolved against the other policies: never cached.
-            compile_list_set(input, naming, &selected, &failed, &mut out.warnings)
+            compile_list_set(input, naming, &selected, &failed, &mut out.warnings).map(|s| (s, 0))
         } else {
             compile_policy(input, naming, cache)
         };
         match result {
-            Ok(sets) => out.sets.extend(sets),
+            Ok((sets, excepted)) => {
+                if excepted > 0 {
+                    out.excepted.insert(name.to_string(), excepted);
+                }
+                out.sets.extend(sets);
+            }
             Err(errs) => {
                 out.errors.extend(errs);
                 out.held.push(name.to_string());
@@ -192,24 +203,26 @@ fn select<'i, 'a>(
     (selected, candidates)
 }
 
-/// One policy's sets, from the cache when none of its sources changed.
+/// One policy's sets and how many members its except ranges dropped or
+/// cut, from the cache when none of its sources changed.
 fn compile_policy(
     input: &PolicyInput<'_>,
     naming: &Naming,
     cache: &mut MemberCache,
-) -> Result<Vec<DesiredSet>, Vec<PolicyError>> {
+) -> Result<(Vec<DesiredSet>, u64), Vec<PolicyError>> {
     let p = input.policy;
     let name = p.metadata.name.as_deref().unwrap_or("");
     if !input.held_by.is_empty() {
         return Err(input.held_by.clone());
     }
     let key = policy_key(input);
-    if let Some(result) = cache.result(name, &key) {
-        return result;
+    if let Some((result, excepted)) = cache.result(name, &key) {
+        return result.map(|sets| (sets, excepted));
     }
-    let result = compile_hash(input, naming, cache);
-    cache.keep_result(name, key, &result);
-    result
+    let mut excepted = 0;
+    let result = compile_hash(input, naming, cache, &mut excepted);
+    cache.keep_result(name, key, &result, excepted);
+    result.map(|sets| (sets, excepted))
 }
 
 /// The key of a policy's result: all its sources have versions.
@@ -220,7 +233,10 @@ fn policy_key(input: &PolicyInput<'_>) -> Option<PolicyKey> {
         s.members.ok()?;
         sources.push(SourceKey::slice(s.name, s.version, p)?);
     }
-    Some(PolicyKey { sources })
+    Some(PolicyKey {
+        sources,
+        extra_except: input.extra_except.to_vec(),
+    })
 }
 
 /// A parsed source, from the cache or parsed now (and remembered).
@@ -239,11 +255,13 @@ fn parsed(
 }
 
 /// A hash-type policy: every source parsed (or from the cache), merged per
-/// family, then the rules that look at the whole.
+/// family, then the except ranges and the rules that look at the whole.
+/// `excepted`: how many members the except ranges dropped or cut.
 fn compile_hash(
     input: &PolicyInput<'_>,
     naming: &Naming,
     cache: &mut MemberCache,
+    excepted: &mut u64,
 ) -> Result<Vec<DesiredSet>, Vec<PolicyError>> {
     let p = input.policy;
     let name = p.metadata.name.as_deref().unwrap_or("");
@@ -296,6 +314,18 @@ fn compile_hash(
     } else {
         sets
     };
+    let except = match except::parse(name, p, input.extra_except, &fams) {
+        Ok(except) => except,
+        Err(errs) => {
+            errors.extend(errs);
+            except::ExceptList::default()
+        }
+    };
+    let sets = if bad == 0 && errors.is_empty() && !except.is_empty() {
+        apply_except(name, p, &fams, sets, &except, excepted, &mut errors)
+    } else {
+        sets
+    };
     let comments = sets.iter().any(|s| s.has_comments());
     if bad == 0 && (p.spec.set_type.has_nomatch() || comments) {
         let raw = || input_strings(input);
@@ -306,7 +336,13 @@ fn compile_hash(
     {
         errors.extend(bitmap::outside_range(name, range, &sets));
     }
-    errors.extend(too_many(name, p, &sets, input.size_cap));
+    // Said once: the except error names the added entries.
+    if !errors
+        .iter()
+        .any(|e| matches!(e.kind, PolicyErrorKind::ExceptOverMaxElem { .. }))
+    {
+        errors.extend(too_many(name, p, &sets, input.size_cap));
+    }
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -318,6 +354,49 @@ fn compile_hash(
         comments,
         input.size_cap,
     ))
+}
+
+/// Each family's set with the except ranges applied; a set whose added
+/// nomatch entries pass maxElem fails here, saying so.
+fn apply_except(
+    name: &str,
+    p: &IPSetPolicy,
+    fams: &[Option<ipsetmgr_ipset::Family>],
+    sets: Vec<Arc<MemberSet>>,
+    except: &except::ExceptList,
+    excepted: &mut u64,
+    errors: &mut Vec<PolicyError>,
+) -> Vec<Arc<MemberSet>> {
+    let mut out = Vec::with_capacity(sets.len());
+    for ((set, ranges), f) in sets.iter().zip(&except.per_family).zip(fams) {
+        match except::apply(name, set, ranges, mask::mask(p, *f)) {
+            Ok(applied) => {
+                *excepted += applied.excepted;
+                let members = applied.set.len() - applied.added;
+                // A given maxElem is a hard cap; without one the set grows
+                // to hold the added entries too.
+                if let Some(max) = p.spec.max_elem
+                    && applied.set.len() > max as usize
+                    && members <= max as usize
+                {
+                    errors.push(PolicyError::of_policy(
+                        name,
+                        PolicyErrorKind::ExceptOverMaxElem {
+                            members,
+                            added: applied.added,
+                            max,
+                        },
+                    ));
+                }
+                out.push(applied.set);
+            }
+            Err(e) => {
+                errors.push(*e);
+                out.push(set.clone());
+            }
+        }
+    }
+    out
 }
 
 /// The members of family slot `i` over all sources: the source's own set
@@ -478,6 +557,9 @@ fn compile_list_set(
         }
     }
     close_errors(&mut errors, bad, name, p);
+    if let Err(errs) = except::parse(name, p, input.extra_except, &fams) {
+        errors.extend(errs);
+    }
     let sets: Vec<Arc<MemberSet>> = builders
         .into_iter()
         .map(|b| Arc::new(b.finish().0))

@@ -18,6 +18,7 @@ fn compile_cached<'a>(
         .map(|policy| PolicyInput {
             held_by: Vec::new(),
             size_cap: MAX_MAX_ELEM,
+            extra_except: &[],
             members: None,
             policy,
             slices: Vec::new(),
@@ -267,6 +268,7 @@ fn big_texts_of_lines_parse_on_several_threads_with_the_same_result() {
         let inputs = [PolicyInput {
             held_by: Vec::new(),
             size_cap: MAX_MAX_ELEM,
+            extra_except: &[],
             members: Some(MemberList::Lines(text)),
             policy: &p,
             slices: Vec::new(),
@@ -430,6 +432,7 @@ fn slices_add_their_members_under_the_same_rules() {
     let inputs = [PolicyInput {
         held_by: Vec::new(),
         size_cap: MAX_MAX_ELEM,
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "7", &a), slice("big-1", "8", &b)],
@@ -451,6 +454,7 @@ fn slices_add_their_members_under_the_same_rules() {
     let inputs = [PolicyInput {
         held_by: Vec::new(),
         size_cap: MAX_MAX_ELEM,
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "7", &a), slice("big-2", "9", &bad)],
@@ -473,6 +477,7 @@ fn slices_add_their_members_under_the_same_rules() {
     let inputs = [PolicyInput {
         held_by: Vec::new(),
         size_cap: MAX_MAX_ELEM,
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![SliceInput {
@@ -506,6 +511,7 @@ fn whole_policy_rules_apply_to_the_union_of_slices() {
     let inputs = [PolicyInput {
         held_by: Vec::new(),
         size_cap: MAX_MAX_ELEM,
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![slice("nets-0", "1", &a), slice("nets-1", "2", &b)],
@@ -528,6 +534,7 @@ fn whole_policy_rules_apply_to_the_union_of_slices() {
     let inputs = [PolicyInput {
         held_by: Vec::new(),
         size_cap: MAX_MAX_ELEM,
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![slice("small-0", "1", &a), slice("small-1", "2", &b)],
@@ -553,6 +560,7 @@ fn only_changed_slices_are_parsed_again() {
     let inputs = [PolicyInput {
         held_by: Vec::new(),
         size_cap: MAX_MAX_ELEM,
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "1", &a), slice("big-1", "1", &b)],
@@ -563,6 +571,7 @@ fn only_changed_slices_are_parsed_again() {
     let inputs = [PolicyInput {
         held_by: Vec::new(),
         size_cap: MAX_MAX_ELEM,
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "1", &gone), slice("big-1", "1", &gone)],
@@ -574,6 +583,7 @@ fn only_changed_slices_are_parsed_again() {
     let inputs = [PolicyInput {
         held_by: Vec::new(),
         size_cap: MAX_MAX_ELEM,
+        extra_except: &[],
         members: None,
         policy: &p,
         slices: vec![slice("big-0", "1", &gone), slice("big-1", "2", &b2)],
@@ -590,6 +600,7 @@ fn only_changed_slices_are_parsed_again() {
     let inputs = [PolicyInput {
         held_by: Vec::new(),
         size_cap: MAX_MAX_ELEM,
+        extra_except: &[],
         members: None,
         policy: &net,
         slices: vec![SliceInput {
