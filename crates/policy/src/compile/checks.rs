@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::errors::{PolicyError, PolicyErrorKind};
+use super::limits::MAX_MAX_ELEM;
 use super::{DEFAULT_LIST_SIZE, MAX_MEMBER_ERRORS, PolicyInput};
 use ipsetmgr_api::policy::{FamilySpec, IPSetPolicy};
 use ipsetmgr_ipset::{DEFAULT_MAX_ELEM, Family, Member, MemberSet, Naming, SetType};
@@ -16,9 +17,6 @@ use ipsetmgr_ipset::{DEFAULT_MAX_ELEM, Family, Member, MemberSet, Naming, SetTyp
 /// policy author take kernel memory from every node (2^26 was 512 MiB per
 /// set). The CRD's schema says the same.
 pub const MAX_HASH_SIZE: u32 = 1 << 20;
-/// The largest `maxElem` accepted (the CRD's schema says the same): 16
-/// million members, far above the lists this project is built for.
-pub const MAX_MAX_ELEM: u32 = 1 << 24;
 /// The smallest `hashSize` the kernel accepts (IPSET_MIMINAL_HASHSIZE).
 pub const MIN_HASH_SIZE: u32 = 64;
 

@@ -199,7 +199,7 @@ impl<'a> PolicyInput<'a> {
             members: None,
             slices,
             held_by: Vec::new(),
-            size_cap: super::MAX_MAX_ELEM,
+            size_cap: super::limits::MAX_MAX_ELEM,
             extra_except: &[],
         }
     }
