@@ -7,7 +7,7 @@
 //! way out the program stays attached (fail static; docs/bpf.md, "The XDP
 //! program in the agent").
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
@@ -56,7 +56,7 @@ pub(crate) fn start(
 
 /// One check, logged: an error once when it first appears or changes (the
 /// same error every 10 s would drown the log), attachments always.
-fn check_once(bpf_path: &PathBuf, keeper: &XdpKeeper, shared: &Shared, last: &mut Option<String>) {
+fn check_once(bpf_path: &Path, keeper: &XdpKeeper, shared: &Shared, last: &mut Option<String>) {
     let interface = keeper.interface();
     let outcome = Bpffs::open(bpf_path).and_then(|fs| keeper.check(&fs));
     match outcome {
