@@ -338,6 +338,33 @@ pub struct AgentConfig {
     pub limits: Limits,
     #[command(flatten)]
     pub node_state: NodeStatePacing,
+    #[command(flatten)]
+    pub xdp: AgentXdp,
+}
+
+/// The agent's XDP option (docs/bpf.md, "The XDP program in the agent"):
+/// both flags or neither; only with `--backend` listing `bpf`.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct AgentXdp {
+    /// Keep ipsetmgr's XDP program attached to this interface (in --netns),
+    /// dropping packets from the --xdp-drop-from policies' BPF sets.
+    #[arg(
+        long = "xdp-interface",
+        env = "IPSETMGR_XDP_INTERFACE",
+        value_name = "IF",
+        requires = "xdp_drop_from"
+    )]
+    pub xdp_interface: Option<String>,
+    /// Policies whose BPF sets the program drops sources from (repeatable,
+    /// or a comma-separated list; up to 4 IPv4 and 4 IPv6 sets).
+    #[arg(
+        long = "xdp-drop-from",
+        env = "IPSETMGR_XDP_DROP_FROM",
+        value_name = "POLICY",
+        value_delimiter = ',',
+        requires = "xdp_interface"
+    )]
+    pub xdp_drop_from: Vec<String>,
 }
 
 /// Flags of `ipsetmgr controller`.
@@ -608,6 +635,35 @@ mod tests {
         assert!(
             Cli::try_parse_from(["ipsetmgr", "apply", "-f", "x", "--node-label", "=v"]).is_err()
         );
+    }
+
+    fn agent(extra: &[&str]) -> Result<AgentConfig, clap::Error> {
+        let mut argv = vec!["ipsetmgr", "agent", "--node-name", "n"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Agent(config) => Ok(config),
+            _ => panic!("agent"),
+        }
+    }
+
+    #[test]
+    fn agent_xdp_flags_come_both_or_neither() {
+        let none = agent(&[]).unwrap();
+        assert_eq!(none.xdp.xdp_interface, None);
+        assert!(none.xdp.xdp_drop_from.is_empty());
+        let both = agent(&[
+            "--xdp-interface",
+            "eth0",
+            "--xdp-drop-from",
+            "a,b",
+            "--xdp-drop-from",
+            "c",
+        ])
+        .unwrap();
+        assert_eq!(both.xdp.xdp_interface.as_deref(), Some("eth0"));
+        assert_eq!(both.xdp.xdp_drop_from, ["a", "b", "c"]);
+        assert!(agent(&["--xdp-interface", "eth0"]).is_err());
+        assert!(agent(&["--xdp-drop-from", "a"]).is_err());
     }
 
     fn slice(extra: &[&str]) -> Result<Command, clap::Error> {

@@ -28,6 +28,7 @@ mod tests {
             "ipsetmgr_policy_synced",
             "ipsetmgr_policy_last_sync_timestamp_seconds",
             "ipsetmgr_drift_repaired_total",
+            "ipsetmgr_xdp_attaches_total",
             "ipsetmgr_watch_errors_total",
             "ipsetmgr_apply_duration_seconds_bucket",
             "ipsetmgr_controller_status_writes_total",

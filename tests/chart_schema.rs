@@ -67,6 +67,36 @@ fn schema_is_draft_07_and_the_defaults_pass() {
 }
 
 #[test]
+fn schema_takes_xdp_only_whole_and_with_the_bpf_backend() {
+    let on = |backend: &str, interface: &str, drop_from: Value| {
+        accepted(&[
+            ("backend", json!(backend)),
+            ("xdp.enabled", json!(true)),
+            ("xdp.interface", json!(interface)),
+            ("xdp.dropFrom", drop_from),
+        ])
+    };
+    assert!(on("netlink,bpf", "eth0", json!(["blocklist"])));
+    assert!(on("bpf", "eth0", json!(["a", "b.c"])));
+    assert!(!on("netlink", "eth0", json!(["blocklist"])), "without bpf");
+    assert!(!on("netlink,bpf", "", json!(["blocklist"])), "no interface");
+    assert!(!on("netlink,bpf", "eth0", json!([])), "no policy");
+    assert!(!on("netlink,bpf", "a/b", json!(["p"])), "a slash");
+    assert!(
+        !on("netlink,bpf", "sixteen-chars-xx", json!(["p"])),
+        "16 chars"
+    );
+    assert!(
+        !on("netlink,bpf", "eth0", json!(["a,b"])),
+        "a comma in a name"
+    );
+    // Off, the rest is not required.
+    assert_accepted(&[("xdp.enabled", json!(false))]);
+    assert_refused("xdp.enabled", json!("yes"));
+    assert_refused("xdp.interfaces", json!("eth0"));
+}
+
+#[test]
 fn schema_refuses_bad_values_and_typos() {
     // The cases issue 12 names.
     assert_refused("backend", json!("iptables"));

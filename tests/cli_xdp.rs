@@ -6,7 +6,8 @@
 //! arrive; a policy change applied later takes effect without attaching
 //! again; detach leaves no program on the interface and no link pin. The
 //! bpffs is the test's own (`--bpf-path` at a fresh directory, mounted by
-//! the binary, unmounted after). Needs root and iproute2; without root it
+//! the binary, unmounted after). The agent's `--xdp-interface` is tested
+//! here too, as a process. Needs root and iproute2; without root it
 //! prints a skip message, except under `CI=true`, where it fails.
 
 use std::collections::BTreeSet;
@@ -47,15 +48,16 @@ struct Place {
 }
 
 impl Place {
-    fn new(test: &str) -> Option<Place> {
+    /// `tag` tells apart the namespaces of the tests of this process.
+    fn new(test: &str, tag: &str) -> Option<Place> {
         if !nix::unistd::geteuid().is_root() {
             kernel_gate::cannot_run(test, "");
             return None;
         }
         let id = std::process::id();
         let p = Place {
-            recv: format!("ipsetmgr-xdp-r-{id}"),
-            send: format!("ipsetmgr-xdp-s-{id}"),
+            recv: format!("ipsetmgr-xdp-r-{id}-{tag}"),
+            send: format!("ipsetmgr-xdp-s-{id}-{tag}"),
             dir: tempfile::tempdir().unwrap(),
         };
         for ns in [&p.recv, &p.send] {
@@ -197,7 +199,7 @@ fn links_dir(bpffs: &Path) -> PathBuf {
 #[test]
 fn xdp_attach_drops_a_policys_sources_follows_its_changes_and_detaches_cleanly() {
     let test = "xdp_attach_drops_a_policys_sources_follows_its_changes_and_detaches_cleanly";
-    let Some(p) = Place::new(test) else {
+    let Some(p) = Place::new(test, "cli") else {
         return;
     };
     let all = [LISTED, NOMATCH, UNLISTED];
@@ -264,4 +266,115 @@ fn xdp_attach_drops_a_policys_sources_follows_its_changes_and_detaches_cleanly()
         out.contains("no XDP program of ipsetmgr is attached"),
         "{out}"
     );
+}
+
+/// The agent process, killed if the test ends without stopping it.
+struct Agent(std::process::Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `ipsetmgr_xdp_attaches_total` from the agent's /metrics.
+fn attaches(port: u16) -> Option<u64> {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut body = String::new();
+    conn.read_to_string(&mut body).ok()?;
+    body.lines()
+        .find_map(|l| l.strip_prefix("ipsetmgr_xdp_attaches_total "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Poll `f` every 200 ms for up to `limit`, until it is `Some`.
+fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if std::time::Instant::now() > end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The agent's `--xdp-interface` (docs/bpf.md, "The XDP program in the
+/// agent"), as a process: its API server unreachable (the kernel side and
+/// the keeper do not wait for it), the policy's set applied beforehand.
+/// The agent attaches the program, attaches it again within its 10 s check
+/// after a detach by hand, counts both in `ipsetmgr_xdp_attaches_total`,
+/// and leaves it attached when it stops (fail static).
+#[test]
+fn agent_keeps_the_xdp_program_attached_and_leaves_it_on_exit() {
+    let test = "agent_keeps_the_xdp_program_attached_and_leaves_it_on_exit";
+    let Some(p) = Place::new(test, "agent") else {
+        return;
+    };
+    p.apply(&["10.200.0.0/25", "10.200.0.16/28 nomatch"]);
+    let kubeconfig = p.dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let log = p.dir.path().join("agent.log");
+    let mut agent = Agent(
+        Command::new(BIN)
+            .args(["--netns", &p.recv, "--backend", "bpf", "--bpf-path"])
+            .arg(p.bpffs())
+            .args(["agent", "--node-name", "xdp-node", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args(["--listen", &listen, "--health-listen", &listen])
+            .args(["--xdp-interface", "vrecv", "--xdp-drop-from", "drop"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    let first = wait_for(Duration::from_secs(20), || p.prog_id())
+        .unwrap_or_else(|| panic!("no program on vrecv; agent log:\n{}", log_text()));
+    assert_eq!(p.passing(), [NOMATCH, UNLISTED]);
+    assert_eq!(
+        wait_for(Duration::from_secs(5), || attaches(port)),
+        Some(1),
+        "{}",
+        log_text()
+    );
+
+    // Detached by hand: the keeper's next check (every 10 s) repairs it.
+    let (code, out) = p.ipsetmgr(&["xdp", "detach", "--interface", "vrecv"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(p.prog_id(), None);
+    let again = wait_for(Duration::from_secs(20), || p.prog_id())
+        .unwrap_or_else(|| panic!("not attached again; agent log:\n{}", log_text()));
+    assert_ne!(again, first, "a fresh program");
+    assert_eq!(p.passing(), [NOMATCH, UNLISTED]);
+    assert_eq!(attaches(port), Some(2), "{}", log_text());
+
+    // Stopped, the agent leaves the program attached.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_for(Duration::from_secs(30), || agent.0.try_wait().unwrap())
+        .unwrap_or_else(|| panic!("the agent did not stop; log:\n{}", log_text()));
+    assert!(status.success(), "{status:?}: {}", log_text());
+    assert_eq!(p.prog_id(), Some(again), "fail static: still attached");
+    assert_eq!(p.passing(), [NOMATCH, UNLISTED]);
 }

@@ -2,10 +2,12 @@
 //! together with its kernel side, listeners and client.
 
 use crate::args::AgentConfig;
+use crate::commands::xdp_keeper;
 use ipsetmgr_agent::api_side::ApiSide;
 use ipsetmgr_agent::{event_loop, metrics, node_state, worker};
+use ipsetmgr_bpf::XdpKeeper;
 use ipsetmgr_cluster::client::{make_client, shutdown_signal};
-use ipsetmgr_node::{KernelOptions, KernelSide};
+use ipsetmgr_node::{KernelBackend, KernelOptions, KernelSide};
 use ipsetmgr_sets::driver::DriverConfig;
 
 /// Run the agent until SIGTERM/SIGINT. The kernel is never touched on the
@@ -15,6 +17,7 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
         !config.node_name.is_empty(),
         "--node-name (NODE_NAME) is required"
     );
+    let xdp = xdp_keeper_of(&config, &kernel)?;
     tracing::info!(
         version = ipsetmgr_cluster::telemetry::build_info::VERSION,
         revision = ipsetmgr_cluster::telemetry::build_info::REVISION,
@@ -29,6 +32,7 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
         "agent starting"
     );
     let naming = kernel.naming.clone();
+    let (kernel_netns, bpf_path) = (kernel.netns.clone(), kernel.bpf_path.clone());
     let resync_interval = config.resync.interval;
     let client = make_client(config.kubeconfig.as_deref()).await?;
     let shared = metrics::Shared::new(resync_interval);
@@ -51,6 +55,17 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
             Box::new(observer),
         )
     })?;
+
+    // After the kernel side: it has opened (or mounted) the bpffs.
+    let xdp = match xdp {
+        Some(keeper) => Some(xdp_keeper::start(
+            kernel_netns.clone(),
+            bpf_path.clone(),
+            keeper,
+            shared.clone(),
+        )?),
+        None => None,
+    };
 
     let server = ipsetmgr_cluster::server::Server::start(
         config.health_listen,
@@ -75,6 +90,77 @@ pub async fn run_agent(config: AgentConfig, kernel: KernelOptions) -> anyhow::Re
     .await;
 
     let _ = server.stop().await;
+    // The program stays attached: fail static (docs/bpf.md).
+    if let Some(xdp) = xdp {
+        tokio::task::block_in_place(|| xdp.stop());
+    }
     tracing::info!("agent stopped");
     Ok(())
+}
+
+/// The XDP keeper `--xdp-interface` asks for, if any; refused unless
+/// `--backend` lists `bpf` (the program reads the bpf backend's sets).
+fn xdp_keeper_of(
+    config: &AgentConfig,
+    kernel: &KernelOptions,
+) -> anyhow::Result<Option<XdpKeeper>> {
+    let Some(interface) = config.xdp.xdp_interface.clone() else {
+        return Ok(None);
+    };
+    anyhow::ensure!(
+        kernel.backend.as_slice().contains(&KernelBackend::Bpf),
+        "--xdp-interface {interface} needs the bpf backend (the program drops from the policies' BPF sets): --backend is {}; add bpf to it, e.g. --backend {},bpf",
+        kernel.backend,
+        kernel.backend
+    );
+    let keeper = XdpKeeper::new(
+        interface,
+        config.xdp.xdp_drop_from.clone(),
+        kernel.naming.clone(),
+    )
+    .map_err(|e| anyhow::anyhow!("--xdp-interface/--xdp-drop-from: {e}"))?;
+    Ok(Some(keeper))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::{Cli, Command};
+    use clap::Parser;
+
+    fn keeper(argv: &[&str]) -> anyhow::Result<Option<XdpKeeper>> {
+        let cli = Cli::try_parse_from(argv).unwrap();
+        let kernel = cli.kernel_options(ipsetmgr_ipset::Naming::default());
+        let Command::Agent(config) = cli.command else {
+            panic!("agent")
+        };
+        xdp_keeper_of(&config, &kernel)
+    }
+
+    #[test]
+    fn xdp_needs_the_bpf_backend_and_a_valid_interface() {
+        let agent = [
+            "ipsetmgr",
+            "--backend",
+            "netlink",
+            "agent",
+            "--node-name",
+            "n",
+        ];
+        assert!(keeper(&agent).unwrap().is_none());
+        let xdp = ["--xdp-interface", "eth0", "--xdp-drop-from", "block"];
+        let err = keeper(&[&agent[..], &xdp[..]].concat()).unwrap_err();
+        assert!(
+            err.to_string().contains("needs the bpf backend")
+                && err.to_string().contains("netlink,bpf"),
+            "{err}"
+        );
+        let mut with_bpf = agent;
+        with_bpf[2] = "netlink,bpf";
+        let kept = keeper(&[&with_bpf[..], &xdp[..]].concat()).unwrap();
+        assert_eq!(kept.unwrap().interface(), "eth0");
+        let bad = ["--xdp-interface", "a/b", "--xdp-drop-from", "block"];
+        let err = keeper(&[&with_bpf[..], &bad[..]].concat()).unwrap_err();
+        assert!(err.to_string().contains("invalid interface name"), "{err}");
+    }
 }

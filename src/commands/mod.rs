@@ -10,3 +10,4 @@ pub(crate) mod controller;
 pub(crate) mod hollow;
 pub(crate) mod slice;
 pub mod xdp;
+pub(crate) mod xdp_keeper;

@@ -6,55 +6,16 @@
 //! applied later take effect without attaching again.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ipsetmgr_bpf::{BpfError, Bpffs, xdp};
-use ipsetmgr_ipset::{Family, Naming};
+use ipsetmgr_ipset::Naming;
 
 /// Why `xdp` did not do what it was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum XdpCommandError {
-    #[error(
-        "policy {policy} has no BPF set in {dir} (neither {v4} nor {v6}): apply it with --backend bpf first (hash:ip and hash:net policies only)"
-    )]
-    NoSet {
-        policy: String,
-        dir: PathBuf,
-        v4: String,
-        v6: String,
-    },
     #[error(transparent)]
     Bpf(#[from] BpfError),
-}
-
-/// The pinned sets of `policies`: each policy's IPv4 and IPv6 set, those
-/// that exist; a policy with neither is an error.
-fn sets_of(
-    fs: &Bpffs,
-    naming: &Naming,
-    policies: &[String],
-) -> Result<Vec<String>, XdpCommandError> {
-    let mut sets = Vec::new();
-    for policy in policies {
-        let v4 = naming.main_set_name(policy, Some(Family::V4));
-        let v6 = naming.main_set_name(policy, Some(Family::V6));
-        let mut found = false;
-        for name in [&v4, &v6] {
-            if fs.pin_path(name)?.exists() {
-                sets.push(name.clone());
-                found = true;
-            }
-        }
-        if !found {
-            return Err(XdpCommandError::NoSet {
-                policy: policy.clone(),
-                dir: fs.mount_point().join(ipsetmgr_bpf::SETS_DIR),
-                v4,
-                v6,
-            });
-        }
-    }
-    Ok(sets)
 }
 
 /// Attach the program to `interface` for the sets of `policies` (run inside
@@ -67,7 +28,7 @@ pub fn attach(
     out: &mut impl Write,
 ) -> Result<(), XdpCommandError> {
     let fs = Bpffs::open(bpffs)?;
-    let sets = sets_of(&fs, naming, policies)?;
+    let sets = xdp::sets_of_policies(&fs, naming, policies)?;
     let names: Vec<&str> = sets.iter().map(String::as_str).collect();
     let link = xdp::attach(&fs, interface, &names)?;
     // The report goes to stdout; a closed stdout changes nothing attached.

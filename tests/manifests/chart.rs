@@ -242,6 +242,60 @@ pub(crate) fn chart_bpf_backend_gets_its_capabilities_and_the_hosts_bpffs() {
 }
 
 #[test]
+pub(crate) fn chart_xdp_option_reaches_the_agent_only_when_enabled() {
+    needs_helm!("chart_xdp_option_reaches_the_agent_only_when_enabled");
+    const XDP_ENV: [&str; 2] = ["IPSETMGR_XDP_INTERFACE", "IPSETMGR_XDP_DROP_FROM"];
+    let no_xdp_flag = |c: &k8s_openapi::api::core::v1::Container, what: &str| {
+        for name in XDP_ENV {
+            assert_eq!(env_value(c, name), None, "{what}: {name}");
+        }
+        let args = c.args.clone().unwrap_or_default();
+        assert!(
+            !args.iter().any(|a| a.starts_with("--xdp")),
+            "{what}: {args:?}"
+        );
+    };
+    // The defaults, and the bpf backend alone: no XDP flag.
+    for (what, overrides) in [
+        ("defaults", vec![]),
+        ("bpf without xdp", vec![("backend", json!("netlink,bpf"))]),
+    ] {
+        let r = render_chart(&overrides);
+        let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
+        no_xdp_flag(&agent_container(&ds), what);
+    }
+
+    let what = "xdp enabled";
+    let r = render_chart(&[
+        ("backend", json!("netlink,bpf")),
+        ("xdp.enabled", json!(true)),
+        ("xdp.interface", json!("eth1")),
+        ("xdp.dropFrom", json!(["blocklist", "scanners"])),
+    ]);
+    check_all_typed(&r.docs, what);
+    let ds: DaemonSet = one_of(&r.docs, "DaemonSet", what);
+    let c = agent_container(&ds);
+    assert_eq!(
+        env_value(&c, "IPSETMGR_XDP_INTERFACE").as_deref(),
+        Some("eth1")
+    );
+    assert_eq!(
+        env_value(&c, "IPSETMGR_XDP_DROP_FROM").as_deref(),
+        Some("blocklist,scanners")
+    );
+    // No capability beyond the bpf backend's.
+    let caps = c.security_context.clone().unwrap().capabilities.unwrap();
+    assert_eq!(
+        caps.add,
+        Some(vec![
+            "NET_ADMIN".to_string(),
+            "BPF".to_string(),
+            "SYS_ADMIN".to_string()
+        ])
+    );
+}
+
+#[test]
 pub(crate) fn chart_values_reach_the_agent() {
     needs_helm!("chart_values_reach_the_agent");
     let r = render_chart(&[

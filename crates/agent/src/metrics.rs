@@ -50,6 +50,9 @@ pub struct Metrics {
     pub policy_excepted: Family<PolicyLabel, Gauge>,
     pub policy_last_sync: Family<PolicyLabel, FloatGauge>,
     pub drift_repaired: Family<PolicyLabel, Counter>,
+    /// Attachments of the XDP program the agent made (`--xdp-interface`):
+    /// the first, and each repair of one that had been detached.
+    pub xdp_attaches: Counter,
     /// The policies that have series, to remove those of policies gone.
     labelled: Mutex<BTreeSet<String>>,
 }
@@ -73,6 +76,7 @@ impl Default for Metrics {
             policy_excepted: Family::default(),
             policy_last_sync: Family::default(),
             drift_repaired: Family::default(),
+            xdp_attaches: Counter::default(),
             labelled: Mutex::default(),
         };
         // prometheus-client appends `_total` to counters.
@@ -142,6 +146,11 @@ impl Default for Metrics {
             "ipsetmgr_drift_repaired",
             "Discrepancies found in the kernel and repaired, by policy",
             m.drift_repaired.clone(),
+        );
+        r.register(
+            "ipsetmgr_xdp_attaches",
+            "Attachments of the XDP program by the agent (--xdp-interface): the first and each one after it had been detached",
+            m.xdp_attaches.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -82,6 +82,19 @@ pub enum XdpError {
     NotAttached { interface: String, path: PathBuf },
     #[error("invalid interface name {0:?}")]
     BadInterface(String),
+    #[error(
+        "the XDP program on {interface} needs at least one policy to drop from, and no empty name"
+    )]
+    NoPolicies { interface: String },
+    #[error(
+        "policy {policy} has no BPF set in {dir} (neither {v4} nor {v6}): apply it with --backend bpf first (hash:ip and hash:net policies only)"
+    )]
+    NoSet {
+        policy: String,
+        dir: PathBuf,
+        v4: String,
+        v6: String,
+    },
     #[error("loading the XDP program: {0}")]
     Load(#[source] Box<aya::EbpfError>),
     #[error("attaching the XDP program to {interface}: {source}")]

@@ -12,7 +12,8 @@
 //!   place, read (a dump of the trie), lookup.
 //! - [`Entry`]: one prefix and its `nomatch` flag; from hash:ip and
 //!   hash:net members, anything else a typed "cannot hold".
-//! - [`xdp`]: attach the program to an interface for named sets, detach.
+//! - [`xdp`]: attach the program to an interface for named sets, detach;
+//!   [`XdpKeeper`]: keep it attached (the agent's `--xdp-interface`).
 //! - [`backend`]: the adapter on the neutral sets seam
 //!   ([`ipsetmgr_sets::Kernel`]), `--backend bpf`.
 //!
@@ -32,8 +33,10 @@ mod store;
 mod sys;
 mod trie;
 pub mod xdp;
+mod xdp_keeper;
 
 pub use entry::{Entry, MATCH, NOMATCH};
 pub use error::{BpfError, XdpError};
 pub use set::BpfSet;
 pub use store::{Bpffs, DEFAULT_MOUNT, SETS_DIR};
+pub use xdp_keeper::{Kept, XdpKeeper};

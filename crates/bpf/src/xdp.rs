@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{Xdp, XdpMode};
-use ipsetmgr_ipset::Family;
+use ipsetmgr_ipset::{Family, Naming};
 
 use crate::error::{BpfError, XdpError};
 use crate::store::{Bpffs, io_errno};
@@ -41,13 +41,20 @@ static OBJECT: Option<&[u8]> = None;
 
 /// Where the link of `interface` is pinned.
 pub fn link_path(fs: &Bpffs, interface: &str) -> Result<PathBuf, BpfError> {
+    check_interface_name(interface)?;
+    Ok(fs.mount_point().join(XDP_DIR).join(interface))
+}
+
+/// Refuse what cannot be an interface name (it becomes a pin's file name).
+pub fn check_interface_name(interface: &str) -> Result<(), XdpError> {
     let ok = (1..=15).contains(&interface.len())
         && !interface.starts_with('.')
         && !interface.contains(['/', ' ', '\0']);
-    if !ok {
-        return Err(XdpError::BadInterface(interface.to_string()).into());
+    if ok {
+        Ok(())
+    } else {
+        Err(XdpError::BadInterface(interface.to_string()))
     }
-    Ok(fs.mount_point().join(XDP_DIR).join(interface))
 }
 
 /// The program loaded into the kernel (verified, its maps pointed at the
@@ -155,6 +162,43 @@ pub fn attach(fs: &Bpffs, interface: &str, sets: &[&str]) -> Result<PathBuf, Bpf
         },
     })?;
     Ok(link)
+}
+
+/// The pinned sets of `policies`: each policy's IPv4 and IPv6 set, those
+/// that exist; a policy with neither is an error naming it.
+pub fn sets_of_policies(
+    fs: &Bpffs,
+    naming: &Naming,
+    policies: &[String],
+) -> Result<Vec<String>, BpfError> {
+    let mut sets = Vec::new();
+    for policy in policies {
+        let v4 = naming.main_set_name(policy, Some(Family::V4));
+        let v6 = naming.main_set_name(policy, Some(Family::V6));
+        let mut found = false;
+        for name in [&v4, &v6] {
+            if fs.pin_path(name)?.exists() {
+                sets.push(name.clone());
+                found = true;
+            }
+        }
+        if !found {
+            return Err(XdpError::NoSet {
+                policy: policy.clone(),
+                dir: fs.mount_point().join(crate::SETS_DIR),
+                v4,
+                v6,
+            }
+            .into());
+        }
+    }
+    Ok(sets)
+}
+
+/// Whether ipsetmgr's program is attached to `interface`: its link's pin
+/// exists (the pin holds the link, and the link the attachment).
+pub fn is_attached(fs: &Bpffs, interface: &str) -> Result<bool, BpfError> {
+    Ok(link_path(fs, interface)?.exists())
 }
 
 /// Detach the program from `interface`: its link's pin is removed, and with
