@@ -260,8 +260,10 @@ pub struct SliceFlags {
     #[arg(short = 'f', long = "filename", value_name = "FILE|-")]
     pub input: PathBuf,
     /// The most members of one slice, 1 to 50000 (slices are also kept
-    /// under 200000 bytes of JSON).
-    #[arg(long, value_name = "N", default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=50000))]
+    /// under 200000 bytes of JSON). The default keeps what a 10-member
+    /// change of a million-member list sends each node under 100 kB
+    /// (docs/scaling.md, "Slice size").
+    #[arg(long, value_name = "N", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=50000))]
     pub max_members: u32,
     /// Parse every member as this set type (any hash:* or bitmap:* type)
     /// and write it in canonical form (a bitmap's range is checked when
@@ -684,7 +686,7 @@ mod tests {
         else {
             panic!("slice")
         };
-        assert_eq!((max_members, set_type, family), (5000, None, None));
+        assert_eq!((max_members, set_type, family), (500, None, None));
         assert_eq!((output_format, format), (OutputFormat::Yaml, None));
         let Command::Slice(SliceFlags {
             set_type, family, ..

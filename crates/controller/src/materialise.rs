@@ -33,9 +33,11 @@ use ipsetmgr_policy::slicing::objects::json_bytes;
 use ipsetmgr_policy::slicing::partition::{Limits, TooMany, partition};
 
 /// One slice holds at most this many members and bytes of JSON: far under
-/// etcd's 1.5 MB request limit and the 256 KB of a client-side apply.
+/// etcd's 1.5 MB request limit and the 256 KB of a client-side apply; as
+/// `ipsetmgr slice`'s default, so a 10-member change of a million-member
+/// feed sends each node under 100 kB (docs/scaling.md, "Slice size").
 const LIMITS: Limits = Limits {
-    max_members: 5000,
+    max_members: 500,
     max_bytes: 200_000,
 };
 
