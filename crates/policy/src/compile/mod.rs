@@ -42,10 +42,10 @@ use ipsetmgr_ipset::{
 
 pub use self::cache::MemberCache;
 pub use self::checks::{MAX_HASH_SIZE, MIN_HASH_SIZE};
-pub use self::limits::MAX_MAX_ELEM;
 pub use self::errors::{ExceptEntryError, PolicyError, PolicyErrorKind};
 pub use self::input::{MemberList, NoMembers, OwnedMembers, PolicyInput, SliceInput};
 pub use self::limits::DEFAULT_LIST_SIZE;
+pub use self::limits::MAX_MAX_ELEM;
 use self::limits::{MAX_MEMBER_ERRORS, MIN_LIST_SIZE};
 pub use ipsetmgr_sets::DesiredSet;
 
