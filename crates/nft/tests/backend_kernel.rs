@@ -6,15 +6,14 @@
 #[macro_use]
 mod conformance;
 
-use std::process::Command;
-use std::sync::Arc;
+use conformance::{desired, expected};
 
-use ipsetmgr_ipset::{
-    DEFAULT_MAX_ELEM, Family, HeaderOptions, Member, MemberSet, Naming, SetHeader, SetKind, SetType,
-};
+use std::process::Command;
+
+use ipsetmgr_ipset::{Family, SetType};
+use ipsetmgr_nft::NftDataplane;
 use ipsetmgr_nft::backend::{NftReconciler, default_table, reconciler};
 use ipsetmgr_nft::cli::CliNft;
-use ipsetmgr_nft::{NftDataplane, SetShape};
 use ipsetmgr_sets::{
     DesiredSet, ErrorKind, ReconcilerConfig, SetError, SetRef, SetsBackend, WriteKind,
 };
@@ -78,36 +77,6 @@ fn backend_like(dp: &dyn NftDataplane) -> Backend {
     };
     assert_eq!(b.name(), want);
     b
-}
-
-fn desired(p: &str, t: SetType, f: Family, items: &[&str]) -> DesiredSet {
-    let kind = SetKind::new(t, Some(f));
-    let members: Vec<Member> = items
-        .iter()
-        .flat_map(|i| Member::parse_user(t, i).unwrap().members)
-        .collect();
-    DesiredSet {
-        name: Naming::default().main_set_name(p, Some(f)),
-        policy: p.into(),
-        header: SetHeader {
-            kind,
-            max_elem: DEFAULT_MAX_ELEM,
-            hash_size: None,
-            options: HeaderOptions::default(),
-        },
-        members: Arc::new(MemberSet::from_members(kind, members)),
-    }
-}
-
-/// The elements nft should hold for `d`, as nft prints them.
-fn expected(d: &DesiredSet) -> Vec<String> {
-    let shape = SetShape::from_header(&d.header).unwrap();
-    shape
-        .elements(d.members.iter())
-        .unwrap()
-        .iter()
-        .map(|e| e.to_string())
-        .collect()
 }
 
 fn nft(args: &[&str]) -> String {

@@ -11,13 +11,13 @@
 #[macro_use]
 mod conformance;
 
+use conformance::expected;
+
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ipsetmgr_ipset::{
-    DEFAULT_MAX_ELEM, Family, HeaderOptions, Member, MemberSet, Naming, SetHeader, SetKind, SetType,
-};
+use ipsetmgr_ipset::{Family, SetType};
 use ipsetmgr_nft::backend::{NftReconciler, default_table, reconciler};
 use ipsetmgr_nft::cli::CliNft;
 use ipsetmgr_nft::netlink::NetlinkNft;
@@ -113,33 +113,7 @@ fn backend() -> (Backend, Arc<AtomicUsize>) {
 }
 
 fn desired(p: &str, items: &[&str]) -> DesiredSet {
-    let kind = SetKind::new(SetType::HashIp, Some(Family::V4));
-    let members: Vec<Member> = items
-        .iter()
-        .flat_map(|i| Member::parse_user(SetType::HashIp, i).unwrap().members)
-        .collect();
-    DesiredSet {
-        name: Naming::default().main_set_name(p, Some(Family::V4)),
-        policy: p.into(),
-        header: SetHeader {
-            kind,
-            max_elem: DEFAULT_MAX_ELEM,
-            hash_size: None,
-            options: HeaderOptions::default(),
-        },
-        members: Arc::new(MemberSet::from_members(kind, members)),
-    }
-}
-
-/// The elements nft should hold for `d`, as nft prints them.
-fn expected(d: &DesiredSet) -> Vec<String> {
-    let shape = SetShape::from_header(&d.header).unwrap();
-    shape
-        .elements(d.members.iter())
-        .unwrap()
-        .iter()
-        .map(|e| e.to_string())
-        .collect()
+    conformance::desired(p, SetType::HashIp, Family::V4, items)
 }
 
 /// The set's elements per `nft -j list set`.

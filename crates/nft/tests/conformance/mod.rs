@@ -13,13 +13,18 @@
 
 use std::process::Command;
 
-use ipsetmgr_ipset::{Family, HeaderOptions, Member, SetType};
+use std::sync::Arc;
+
+use ipsetmgr_ipset::{
+    DEFAULT_MAX_ELEM, Family, HeaderOptions, Member, MemberSet, Naming, SetHeader, SetKind, SetType,
+};
 use ipsetmgr_nft::cli::CliNft;
 use ipsetmgr_nft::model::ModelNft;
 use ipsetmgr_nft::{
     Elements, NftBatchError, NftDataplane, NftError, NftKernelSet, NftOp, SetShape, Table,
     TableFamily,
 };
+use ipsetmgr_sets::DesiredSet;
 
 #[path = "../../../../tests/common/kernel_gate.rs"]
 mod kernel_gate;
@@ -1462,4 +1467,36 @@ pub fn other_table_families(dp: &mut dyn NftDataplane, _env: &Env) {
         None,
         "inet T was never created"
     );
+}
+
+/// A desired set of policy `p`: type `t`, family `f`, and `items` as a
+/// user writes them (the backend tests' input).
+pub fn desired(p: &str, t: SetType, f: Family, items: &[&str]) -> DesiredSet {
+    let kind = SetKind::new(t, Some(f));
+    let members: Vec<Member> = items
+        .iter()
+        .flat_map(|i| Member::parse_user(t, i).unwrap().members)
+        .collect();
+    DesiredSet {
+        name: Naming::default().main_set_name(p, Some(f)),
+        policy: p.into(),
+        header: SetHeader {
+            kind,
+            max_elem: DEFAULT_MAX_ELEM,
+            hash_size: None,
+            options: HeaderOptions::default(),
+        },
+        members: Arc::new(MemberSet::from_members(kind, members)),
+    }
+}
+
+/// The elements nft should hold for `d`, as nft prints them.
+pub fn expected(d: &DesiredSet) -> Vec<String> {
+    let shape = SetShape::from_header(&d.header).unwrap();
+    shape
+        .elements(d.members.iter())
+        .unwrap()
+        .iter()
+        .map(|e| e.to_string())
+        .collect()
 }
