@@ -183,6 +183,19 @@ fn absorb(s: &mut BpfDesired, read: Option<BpfRead>) -> Drift {
         },
         None => Drift::default(),
     };
+    // Held exactly as desired: share the desired entries, so that every
+    // later look (in_sync for each report, plan, write) is a pointer
+    // compare, not a diff of the whole set.
+    let have = match &s.desired {
+        Ok(want)
+            if want.family == have.family
+                && want.max_entries == have.max_entries
+                && want.entries == have.entries =>
+        {
+            want.clone()
+        }
+        _ => have,
+    };
     s.kernel = Belief::Present(Ok(have));
     s.held_once |= s.in_sync();
     drift
