@@ -133,7 +133,7 @@ pub fn router(health: Arc<dyn Health>, routes: Routes) -> Router {
 
 /// The listeners for a health and a metrics address: one serving all when
 /// the addresses are the same.
-pub async fn bind(
+async fn bind(
     health: std::net::SocketAddr,
     metrics: std::net::SocketAddr,
 ) -> std::io::Result<Vec<(TcpListener, Routes)>> {
@@ -180,7 +180,7 @@ impl Server {
 }
 
 /// Serve every listener until `stop` turns true.
-pub async fn serve_all(
+async fn serve_all(
     listeners: Vec<(TcpListener, Routes)>,
     health: Arc<dyn Health>,
     stop: watch::Receiver<bool>,
@@ -196,7 +196,7 @@ pub async fn serve_all(
 }
 
 /// Serve until `stop` turns true.
-pub async fn serve(
+async fn serve(
     listener: TcpListener,
     health: Arc<dyn Health>,
     routes: Routes,
