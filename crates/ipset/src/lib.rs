@@ -27,6 +27,6 @@ pub use iface::{IfaceName, MAX_IFACE_LEN};
 pub use member::{Commented, IpPortIp, IpPortNet, Member, NetIface, OneOrTwo, Parsed, Proto};
 pub use member_set::{MemberSet, MemberSetBuilder};
 pub use names::{BadPrefix, MAX_SET_NAME_LEN, Naming, is_path_component, is_valid_set_name};
-pub use num::mask;
+pub use num::{host_mask, mask, to_u128};
 pub use range::{MAX_BITMAP_ELEMENTS, RangeError, SetRange};
 pub use types::{Family, SetKind, SetType, UnknownSetType};

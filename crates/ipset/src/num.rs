@@ -15,6 +15,24 @@ pub(crate) fn plain_decimal(s: &str, max_len: usize) -> Option<u32> {
     s.parse().ok()
 }
 
+/// An address as a number of its family (IPv4 in the low 32 bits).
+pub fn to_u128(a: IpAddr) -> u128 {
+    match a {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+/// The bits below a `prefix` of a `bits`-wide address.
+pub fn host_mask(bits: u32, prefix: u8) -> u128 {
+    let host = bits.saturating_sub(u32::from(prefix));
+    if host >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << host) - 1
+    }
+}
+
 /// Clear host bits below `prefix`.
 pub fn mask(addr: IpAddr, prefix: u8) -> IpAddr {
     match addr {

@@ -92,22 +92,7 @@ pub(crate) struct Raw<C> {
     pub comment: C,
 }
 
-/// The bits below a `prefix` of a `bits`-wide address.
-pub(crate) fn host_mask(bits: u32, prefix: u8) -> u128 {
-    let host = bits.saturating_sub(u32::from(prefix));
-    if host >= 128 {
-        u128::MAX
-    } else {
-        (1u128 << host) - 1
-    }
-}
-
-pub(crate) fn to_u128(a: IpAddr) -> u128 {
-    match a {
-        IpAddr::V4(a) => u128::from(u32::from(a)),
-        IpAddr::V6(a) => u128::from(a),
-    }
-}
+pub(crate) use ipsetmgr_ipset::{host_mask, to_u128};
 
 pub(crate) fn from_u128(family: Family, v: u128) -> IpAddr {
     match family {

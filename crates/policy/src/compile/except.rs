@@ -55,17 +55,10 @@ impl Range {
 
 /// The first and last address of `addr/prefix`, as numbers.
 fn span(addr: IpAddr, prefix: u8) -> (u128, u128) {
-    let (value, bits) = match addr {
-        IpAddr::V4(a) => (u128::from(u32::from(a)), 32u32),
-        IpAddr::V6(a) => (u128::from(a), 128u32),
-    };
-    let host = bits - u32::from(prefix.min(bits as u8));
-    let host_mask = if host == 128 {
-        u128::MAX
-    } else {
-        (1u128 << host) - 1
-    };
-    (value & !host_mask, value | host_mask)
+    let bits = u32::from(Family::of(&addr).max_prefix());
+    let host = ipsetmgr_ipset::host_mask(bits, prefix);
+    let value = ipsetmgr_ipset::to_u128(addr);
+    (value & !host, value | host)
 }
 
 /// A policy's except ranges of one family: sorted, nested ones removed, so
