@@ -271,7 +271,10 @@ def run(n, members, inline, work, trickle=0.0):
         # the change is held when every node's kernel holds the last write.
         wait("every node holding the last write",
              lambda: (kernel_latencies(kc, name, written) or {}).get("nodes") == n, 900 + n)
-        ready = wait("Ready at the new revision", lambda: policy_ready_since(kc, name, t0), 900 + n)
+        wait("Ready at the new revision", lambda: policy_ready_since(kc, name, t0), 900 + n)
+        # From the change (t0, before its slices were cut) and from its
+        # last write; the waits above start later than either.
+        ready = time.time() - t0
         ready_after_write = time.time() - written
         kernel = kernel_latencies(kc, name, written)
         time.sleep(15)  # count the paced writes of the change too
